@@ -1,0 +1,45 @@
+# Molecule Relay. `make help` lists the targets.
+GO            ?= go
+STATICCHECK   := honnef.co/go/tools/cmd/staticcheck@v0.8.2
+BIN           := bin
+PKGS          := ./...
+LAMBDA_FLAGS  := -tags lambda.norpc -trimpath -ldflags='-s -w'
+GOARCH_LAMBDA ?= arm64
+
+.PHONY: help build dev test test-short lint bench fuzz cover clean
+
+help: ## list targets
+	@grep -E '^[a-zA-Z_-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-16s %s\n", $$1, $$2}'
+
+build: ## build the CLI and the three stage binaries into bin/
+	$(GO) build -o $(BIN)/molecule-relay ./cmd/molecule-relay
+	$(GO) build -o $(BIN)/poller ./functions/poller
+	$(GO) build -o $(BIN)/dispatcher ./functions/dispatcher
+	$(GO) build -o $(BIN)/replier ./functions/replier
+
+dev: ## run the whole pipeline against an embedded platform double and embedded NATS
+	$(GO) run ./cmd/molecule-relay dev
+
+test: ## go vet, then every test with the race detector
+	$(GO) vet $(PKGS)
+	$(GO) test -race -count=1 -timeout 20m $(PKGS)
+
+test-short: ## tests without the race detector (faster local loop)
+	$(GO) test -count=1 $(PKGS)
+
+lint: ## gofmt check, go vet and staticcheck (pinned)
+	@out=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$out" ]; then echo "gofmt would change:"; echo "$$out"; exit 1; fi
+	$(GO) vet $(PKGS)
+	$(GO) run $(STATICCHECK) $(PKGS)
+
+bench: ## benchmarks with their figures
+	$(GO) test -run '^$$' -bench . -benchtime 1x -count 1 ./pkg/molecule/...
+
+fuzz: ## fuzz the activity-row parser for 60 s
+	$(GO) test -run '^$$' -fuzz FuzzParseRow -fuzztime 60s ./pkg/molecule
+
+cover: ## statement coverage of pkg/molecule
+	$(GO) test -count=1 -coverprofile=cover.out ./pkg/molecule && $(GO) tool cover -func=cover.out | tail -1
+
+clean: ## remove build output
+	rm -rf $(BIN) cover.out

@@ -1,0 +1,123 @@
+package events
+
+import (
+	"fmt"
+	"strings"
+)
+
+// Subject prefixes. A workspace id is appended as the last token, for example
+// "molecule.inbound.35637291-d55e-4553-896c-13c2e02fe4f7".
+const (
+	// SubjectInboundPrefix carries Inbound envelopes from the poller to the
+	// dispatcher.
+	SubjectInboundPrefix = "molecule.inbound"
+	// SubjectReplyPrefix carries Reply envelopes from the dispatcher to the
+	// replier.
+	SubjectReplyPrefix = "molecule.reply"
+	// SubjectDLQPrefix carries DeadLetter envelopes; the stage name is the
+	// token after the prefix: molecule.dlq.<stage>.<workspace>.
+	SubjectDLQPrefix = "molecule.dlq"
+)
+
+// Stream names. One stream per kind of envelope.
+const (
+	// StreamInbound holds inbound messages (work-queue retention).
+	StreamInbound = "MOLECULE_INBOUND"
+	// StreamReply holds replies waiting to be posted (work-queue retention).
+	StreamReply = "MOLECULE_REPLY"
+	// StreamDLQ holds dead letters (limits retention, kept for inspection).
+	StreamDLQ = "MOLECULE_DLQ"
+)
+
+// Durable consumer names. They are fixed so that autoscalers (KEDA's
+// nats-jetstream scaler) and the status command can look them up.
+const (
+	// ConsumerDispatcher is the dispatcher workers' shared pull consumer on
+	// StreamInbound.
+	ConsumerDispatcher = "dispatcher"
+	// ConsumerReplier is the repliers' shared pull consumer on StreamReply.
+	ConsumerReplier = "replier"
+)
+
+// Key-value bucket names.
+const (
+	// BucketCursors holds one poll cursor per workspace (key: workspace id),
+	// advanced only with compare-and-set on the key's revision.
+	BucketCursors = "molecule_cursors"
+	// BucketPollerStatus holds the poller's last observation of each
+	// workspace (generation, last poll, heartbeat) for the status command.
+	BucketPollerStatus = "molecule_poller_status"
+	// BucketHandled records inbound messages whose handler finished (key:
+	// HandledKey), so a redelivery after a lost ack does not run the handler
+	// again.
+	BucketHandled = "molecule_handled"
+	// BucketReplies records replies that are being or have been posted (key:
+	// ReplyKey), so a reply is posted at most once.
+	BucketReplies = "molecule_replies"
+)
+
+// Stage names, used in dead-letter subjects and envelopes.
+const (
+	StagePoller     = "poller"
+	StageDispatcher = "dispatcher"
+	StageReplier    = "replier"
+)
+
+// InboundSubject returns the subject an inbound message for workspace is
+// published on.
+func InboundSubject(workspace string) string { return SubjectInboundPrefix + "." + workspace }
+
+// ReplySubject returns the subject a reply from workspace is published on.
+func ReplySubject(workspace string) string { return SubjectReplyPrefix + "." + workspace }
+
+// DLQSubject returns the subject a dead letter of stage for workspace is
+// published on.
+func DLQSubject(stage, workspace string) string {
+	return SubjectDLQPrefix + "." + stage + "." + workspace
+}
+
+// InboundMsgID is the Nats-Msg-Id of an inbound publish:
+// "<workspace>:<activity id>". The inbound stream's duplicate window drops a
+// second publish of the same activity row (a poller that crashed before
+// saving its cursor, two pollers racing, an overlap re-read).
+func InboundMsgID(workspace, activityID string) string { return workspace + ":" + activityID }
+
+// ReplyMsgID is the Nats-Msg-Id of a reply publish, derived from the inbound
+// activity id so a dispatcher redelivery cannot enqueue the reply twice.
+func ReplyMsgID(workspace, activityID string) string { return "reply:" + workspace + ":" + activityID }
+
+// HandledKey is the BucketHandled key of an inbound message.
+func HandledKey(workspace, activityID string) string { return kvKey(workspace, activityID) }
+
+// ReplyKey is the BucketReplies key of the reply to an inbound message.
+func ReplyKey(workspace, activityID string) string { return kvKey(workspace, activityID) }
+
+// kvKey joins workspace and activity id with a dot. Both are UUIDs on the
+// real platform; anything outside the KV key alphabet is replaced so a
+// malformed id cannot make a key invalid.
+func kvKey(workspace, activityID string) string {
+	return sanitizeKeyToken(workspace) + "." + sanitizeKeyToken(activityID)
+}
+
+func sanitizeKeyToken(s string) string {
+	return strings.Map(func(r rune) rune {
+		switch {
+		case r >= 'a' && r <= 'z', r >= 'A' && r <= 'Z', r >= '0' && r <= '9', r == '-', r == '_', r == '=':
+			return r
+		default:
+			return '_'
+		}
+	}, s)
+}
+
+// ValidateWorkspaceID reports whether id can be used as a subject token: it
+// must be non-empty and contain no '.', '*', '>' or whitespace.
+func ValidateWorkspaceID(id string) error {
+	if id == "" {
+		return fmt.Errorf("events: empty workspace id")
+	}
+	if strings.ContainsAny(id, ".*> \t\r\n") {
+		return fmt.Errorf("events: workspace id %q contains a character not allowed in a NATS subject token", id)
+	}
+	return nil
+}

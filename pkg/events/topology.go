@@ -1,0 +1,216 @@
+package events
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+)
+
+// TopologyConfig sizes the JetStream topology. The zero value is valid: every
+// field has a default, applied by SetDefaults.
+type TopologyConfig struct {
+	// Replicas of every stream and bucket. If not set, 1. Use 3 on a
+	// three-node cluster.
+	Replicas int
+	// DuplicateWindow of the inbound and reply streams. If not set, 2 hours.
+	// It must exceed the poller's overlap re-read window; values under 30
+	// minutes are refused.
+	DuplicateWindow time.Duration
+	// DispatcherAckWait is how long the dispatcher may hold a message
+	// without acking or signalling progress. If not set, 30 seconds.
+	DispatcherAckWait time.Duration
+	// DispatcherMaxDeliver is how many times an inbound message is delivered
+	// before it becomes a dead letter. If not set, 5.
+	DispatcherMaxDeliver int
+	// ReplierAckWait: as DispatcherAckWait, for the replier. If not set, 60
+	// seconds (a push-mode peer may answer slowly).
+	ReplierAckWait time.Duration
+	// ReplierMaxDeliver: as DispatcherMaxDeliver, for the replier. If not
+	// set, 10.
+	ReplierMaxDeliver int
+	// MaxAckPending caps unacknowledged messages per consumer across all
+	// workers. If not set, 1000.
+	MaxAckPending int
+	// DLQMaxAge is how long dead letters are kept. If not set, 14 days.
+	DLQMaxAge time.Duration
+	// RecordTTL is how long handled/replied records are kept. If not set,
+	// 7 days (the platform's activity retention).
+	RecordTTL time.Duration
+	// Storage of streams and buckets. If not set, file storage.
+	Storage jetstream.StorageType
+}
+
+// SetDefaults fills every unset field with its default.
+func (c *TopologyConfig) SetDefaults() {
+	if c.Replicas == 0 {
+		c.Replicas = 1
+	}
+	if c.DuplicateWindow == 0 {
+		c.DuplicateWindow = 2 * time.Hour
+	}
+	if c.DispatcherAckWait == 0 {
+		c.DispatcherAckWait = 30 * time.Second
+	}
+	if c.DispatcherMaxDeliver == 0 {
+		c.DispatcherMaxDeliver = 5
+	}
+	if c.ReplierAckWait == 0 {
+		c.ReplierAckWait = 60 * time.Second
+	}
+	if c.ReplierMaxDeliver == 0 {
+		c.ReplierMaxDeliver = 10
+	}
+	if c.MaxAckPending == 0 {
+		c.MaxAckPending = 1000
+	}
+	if c.DLQMaxAge == 0 {
+		c.DLQMaxAge = 14 * 24 * time.Hour
+	}
+	if c.RecordTTL == 0 {
+		c.RecordTTL = 7 * 24 * time.Hour
+	}
+}
+
+// Validate reports the first invalid field.
+func (c *TopologyConfig) Validate() error {
+	switch {
+	case c.Replicas < 1 || c.Replicas > 5:
+		return fmt.Errorf("events: replicas must be 1..5, got %d", c.Replicas)
+	case c.DuplicateWindow < 30*time.Minute:
+		return fmt.Errorf("events: duplicate window must be at least 30m, got %s", c.DuplicateWindow)
+	case c.DispatcherAckWait < time.Second || c.ReplierAckWait < time.Second:
+		return fmt.Errorf("events: ack wait must be at least 1s")
+	case c.DispatcherMaxDeliver < 1 || c.ReplierMaxDeliver < 1:
+		return fmt.Errorf("events: max deliver must be >= 1")
+	case c.MaxAckPending < 1:
+		return fmt.Errorf("events: max ack pending must be >= 1")
+	}
+	return nil
+}
+
+// Topology holds handles to everything EnsureTopology created.
+type Topology struct {
+	Inbound    jetstream.Stream
+	Reply      jetstream.Stream
+	DLQ        jetstream.Stream
+	Dispatcher jetstream.Consumer
+	Replier    jetstream.Consumer
+	Cursors    jetstream.KeyValue
+	Status     jetstream.KeyValue
+	Handled    jetstream.KeyValue
+	Replies    jetstream.KeyValue
+	Config     TopologyConfig
+}
+
+// EnsureTopology creates or updates the streams, durable consumers and
+// buckets. It is idempotent and safe to call from every stage at start-up,
+// concurrently.
+func EnsureTopology(ctx context.Context, js jetstream.JetStream, cfg TopologyConfig) (*Topology, error) {
+	cfg.SetDefaults()
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	t := &Topology{Config: cfg}
+	var err error
+	if t.Inbound, err = js.CreateOrUpdateStream(ctx, InboundStreamConfig(cfg)); err != nil {
+		return nil, fmt.Errorf("events: create stream %s: %w", StreamInbound, err)
+	}
+	if t.Reply, err = js.CreateOrUpdateStream(ctx, ReplyStreamConfig(cfg)); err != nil {
+		return nil, fmt.Errorf("events: create stream %s: %w", StreamReply, err)
+	}
+	if t.DLQ, err = js.CreateOrUpdateStream(ctx, DLQStreamConfig(cfg)); err != nil {
+		return nil, fmt.Errorf("events: create stream %s: %w", StreamDLQ, err)
+	}
+	if t.Dispatcher, err = js.CreateOrUpdateConsumer(ctx, StreamInbound, DispatcherConsumerConfig(cfg)); err != nil {
+		return nil, fmt.Errorf("events: create consumer %s: %w", ConsumerDispatcher, err)
+	}
+	if t.Replier, err = js.CreateOrUpdateConsumer(ctx, StreamReply, ReplierConsumerConfig(cfg)); err != nil {
+		return nil, fmt.Errorf("events: create consumer %s: %w", ConsumerReplier, err)
+	}
+	for _, b := range []struct {
+		kv  *jetstream.KeyValue
+		cfg jetstream.KeyValueConfig
+	}{
+		{&t.Cursors, jetstream.KeyValueConfig{Bucket: BucketCursors, Description: "poll cursor per workspace", History: 5}},
+		{&t.Status, jetstream.KeyValueConfig{Bucket: BucketPollerStatus, Description: "poller observations per workspace"}},
+		{&t.Handled, jetstream.KeyValueConfig{Bucket: BucketHandled, Description: "inbound messages whose handler finished", TTL: cfg.RecordTTL}},
+		{&t.Replies, jetstream.KeyValueConfig{Bucket: BucketReplies, Description: "replies being or already posted", TTL: cfg.RecordTTL}},
+	} {
+		b.cfg.Replicas = cfg.Replicas
+		b.cfg.Storage = cfg.Storage
+		kv, err := js.CreateOrUpdateKeyValue(ctx, b.cfg)
+		if err != nil {
+			return nil, fmt.Errorf("events: create bucket %s: %w", b.cfg.Bucket, err)
+		}
+		*b.kv = kv
+	}
+	return t, nil
+}
+
+// InboundStreamConfig is the inbound stream's configuration.
+func InboundStreamConfig(cfg TopologyConfig) jetstream.StreamConfig {
+	return jetstream.StreamConfig{
+		Name:        StreamInbound,
+		Description: "inbound messages polled from the Molecule platform",
+		Subjects:    []string{SubjectInboundPrefix + ".>"},
+		Retention:   jetstream.WorkQueuePolicy,
+		Storage:     cfg.Storage,
+		Replicas:    cfg.Replicas,
+		Duplicates:  cfg.DuplicateWindow,
+	}
+}
+
+// ReplyStreamConfig is the reply stream's configuration.
+func ReplyStreamConfig(cfg TopologyConfig) jetstream.StreamConfig {
+	return jetstream.StreamConfig{
+		Name:        StreamReply,
+		Description: "handler replies waiting to be posted to the Molecule platform",
+		Subjects:    []string{SubjectReplyPrefix + ".>"},
+		Retention:   jetstream.WorkQueuePolicy,
+		Storage:     cfg.Storage,
+		Replicas:    cfg.Replicas,
+		Duplicates:  cfg.DuplicateWindow,
+	}
+}
+
+// DLQStreamConfig is the dead-letter stream's configuration.
+func DLQStreamConfig(cfg TopologyConfig) jetstream.StreamConfig {
+	return jetstream.StreamConfig{
+		Name:        StreamDLQ,
+		Description: "messages a stage gave up on, kept for inspection and replay",
+		Subjects:    []string{SubjectDLQPrefix + ".>"},
+		Retention:   jetstream.LimitsPolicy,
+		Storage:     cfg.Storage,
+		Replicas:    cfg.Replicas,
+		MaxAge:      cfg.DLQMaxAge,
+		Duplicates:  2 * time.Minute,
+	}
+}
+
+// DispatcherConsumerConfig is the dispatcher's durable pull consumer.
+func DispatcherConsumerConfig(cfg TopologyConfig) jetstream.ConsumerConfig {
+	return jetstream.ConsumerConfig{
+		Durable:       ConsumerDispatcher,
+		Description:   "dispatcher workers share this consumer",
+		AckPolicy:     jetstream.AckExplicitPolicy,
+		AckWait:       cfg.DispatcherAckWait,
+		MaxDeliver:    cfg.DispatcherMaxDeliver,
+		MaxAckPending: cfg.MaxAckPending,
+		FilterSubject: SubjectInboundPrefix + ".>",
+	}
+}
+
+// ReplierConsumerConfig is the replier's durable pull consumer.
+func ReplierConsumerConfig(cfg TopologyConfig) jetstream.ConsumerConfig {
+	return jetstream.ConsumerConfig{
+		Durable:       ConsumerReplier,
+		Description:   "repliers share this consumer",
+		AckPolicy:     jetstream.AckExplicitPolicy,
+		AckWait:       cfg.ReplierAckWait,
+		MaxDeliver:    cfg.ReplierMaxDeliver,
+		MaxAckPending: cfg.MaxAckPending,
+		FilterSubject: SubjectReplyPrefix + ".>",
+	}
+}

@@ -1,0 +1,51 @@
+// Package handler is the dispatcher's unit of extension: a Handler turns an
+// inbound message into reply text. Built-ins are chosen by one spec string
+// ("echo", "exec:./agent.sh --flag", "http:https://…", "openai:https://…");
+// a Go program passes its own Func.
+package handler
+
+// CONTRACT STUB: Handler, Request, Func and Parse are fixed; the built-ins
+// are being implemented.
+
+import (
+	"context"
+	"errors"
+	"log/slog"
+	"time"
+
+	"github.com/molecule-ai/molecule-relay/pkg/events"
+)
+
+// Handler handles one inbound message. It returns the reply text, or "" for
+// "no reply". A returned error is retried (the message is redelivered with
+// backoff) unless it matches ErrPermanent.
+type Handler interface {
+	Handle(ctx context.Context, req *Request) (string, error)
+}
+
+// Func adapts a function to Handler.
+type Func func(ctx context.Context, req *Request) (string, error)
+
+// Handle calls f.
+func (f Func) Handle(ctx context.Context, req *Request) (string, error) { return f(ctx, req) }
+
+// ErrPermanent marks an error retrying cannot fix: wrap it
+// (fmt.Errorf("%w: bad input", handler.ErrPermanent)) and the message goes
+// straight to the dead-letter stream.
+var ErrPermanent = errors.New("handler: permanent failure")
+
+// Request is what a handler sees. It never carries a platform token.
+type Request struct {
+	// Message is the inbound envelope.
+	Message *events.Inbound
+	// Delivery is the 1-based delivery count; > 1 means an earlier attempt
+	// failed or crashed mid-handler.
+	Delivery uint64
+	// Deadline is when the handler must be done (also ctx's deadline).
+	Deadline time.Time
+	// Logger is scoped to this message.
+	Logger *slog.Logger
+	// Progress tells the stage the handler is alive (keeps the message from
+	// being redelivered). Safe to call from any goroutine; never nil.
+	Progress func()
+}
