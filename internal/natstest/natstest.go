@@ -1,0 +1,82 @@
+// Package natstest starts real embedded NATS servers with JetStream for
+// tests, on 127.0.0.1 with a random port and a per-test store directory.
+package natstest
+
+import (
+	"net"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats-server/v2/server"
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+)
+
+// Server is an embedded nats-server with JetStream, stopped at test cleanup.
+type Server struct {
+	*server.Server
+	StoreDir string
+	Port     int
+}
+
+// Start starts a server with a fresh store directory.
+func Start(t testing.TB) *Server {
+	t.Helper()
+	return StartWithStore(t, t.TempDir(), -1)
+}
+
+// StartWithStore starts a server on storeDir; port -1 picks a random port.
+// Restarting on the same dir and port simulates a NATS restart.
+func StartWithStore(t testing.TB, storeDir string, port int) *Server {
+	t.Helper()
+	opts := &server.Options{
+		Host:      "127.0.0.1",
+		Port:      port,
+		JetStream: true,
+		StoreDir:  storeDir,
+		NoLog:     true,
+		NoSigs:    true,
+	}
+	ns, err := server.NewServer(opts)
+	if err != nil {
+		t.Fatalf("natstest: new server: %v", err)
+	}
+	go ns.Start()
+	if !ns.ReadyForConnections(10 * time.Second) {
+		ns.Shutdown()
+		t.Fatalf("natstest: server not ready within 10s")
+	}
+	s := &Server{Server: ns, StoreDir: storeDir, Port: ns.Addr().(*net.TCPAddr).Port}
+	t.Cleanup(s.Stop)
+	return s
+}
+
+// Stop shuts the server down and waits for it; safe to call twice.
+func (s *Server) Stop() {
+	s.Shutdown()
+	s.WaitForShutdown()
+}
+
+// Restart stops the server and starts a new one on the same store and port.
+func (s *Server) Restart(t testing.TB) *Server {
+	t.Helper()
+	s.Stop()
+	return StartWithStore(t, s.StoreDir, s.Port)
+}
+
+// Connect dials the server and returns the connection and a JetStream
+// handle; the connection is closed at test cleanup. The connection retries
+// forever on disconnect so tests can restart the server under it.
+func Connect(t testing.TB, url string) (*nats.Conn, jetstream.JetStream) {
+	t.Helper()
+	nc, err := nats.Connect(url, nats.MaxReconnects(-1), nats.ReconnectWait(50*time.Millisecond))
+	if err != nil {
+		t.Fatalf("natstest: connect %s: %v", url, err)
+	}
+	t.Cleanup(nc.Close)
+	js, err := jetstream.New(nc)
+	if err != nil {
+		t.Fatalf("natstest: jetstream: %v", err)
+	}
+	return nc, js
+}
