@@ -1,0 +1,286 @@
+// Package config is Molecule Relay's configuration: one struct read from the
+// environment (caarlos0/env), with command-line flags that mirror the
+// variable names, defaults in the tags, and a validation step that names the
+// variable that is wrong. The CLI and the Lambda functions share it.
+package config
+
+import (
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/url"
+	"os"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/molecule-ai/molecule-relay/pkg/broker"
+)
+
+// ErrInvalid is matched by every validation error.
+var ErrInvalid = errors.New("invalid configuration")
+
+// Seconds is a duration read from either Go syntax ("1m30s", "500ms") or a
+// bare number of seconds ("5", "0.5"), as the Python SDK's
+// MOLECULE_POLL_INTERVAL is.
+type Seconds time.Duration
+
+// UnmarshalText parses "5", "0.5" or "5s".
+func (s *Seconds) UnmarshalText(b []byte) error {
+	v := strings.TrimSpace(string(b))
+	if f, err := strconv.ParseFloat(v, 64); err == nil {
+		*s = Seconds(time.Duration(f * float64(time.Second)))
+		return nil
+	}
+	d, err := time.ParseDuration(v)
+	if err != nil {
+		return fmt.Errorf("%q is neither a number of seconds nor a duration like 5s or 1m", v)
+	}
+	*s = Seconds(d)
+	return nil
+}
+
+// D returns the value as a time.Duration.
+func (s Seconds) D() time.Duration { return time.Duration(s) }
+
+// String formats the duration.
+func (s Seconds) String() string { return time.Duration(s).String() }
+
+// Config is everything a stage or the CLI can be configured with. Every
+// field has an environment variable; the CLI's flags mirror them
+// (MOLECULE_POLL_INTERVAL ↔ --poll-interval, NATS_URL ↔ --nats-url).
+type Config struct {
+	// PlatformURL is the platform's tenant root URL.
+	PlatformURL string `env:"MOLECULE_PLATFORM_URL"`
+	// WorkspaceID and WorkspaceToken configure a single workspace.
+	WorkspaceID    string `env:"MOLECULE_WORKSPACE_ID"`
+	WorkspaceToken string `env:"MOLECULE_WORKSPACE_TOKEN"`
+	// WorkspaceTokenFile is read when WorkspaceToken is empty. It must not
+	// be readable by group or others (mode 0600).
+	WorkspaceTokenFile string `env:"MOLECULE_WORKSPACE_TOKEN_FILE"`
+	// WorkspaceIDs and WorkspaceTokens configure many workspaces, comma
+	// separated, paired by position.
+	WorkspaceIDs    []string `env:"MOLECULE_WORKSPACE_IDS" envSeparator:","`
+	WorkspaceTokens []string `env:"MOLECULE_WORKSPACE_TOKENS" envSeparator:","`
+	// OrgID is sent as X-Molecule-Org-Id (SaaS tenants).
+	OrgID string `env:"MOLECULE_ORG_ID"`
+	// AgentName is the agent card's name. If not set, "molecule-relay".
+	AgentName string `env:"MOLECULE_AGENT_NAME" envDefault:"molecule-relay"`
+	// PollInterval between polls in long-running mode. Default 5s.
+	PollInterval Seconds `env:"MOLECULE_POLL_INTERVAL" envDefault:"5s"`
+	// PageLimit is the activity page size (max 500). Default 100.
+	PageLimit int `env:"MOLECULE_PAGE_LIMIT" envDefault:"100"`
+	// BacklogWindow: on a cold start or a lost cursor, deliver the rows
+	// queued in this window; 0 only seeds the cursor. Default 0.
+	BacklogWindow Seconds `env:"MOLECULE_BACKLOG_WINDOW" envDefault:"0s"`
+	// OverlapWindow is the recent window re-read to catch late-committed
+	// rows. Default 2m.
+	OverlapWindow Seconds `env:"MOLECULE_OVERLAP_WINDOW" envDefault:"2m"`
+	// AllowSelf delivers messages the agent sent itself. Default false.
+	AllowSelf bool `env:"MOLECULE_ALLOW_SELF"`
+	// Register registers each workspace once at first start. Default true.
+	Register bool `env:"MOLECULE_REGISTER" envDefault:"true"`
+	// SSE holds the workspace event stream for instant wake-ups in
+	// long-running mode. Default true.
+	SSE bool `env:"MOLECULE_SSE" envDefault:"true"`
+
+	// Handler is the dispatcher's handler spec: echo, exec:<prog> [args],
+	// http:<url>, openai:<base url>. Default "echo".
+	Handler string `env:"MOLECULE_HANDLER" envDefault:"echo"`
+	// HandlerTimeout bounds one handler call. Default 5m.
+	HandlerTimeout Seconds `env:"MOLECULE_HANDLER_TIMEOUT" envDefault:"5m"`
+	// Concurrency is how many handlers run at once per dispatcher. Default 16.
+	Concurrency int `env:"MOLECULE_CONCURRENCY" envDefault:"16"`
+	// ReplyConcurrency is how many replies are posted at once. Default 16.
+	ReplyConcurrency int `env:"MOLECULE_REPLY_CONCURRENCY" envDefault:"16"`
+	// ReplyToReplies lets the handler answer messages that are themselves
+	// replies (agent-to-agent conversations). Default false.
+	ReplyToReplies bool `env:"MOLECULE_REPLY_TO_REPLIES"`
+	// MaxHops caps relay replies in one conversation. Default 3.
+	MaxHops int `env:"MOLECULE_MAX_HOPS" envDefault:"3"`
+	// OpenAI handler settings.
+	OpenAIAPIKey string `env:"OPENAI_API_KEY"`
+	OpenAIModel  string `env:"MOLECULE_OPENAI_MODEL"`
+	SystemPrompt string `env:"MOLECULE_SYSTEM_PROMPT"`
+
+	// NATS connection (NATS_URL empty: embedded server).
+	NATS broker.Config
+	// Replicas of streams and buckets (3 on a cluster). Default 1.
+	Replicas int `env:"MOLECULE_STREAM_REPLICAS" envDefault:"1"`
+
+	// LogLevel: debug, info, warn, error. Default info.
+	LogLevel string `env:"MOLECULE_LOG_LEVEL" envDefault:"info"`
+	// LogFormat: text or json. Default text.
+	LogFormat string `env:"MOLECULE_LOG_FORMAT" envDefault:"text"`
+	// MetricsAddr serves /healthz and /metrics for long-running workers
+	// when set, e.g. ":8080".
+	MetricsAddr string `env:"MOLECULE_METRICS_ADDR"`
+}
+
+// Workspace is one configured workspace.
+type Workspace struct {
+	ID    string
+	Token string
+}
+
+// String hides the token.
+func (w Workspace) String() string { return w.ID }
+
+// Workspaces returns the configured workspaces (single and many forms
+// combined), after Validate.
+func (c *Config) Workspaces() []Workspace {
+	var out []Workspace
+	if c.WorkspaceID != "" {
+		out = append(out, Workspace{ID: c.WorkspaceID, Token: c.WorkspaceToken})
+	}
+	for i, id := range c.WorkspaceIDs {
+		if i < len(c.WorkspaceTokens) {
+			out = append(out, Workspace{ID: id, Token: c.WorkspaceTokens[i]})
+		}
+	}
+	return out
+}
+
+// Requirement says which parts of the configuration a command needs.
+type Requirement int
+
+const (
+	// NeedPlatform: the platform URL and at least one workspace.
+	NeedPlatform Requirement = 1 << iota
+	// NeedHandler: a handler spec.
+	NeedHandler
+)
+
+// Validate checks the configuration for what a command needs, reading the
+// token file if one is configured. Errors match ErrInvalid and name the
+// variable.
+func (c *Config) Validate(need Requirement) error {
+	bad := func(name, format string, a ...any) error {
+		return fmt.Errorf("%w: %s: %s", ErrInvalid, name, fmt.Sprintf(format, a...))
+	}
+	if need&NeedPlatform != 0 {
+		if c.PlatformURL == "" {
+			return bad("MOLECULE_PLATFORM_URL", "not set; the platform's base URL, e.g. https://acme.moleculesai.app")
+		}
+		u, err := url.Parse(c.PlatformURL)
+		if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+			return bad("MOLECULE_PLATFORM_URL", "%q is not an http(s) URL", c.PlatformURL)
+		}
+		c.PlatformURL = strings.TrimRight(c.PlatformURL, "/")
+		if c.WorkspaceID != "" && c.WorkspaceToken == "" {
+			if c.WorkspaceTokenFile == "" {
+				return bad("MOLECULE_WORKSPACE_TOKEN", "not set for MOLECULE_WORKSPACE_ID %s (or set MOLECULE_WORKSPACE_TOKEN_FILE)", c.WorkspaceID)
+			}
+			tok, err := ReadTokenFile(c.WorkspaceTokenFile)
+			if err != nil {
+				return bad("MOLECULE_WORKSPACE_TOKEN_FILE", "%v", err)
+			}
+			c.WorkspaceToken = tok
+		}
+		if c.WorkspaceID == "" && len(c.WorkspaceIDs) == 0 {
+			return bad("MOLECULE_WORKSPACE_ID", "no workspace configured; set MOLECULE_WORKSPACE_ID and MOLECULE_WORKSPACE_TOKEN, or MOLECULE_WORKSPACE_IDS and MOLECULE_WORKSPACE_TOKENS")
+		}
+		if len(c.WorkspaceIDs) != len(c.WorkspaceTokens) {
+			return bad("MOLECULE_WORKSPACE_TOKENS", "%d tokens for %d ids in MOLECULE_WORKSPACE_IDS; they pair by position", len(c.WorkspaceTokens), len(c.WorkspaceIDs))
+		}
+		seen := map[string]bool{}
+		for i, w := range c.Workspaces() {
+			name := "MOLECULE_WORKSPACE_IDS"
+			if c.WorkspaceID != "" && i == 0 {
+				name = "MOLECULE_WORKSPACE_ID"
+			}
+			if !isUUID(w.ID) {
+				return bad(name, "%q is not a workspace UUID", w.ID)
+			}
+			if seen[w.ID] {
+				return bad(name, "workspace %s is configured twice", w.ID)
+			}
+			seen[w.ID] = true
+			if strings.TrimSpace(w.Token) == "" {
+				return bad(strings.Replace(name, "_IDS", "_TOKENS", 1), "empty token for workspace %s", w.ID)
+			}
+		}
+	}
+	if need&NeedHandler != 0 && strings.TrimSpace(c.Handler) == "" {
+		return bad("MOLECULE_HANDLER", "not set; try echo, exec:./agent.sh, http:http://127.0.0.1:8000/reply or openai:http://127.0.0.1:11434")
+	}
+	switch {
+	case c.PollInterval.D() < 100*time.Millisecond:
+		return bad("MOLECULE_POLL_INTERVAL", "%s is below the 100ms minimum", c.PollInterval)
+	case c.PageLimit < 1 || c.PageLimit > 500:
+		return bad("MOLECULE_PAGE_LIMIT", "%d is outside 1..500 (the platform caps pages at 500)", c.PageLimit)
+	case c.BacklogWindow.D() < 0:
+		return bad("MOLECULE_BACKLOG_WINDOW", "negative")
+	case c.OverlapWindow.D() < 0 || c.OverlapWindow.D() > 30*time.Minute:
+		return bad("MOLECULE_OVERLAP_WINDOW", "%s is outside 0..30m (it must stay inside the stream's duplicate window)", c.OverlapWindow)
+	case c.HandlerTimeout.D() < time.Second:
+		return bad("MOLECULE_HANDLER_TIMEOUT", "%s is below 1s", c.HandlerTimeout)
+	case c.Concurrency < 1 || c.Concurrency > 4096:
+		return bad("MOLECULE_CONCURRENCY", "%d is outside 1..4096", c.Concurrency)
+	case c.ReplyConcurrency < 1 || c.ReplyConcurrency > 4096:
+		return bad("MOLECULE_REPLY_CONCURRENCY", "%d is outside 1..4096", c.ReplyConcurrency)
+	case c.MaxHops < 1:
+		return bad("MOLECULE_MAX_HOPS", "%d; must be at least 1", c.MaxHops)
+	case c.Replicas < 1 || c.Replicas > 5:
+		return bad("MOLECULE_STREAM_REPLICAS", "%d is outside 1..5", c.Replicas)
+	}
+	if _, err := ParseLevel(c.LogLevel); err != nil {
+		return bad("MOLECULE_LOG_LEVEL", "%v", err)
+	}
+	if c.LogFormat != "text" && c.LogFormat != "json" {
+		return bad("MOLECULE_LOG_FORMAT", "%q; use text or json", c.LogFormat)
+	}
+	if err := c.NATS.Validate(); err != nil {
+		return fmt.Errorf("%w: %w", ErrInvalid, err)
+	}
+	return nil
+}
+
+// ReadTokenFile reads a token file, refusing one that group or others can
+// read or write.
+func ReadTokenFile(path string) (string, error) {
+	fi, err := os.Stat(path)
+	if err != nil {
+		return "", fmt.Errorf("token file: %w", err)
+	}
+	if fi.Mode().Perm()&0o077 != 0 {
+		return "", fmt.Errorf("token file %s has mode %04o; it must be readable by its owner only: chmod 600 %s", path, fi.Mode().Perm(), path)
+	}
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return "", fmt.Errorf("token file: %w", err)
+	}
+	tok := strings.TrimSpace(string(b))
+	if tok == "" {
+		return "", fmt.Errorf("token file %s is empty", path)
+	}
+	return tok, nil
+}
+
+// ParseLevel parses a log level name.
+func ParseLevel(s string) (slog.Level, error) {
+	var l slog.Level
+	if err := l.UnmarshalText([]byte(s)); err != nil {
+		return 0, fmt.Errorf("%q; use debug, info, warn or error", s)
+	}
+	return l, nil
+}
+
+func isUUID(s string) bool {
+	if len(s) != 36 {
+		return false
+	}
+	for i, r := range s {
+		switch i {
+		case 8, 13, 18, 23:
+			if r != '-' {
+				return false
+			}
+		default:
+			if !strings.ContainsRune("0123456789abcdefABCDEF", r) {
+				return false
+			}
+		}
+	}
+	return true
+}

@@ -1,0 +1,111 @@
+package config
+
+import (
+	"errors"
+	"flag"
+	"fmt"
+	"reflect"
+	"sort"
+	"strings"
+
+	"github.com/caarlos0/env/v11"
+)
+
+// Flags binds one command-line flag per environment variable of Config to
+// fs. A flag overrides its variable only when it is given, so an
+// environment variable is never shadowed by a flag default.
+type Flags struct {
+	set       map[string]string // env name → flag value given
+	fieldEnv  map[string]string // Go field name → env name
+	flagOfEnv map[string]string
+}
+
+// FlagName is the flag that mirrors an environment variable:
+// MOLECULE_POLL_INTERVAL → poll-interval, NATS_URL → nats-url.
+func FlagName(envName string) string {
+	n := strings.TrimPrefix(envName, "MOLECULE_")
+	return strings.ReplaceAll(strings.ToLower(n), "_", "-")
+}
+
+// BindFlags adds Config's flags to fs.
+func BindFlags(fs *flag.FlagSet) *Flags {
+	f := &Flags{set: map[string]string{}, fieldEnv: map[string]string{}, flagOfEnv: map[string]string{}}
+	var walk func(t reflect.Type)
+	walk = func(t reflect.Type) {
+		for i := range t.NumField() {
+			sf := t.Field(i)
+			if sf.Type.Kind() == reflect.Struct && sf.Tag.Get("env") == "" {
+				walk(sf.Type)
+				continue
+			}
+			name, _, _ := strings.Cut(sf.Tag.Get("env"), ",")
+			if name == "" {
+				continue
+			}
+			f.fieldEnv[sf.Name] = name
+			fl := FlagName(name)
+			f.flagOfEnv[name] = fl
+			usage := "sets " + name
+			if def := sf.Tag.Get("envDefault"); def != "" {
+				usage += " (default " + def + ")"
+			}
+			fs.Var(&flagValue{f: f, env: name, isBool: sf.Type.Kind() == reflect.Bool}, fl, usage)
+		}
+	}
+	walk(reflect.TypeOf(Config{}))
+	return f
+}
+
+type flagValue struct {
+	f      *Flags
+	env    string
+	isBool bool
+}
+
+func (v *flagValue) String() string {
+	if v == nil || v.f == nil {
+		return ""
+	}
+	return v.f.set[v.env]
+}
+func (v *flagValue) Set(s string) error { v.f.set[v.env] = s; return nil }
+func (v *flagValue) IsBoolFlag() bool   { return v.isBool }
+
+// Load reads Config from environ (os.Environ() form) overlaid with the flags
+// given on the command line. It does not validate: call Validate with what
+// the command needs. Errors match ErrInvalid and name the variable.
+func Load(flags *Flags, environ []string) (*Config, error) {
+	m := env.ToMap(environ)
+	if flags != nil {
+		for k, v := range flags.set {
+			m[k] = v
+		}
+	}
+	var cfg Config
+	if err := env.ParseWithOptions(&cfg, env.Options{Environment: m}); err != nil {
+		return nil, flags.describe(err)
+	}
+	cfg.NATS.SetDefaults()
+	return &cfg, nil
+}
+
+// describe rewrites env's errors so they name the variable, not the Go field.
+func (f *Flags) describe(err error) error {
+	var agg env.AggregateError
+	if !errors.As(err, &agg) {
+		return fmt.Errorf("%w: %v", ErrInvalid, err)
+	}
+	var msgs []string
+	for _, e := range agg.Errors {
+		var pe env.ParseError
+		if errors.As(e, &pe) && f != nil {
+			if name, ok := f.fieldEnv[pe.Name]; ok {
+				msgs = append(msgs, fmt.Sprintf("%s (--%s): %v", name, f.flagOfEnv[name], pe.Err))
+				continue
+			}
+		}
+		msgs = append(msgs, e.Error())
+	}
+	sort.Strings(msgs)
+	return fmt.Errorf("%w: %s", ErrInvalid, strings.Join(msgs, "; "))
+}
