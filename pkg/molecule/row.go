@@ -1,16 +1,42 @@
 package molecule
 
-// CONTRACT STUB: the exported API below is fixed; ParseRow is being
-// implemented.
-
 import (
+	"bytes"
 	"encoding/json"
 	"errors"
+	"fmt"
+	"math"
+	"strconv"
+	"strings"
 	"time"
+	"unicode/utf8"
 )
 
 // ErrMalformedRow is matched by every error ParseRow returns.
 var ErrMalformedRow = errors.New("molecule: malformed activity row")
+
+// RowError is the error ParseRow returns. It matches ErrMalformedRow and
+// the underlying cause with errors.Is; ID lets a poller report which row
+// it skipped without parsing the message.
+type RowError struct {
+	// ID is the row's id, or "" when it could not be read.
+	ID string
+	// Err says what is wrong, naming the offending field.
+	Err error
+}
+
+// Error reads "molecule: malformed activity row <id>: <what>". The id is
+// quoted when it holds anything but letters, digits and "-_.:", and cut
+// to 64 bytes, so a hostile row cannot forge log lines.
+func (e *RowError) Error() string {
+	if e.ID == "" {
+		return fmt.Sprintf("%v: %v", ErrMalformedRow, e.Err)
+	}
+	return fmt.Sprintf("%v %s: %v", ErrMalformedRow, displayID(e.ID), e.Err)
+}
+
+// Unwrap returns ErrMalformedRow and the cause.
+func (e *RowError) Unwrap() []error { return []error{ErrMalformedRow, e.Err} }
 
 // RowKind says what an a2a_receive row is.
 type RowKind int
@@ -39,6 +65,16 @@ const (
 	SenderPeer
 )
 
+// Reasons returned by Message.Skip.
+const (
+	// SkipOwnNotify: the row is the agent's own /notify output.
+	SkipOwnNotify = "own_notify"
+	// SkipUpload: the row is a chat upload manifest, not a message.
+	SkipUpload = "upload"
+	// SkipSelf: the row is a message the agent sent to itself.
+	SkipSelf = "self"
+)
+
 // Message is a parsed activity row.
 type Message struct {
 	ActivityID   string
@@ -53,7 +89,13 @@ type Message struct {
 	Kind     RowKind
 	Sender   Sender
 	// Text is joined from the text parts (PROTOCOL.md §5 with fallbacks).
-	Text        string
+	// For a KindOwnNotify row it is response_body.result, the text the
+	// agent posted, so a caller can show it.
+	Text string
+	// Attachments are the file parts of the message (for a KindOwnNotify
+	// row, of response_body.parts; for a KindUpload row, the manifest
+	// itself), followed by any top-level attachments[] enrichment entry
+	// with a URI not already listed.
 	Attachments []Attachment
 	// MessageID and Role are params.message.messageId and .role.
 	MessageID string
@@ -71,10 +113,561 @@ type Message struct {
 	Raw json.RawMessage
 }
 
+// Skip says whether a poller should skip m rather than deliver it, and
+// why: SkipOwnNotify for the agent's own /notify output, SkipUpload for a
+// chat upload manifest, SkipSelf for a self-message when allowSelf is
+// false, and "" to deliver. It only advises: the caller decides, and
+// advances its cursor past skipped rows either way (PROTOCOL.md §5).
+func (m *Message) Skip(allowSelf bool) (reason string) {
+	switch {
+	case m.Kind == KindOwnNotify:
+		return SkipOwnNotify
+	case m.Kind == KindUpload:
+		return SkipUpload
+	case m.Sender == SenderSelf && !allowSelf:
+		return SkipSelf
+	}
+	return ""
+}
+
 // ParseRow parses one activity row. self is the agent's own workspace id,
 // used to classify self-messages. A malformed row yields an error matching
 // ErrMalformedRow that names the row id when it can be read; ParseRow never
 // panics.
+//
+// It is strict about what decides identity, routing and content: the row
+// must be an object with a non-empty string id and an RFC 3339 created_at;
+// every string column it reads must be a string or null; and request_body,
+// params, params.message, its metadata, parts arrays, each part, a text
+// part's text and a file part's fields must have the type the protocol
+// gives them (or be null/absent). It is lenient where the platform is:
+// unknown keys, absent columns other than id and created_at, an absent
+// request_body, relay_hops or size that is not a non-negative integer
+// (ignored), and malformed include=peer_info enrichment (ignored).
 func ParseRow(raw json.RawMessage, self string) (*Message, error) {
-	return nil, ErrMalformedRow
+	m, id, err := parseRow(raw, self)
+	if err != nil {
+		return nil, &RowError{ID: id, Err: err}
+	}
+	return m, nil
+}
+
+// jobject is a decoded JSON object whose values are still raw.
+type jobject map[string]json.RawMessage
+
+// jsonKind is the type of a valid raw JSON value, read from its first byte.
+func jsonKind(v json.RawMessage) byte {
+	v = bytes.TrimLeft(v, " \t\r\n")
+	if len(v) == 0 {
+		return 0
+	}
+	switch c := v[0]; c {
+	case '{', '[', '"', 'n', 't', 'f':
+		return c
+	default:
+		return '0' // a number
+	}
+}
+
+func kindName(k byte) string {
+	switch k {
+	case '{':
+		return "an object"
+	case '[':
+		return "an array"
+	case '"':
+		return "a string"
+	case 't', 'f':
+		return "a boolean"
+	case '0':
+		return "a number"
+	}
+	return "null"
+}
+
+// object returns o[key] as an object; nil (no error) when absent or null.
+func (o jobject) object(key, path string) (jobject, error) {
+	v, ok := o[key]
+	if !ok {
+		return nil, nil
+	}
+	switch k := jsonKind(v); k {
+	case 'n':
+		return nil, nil
+	case '{':
+		var out jobject
+		if err := json.Unmarshal(v, &out); err != nil {
+			return nil, fmt.Errorf("%s: %w", path, err)
+		}
+		return out, nil
+	default:
+		return nil, fmt.Errorf("%s: want an object, got %s", path, kindName(k))
+	}
+}
+
+// array returns o[key] as an array; present is false when absent or null.
+func (o jobject) array(key, path string) (elems []json.RawMessage, present bool, err error) {
+	v, ok := o[key]
+	if !ok {
+		return nil, false, nil
+	}
+	switch k := jsonKind(v); k {
+	case 'n':
+		return nil, false, nil
+	case '[':
+		if err := json.Unmarshal(v, &elems); err != nil {
+			return nil, false, fmt.Errorf("%s: %w", path, err)
+		}
+		return elems, true, nil
+	default:
+		return nil, false, fmt.Errorf("%s: want an array, got %s", path, kindName(k))
+	}
+}
+
+// str returns o[key] as a string; "" when absent or null.
+func (o jobject) str(key, path string) (string, error) {
+	s, _, err := o.strOK(key, path)
+	return s, err
+}
+
+// strOK is str that also says whether the value was a string (not null).
+func (o jobject) strOK(key, path string) (s string, isString bool, err error) {
+	v, ok := o[key]
+	if !ok {
+		return "", false, nil
+	}
+	switch k := jsonKind(v); k {
+	case 'n':
+		return "", false, nil
+	case '"':
+		if err := json.Unmarshal(v, &s); err != nil {
+			return "", false, fmt.Errorf("%s: %w", path, err)
+		}
+		return s, true, nil
+	default:
+		return "", false, fmt.Errorf("%s: want a string, got %s", path, kindName(k))
+	}
+}
+
+// lenientStr returns o[key] if it is a string, else "".
+func (o jobject) lenientStr(key string) string {
+	s, err := o.str(key, key)
+	if err != nil {
+		return ""
+	}
+	return s
+}
+
+// nonNegInt reads o[key] as a non-negative integer no larger than max;
+// ok is false for anything else (absent, wrong type, fractional, negative).
+func (o jobject) nonNegInt(key string, max int64) (n int64, ok bool) {
+	v, present := o[key]
+	if !present || jsonKind(v) != '0' {
+		return 0, false
+	}
+	var num json.Number
+	if err := json.Unmarshal(v, &num); err != nil {
+		return 0, false
+	}
+	if i, err := strconv.ParseInt(num.String(), 10, 64); err == nil {
+		if i < 0 || i > max {
+			return 0, false
+		}
+		return i, true
+	}
+	// 2.0 and 1e3 are integers too.
+	f, err := num.Float64()
+	if err != nil || f < 0 || f > float64(max) || f != math.Trunc(f) {
+		return 0, false
+	}
+	return int64(f), true
+}
+
+// maxHops bounds relay_hops so it always fits an int.
+const maxHops = math.MaxInt32
+
+func parseRow(raw json.RawMessage, self string) (m *Message, id string, err error) {
+	if k := jsonKind(raw); k != '{' {
+		if !json.Valid(raw) {
+			return nil, "", errors.New("not valid JSON")
+		}
+		return nil, "", fmt.Errorf("want a JSON object, got %s", kindName(k))
+	}
+	var row jobject
+	if err := json.Unmarshal(raw, &row); err != nil {
+		return nil, "", fmt.Errorf("not valid JSON: %w", err)
+	}
+
+	id, err = row.str("id", "id")
+	if err != nil {
+		return nil, "", err
+	}
+	if id == "" {
+		return nil, "", errors.New("id is missing or empty")
+	}
+
+	m = &Message{ActivityID: id, Raw: append(json.RawMessage(nil), raw...)}
+	for _, f := range []struct {
+		key string
+		dst *string
+	}{
+		{"workspace_id", &m.WorkspaceID},
+		{"activity_type", &m.ActivityType},
+		{"source_id", &m.SourceID},
+		{"target_id", &m.TargetID},
+		{"method", &m.Method},
+		{"summary", &m.Summary},
+		{"status", &m.Status},
+	} {
+		if *f.dst, err = row.str(f.key, f.key); err != nil {
+			return nil, id, err
+		}
+	}
+
+	created, isString, err := row.strOK("created_at", "created_at")
+	if err != nil {
+		return nil, id, err
+	}
+	if !isString {
+		return nil, id, errors.New("created_at is missing")
+	}
+	if m.CreatedAt, err = time.Parse(time.RFC3339Nano, created); err != nil {
+		return nil, id, fmt.Errorf("created_at %s: %w", quoteCut(created), err)
+	}
+
+	// Enrichment is advisory: a wrong type is ignored, not an error.
+	m.PeerName = row.lenientStr("peer_name")
+	m.PeerRole = row.lenientStr("peer_role")
+	m.AgentCardURL = row.lenientStr("agent_card_url")
+
+	switch m.Method {
+	case "notify":
+		m.Kind = KindOwnNotify
+	case "chat_upload_receive":
+		m.Kind = KindUpload
+	default:
+		m.Kind = KindMessage
+	}
+
+	body, err := row.object("request_body", "request_body")
+	if err != nil {
+		return nil, id, err
+	}
+	var msg jobject
+	switch m.Kind {
+	case KindOwnNotify:
+		if err := m.readNotify(row); err != nil {
+			return nil, id, err
+		}
+	case KindUpload:
+		if body != nil {
+			a, ok, err := fileFields(body, "request_body")
+			if err != nil {
+				return nil, id, err
+			}
+			if ok {
+				m.Attachments = append(m.Attachments, a)
+			}
+		}
+		m.Text = m.Summary
+	default:
+		if msg, err = m.readBody(body); err != nil {
+			return nil, id, err
+		}
+	}
+	// A notify or upload row may still carry a JSON-RPC body; read its
+	// message fields the same way for every kind.
+	if msg == nil && body != nil {
+		params, err := body.object("params", "request_body.params")
+		if err != nil {
+			return nil, id, err
+		}
+		if params != nil {
+			if msg, err = params.object("message", "request_body.params.message"); err != nil {
+				return nil, id, err
+			}
+		}
+	}
+	if err := m.readMessageFields(msg); err != nil {
+		return nil, id, err
+	}
+
+	// Sender by source_id only, never by method (PROTOCOL.md §5). An empty
+	// string is treated like null: it is not a workspace id.
+	switch {
+	case m.SourceID == "":
+		m.Sender = SenderCanvasUser
+		if strings.HasPrefix(m.MessageID, "cron-") {
+			m.Sender = SenderCron
+		}
+	case self != "" && strings.EqualFold(m.SourceID, self):
+		m.Sender = SenderSelf
+	default:
+		m.Sender = SenderPeer
+	}
+
+	m.addEnrichedAttachments(row)
+	return m, id, nil
+}
+
+// readNotify reads an own-notify row: response_body {"result": text,
+// "parts"?: [file parts]}.
+func (m *Message) readNotify(row jobject) error {
+	resp, err := row.object("response_body", "response_body")
+	if err != nil {
+		return err
+	}
+	m.Text = m.Summary
+	if resp == nil {
+		return nil
+	}
+	if s, isString, err := resp.strOK("result", "response_body.result"); err == nil && isString {
+		m.Text = s
+	}
+	parts, _, err := resp.array("parts", "response_body.parts")
+	if err != nil {
+		return err
+	}
+	_, files, err := scanParts(parts, "response_body.parts")
+	if err != nil {
+		return err
+	}
+	m.Attachments = append(m.Attachments, files...)
+	return nil
+}
+
+// readBody extracts text and attachments of an inbound message row and
+// returns params.message (nil if absent).
+//
+// Text: the first of params.message.parts, params.parts and a top-level
+// parts whose text parts (kind or type "text") join to a non-empty string;
+// parts are joined with "" in order, as T does (extract-text.ts), not
+// with "\n" as the canvas joins reply parts. If none has text, Text is the
+// summary, unless the message had file parts: an attachment-only message
+// keeps an empty Text rather than a summary such as "message/send → ext-A
+// (queued for poll)", which would read as something the user typed.
+// Attachments come from the first of the same candidates that has file
+// parts. params.metadata.history (the canvas's prior turns) is never read.
+func (m *Message) readBody(body jobject) (msg jobject, err error) {
+	type candidate struct {
+		parts   []json.RawMessage
+		present bool
+		path    string
+	}
+	var cands []candidate
+	if body != nil {
+		params, err := body.object("params", "request_body.params")
+		if err != nil {
+			return nil, err
+		}
+		if params != nil {
+			if msg, err = params.object("message", "request_body.params.message"); err != nil {
+				return nil, err
+			}
+			if msg != nil {
+				p, ok, err := msg.array("parts", "request_body.params.message.parts")
+				if err != nil {
+					return nil, err
+				}
+				cands = append(cands, candidate{p, ok, "request_body.params.message.parts"})
+			}
+			p, ok, err := params.array("parts", "request_body.params.parts")
+			if err != nil {
+				return nil, err
+			}
+			cands = append(cands, candidate{p, ok, "request_body.params.parts"})
+		}
+		p, ok, err := body.array("parts", "request_body.parts")
+		if err != nil {
+			return nil, err
+		}
+		cands = append(cands, candidate{p, ok, "request_body.parts"})
+	}
+
+	textFound, filesFound := false, false
+	for _, c := range cands {
+		if !c.present {
+			continue
+		}
+		text, files, err := scanParts(c.parts, c.path)
+		if err != nil {
+			return nil, err
+		}
+		if !textFound && text != "" {
+			m.Text, textFound = text, true
+		}
+		if !filesFound && len(files) > 0 {
+			m.Attachments, filesFound = append(m.Attachments, files...), true
+		}
+	}
+	if !textFound && !filesFound {
+		m.Text = m.Summary
+	}
+	return msg, nil
+}
+
+// readMessageFields reads messageId, role and metadata.in_reply_to /
+// relay_hops of params.message.
+func (m *Message) readMessageFields(msg jobject) error {
+	if msg == nil {
+		return nil
+	}
+	const p = "request_body.params.message"
+	var err error
+	if m.MessageID, err = msg.str("messageId", p+".messageId"); err != nil {
+		return err
+	}
+	if m.Role, err = msg.str("role", p+".role"); err != nil {
+		return err
+	}
+	meta, err := msg.object("metadata", p+".metadata")
+	if err != nil || meta == nil {
+		return err
+	}
+	// in_reply_to guards against reply loops: a wrong type is an error,
+	// not silently "not a reply".
+	if m.InReplyTo, err = meta.str("in_reply_to", p+".metadata.in_reply_to"); err != nil {
+		return err
+	}
+	if n, ok := meta.nonNegInt("relay_hops", maxHops); ok {
+		m.Hops = int(n)
+	}
+	return nil
+}
+
+// scanParts joins the text of text parts and collects file parts.
+func scanParts(parts []json.RawMessage, path string) (text string, files []Attachment, err error) {
+	var sb strings.Builder
+	for i, raw := range parts {
+		pp := path + "[" + strconv.Itoa(i) + "]"
+		if k := jsonKind(raw); k != '{' {
+			return "", nil, fmt.Errorf("%s: want an object, got %s", pp, kindName(k))
+		}
+		var part jobject
+		if err := json.Unmarshal(raw, &part); err != nil {
+			return "", nil, fmt.Errorf("%s: %w", pp, err)
+		}
+		kind, err := part.str("kind", pp+".kind")
+		if err != nil {
+			return "", nil, err
+		}
+		typ, err := part.str("type", pp+".type")
+		if err != nil {
+			return "", nil, err
+		}
+		switch {
+		case kind == "text" || typ == "text":
+			t, err := part.str("text", pp+".text")
+			if err != nil {
+				return "", nil, err
+			}
+			sb.WriteString(t)
+		case kind == "file" || typ == "file":
+			a, ok, err := filePart(part, pp)
+			if err != nil {
+				return "", nil, err
+			}
+			if ok {
+				files = append(files, a)
+			}
+		}
+	}
+	return sb.String(), files, nil
+}
+
+// filePart reads {"kind":"file","file":{...}} or the flat
+// {"kind":"file","uri",...}. A part with neither uri nor name is dropped
+// (ok false), as the platform's own projection does.
+func filePart(part jobject, path string) (Attachment, bool, error) {
+	inner, err := part.object("file", path+".file")
+	if err != nil {
+		return Attachment{}, false, err
+	}
+	if inner != nil {
+		return fileFields(inner, path+".file")
+	}
+	return fileFields(part, path)
+}
+
+// fileFields reads uri, name, mimeType (or mime_type) and size.
+func fileFields(o jobject, path string) (Attachment, bool, error) {
+	var a Attachment
+	var err error
+	if a.URI, err = o.str("uri", path+".uri"); err != nil {
+		return a, false, err
+	}
+	if a.Name, err = o.str("name", path+".name"); err != nil {
+		return a, false, err
+	}
+	if a.MimeType, err = o.str("mimeType", path+".mimeType"); err != nil {
+		return a, false, err
+	}
+	if a.MimeType == "" {
+		if a.MimeType, err = o.str("mime_type", path+".mime_type"); err != nil {
+			return a, false, err
+		}
+	}
+	if n, ok := o.nonNegInt("size", math.MaxInt64); ok {
+		a.Size = n
+	}
+	return a, a.URI != "" || a.Name != "", nil
+}
+
+// addEnrichedAttachments appends include=peer_info attachments[] entries
+// ({kind, uri, name, mime_type}) whose URI is not listed yet. The platform
+// projects them from the same parts, so they are usually duplicates;
+// malformed entries are ignored.
+func (m *Message) addEnrichedAttachments(row jobject) {
+	elems, _, err := row.array("attachments", "attachments")
+	if err != nil {
+		return
+	}
+	for _, raw := range elems {
+		var o jobject
+		if jsonKind(raw) != '{' || json.Unmarshal(raw, &o) != nil {
+			continue
+		}
+		a, ok, err := filePart(o, "attachments")
+		if err != nil || !ok {
+			continue
+		}
+		dup := false
+		for _, have := range m.Attachments {
+			if have.URI == a.URI && (a.URI != "" || have.Name == a.Name) {
+				dup = true
+				break
+			}
+		}
+		if !dup {
+			m.Attachments = append(m.Attachments, a)
+		}
+	}
+}
+
+// displayID renders a row id for an error message.
+func displayID(id string) string {
+	safe := len(id) <= 64
+	for _, r := range id {
+		if !(r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r >= '0' && r <= '9' || r == '-' || r == '_' || r == '.' || r == ':') {
+			safe = false
+			break
+		}
+	}
+	if safe {
+		return id
+	}
+	return quoteCut(id)
+}
+
+// quoteCut quotes s, cut to 64 bytes (on a rune boundary) with "…".
+func quoteCut(s string) string {
+	const max = 64
+	if len(s) <= max {
+		return strconv.Quote(s)
+	}
+	cut := max
+	for cut > 0 && !utf8.RuneStart(s[cut]) {
+		cut--
+	}
+	return strconv.Quote(s[:cut]) + "…"
 }
