@@ -1,17 +1,42 @@
 package molecule
 
-// CONTRACT STUB: the exported API below is fixed; the bodies are being
-// implemented. Do not rely on behaviour until this comment is gone.
-
 import (
 	"context"
-	"errors"
+	"encoding/json"
+	"fmt"
 	"log/slog"
 	"net/http"
+	"net/url"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
 	"time"
 )
 
-var errNotImplemented = errors.New("molecule: not implemented yet")
+// Defaults applied by New.
+const (
+	// DefaultRequestTimeout bounds a request whose context has no deadline.
+	DefaultRequestTimeout = 30 * time.Second
+	// DefaultMaxRetries is how often an idempotent GET is retried.
+	DefaultMaxRetries = 3
+	// DefaultMaxBackoff caps one wait between GET retries.
+	DefaultMaxBackoff = 30 * time.Second
+	// DefaultRetryBaseInterval is the first wait between GET retries when
+	// the platform gave no Retry-After.
+	DefaultRetryBaseInterval = time.Second
+	// DefaultMaxResponseBytes caps every response body (10 MiB, the
+	// platform's own cap on relayed agent answers).
+	DefaultMaxResponseBytes = 10 << 20
+	// DefaultDiscoverTTL is how long Discover answers are cached.
+	DefaultDiscoverTTL = 5 * time.Minute
+	// DefaultUserAgent is sent when Config.UserAgent is empty.
+	DefaultUserAgent = "molecule-relay"
+	// MaxActivityLimit is the platform's cap on GET /activity's limit.
+	MaxActivityLimit = 500
+	// DefaultActivityLimit is the platform's limit when none is sent.
+	DefaultActivityLimit = 100
+)
 
 // Config configures a Client for one workspace.
 type Config struct {
@@ -30,17 +55,24 @@ type Config struct {
 	HTTPClient *http.Client
 	// RequestTimeout bounds each request whose context has no deadline,
 	// except SendA2A/CallPeer (a push peer may take up to 30 minutes) and
-	// StreamEvents. If not set, 30 seconds.
+	// StreamEvents. If not set, 30 seconds. Negative disables it. It applies
+	// to each attempt of a retried GET.
 	RequestTimeout time.Duration
 	// MaxRetries is how many times an idempotent GET is retried on 429, 502,
 	// 503, 504 or a transport error. If not set, 3. Negative disables.
 	MaxRetries int
 	// MaxBackoff caps one wait between GET retries. If not set, 30 seconds.
+	// A Retry-After longer than MaxBackoff is not waited for: the
+	// rate-limited error is returned at once so the caller can pace itself.
 	MaxBackoff time.Duration
+	// RetryBaseInterval is the first wait between GET retries when the
+	// platform gave no Retry-After; later waits double (±25 % jitter). If
+	// not set, 1 second. Tests set it to milliseconds.
+	RetryBaseInterval time.Duration
 	// MaxResponseBytes caps every response body read. If not set, 10 MiB.
 	MaxResponseBytes int64
 	// DiscoverTTL is how long Discover answers are cached. If not set, 5
-	// minutes.
+	// minutes. Negative disables the cache.
 	DiscoverTTL time.Duration
 	// UserAgent is sent on every request. If not set, "molecule-relay".
 	UserAgent string
@@ -48,101 +80,528 @@ type Config struct {
 	Logger *slog.Logger
 }
 
+// validate checks cfg and applies the defaults. Its errors name the field
+// and never contain the token.
+func (cfg *Config) validate() (base string, err error) {
+	bad := func(format string, a ...any) error {
+		return fmt.Errorf("%w: config: "+format, append([]any{ErrInvalidArgument}, a...)...)
+	}
+	if cfg.PlatformURL == "" {
+		return "", bad("PlatformURL is required")
+	}
+	u, perr := url.Parse(cfg.PlatformURL)
+	if perr != nil {
+		return "", bad("PlatformURL is not a URL")
+	}
+	if u.Scheme != "http" && u.Scheme != "https" {
+		return "", bad("PlatformURL must be http or https, got scheme %q", u.Scheme)
+	}
+	if u.Host == "" {
+		return "", bad("PlatformURL has no host")
+	}
+	if u.User != nil || u.RawQuery != "" || u.Fragment != "" {
+		return "", bad("PlatformURL must be a plain base URL (no user info, query or fragment)")
+	}
+	if strings.TrimSpace(cfg.WorkspaceID) == "" {
+		return "", bad("WorkspaceID is required")
+	}
+	if cfg.Token == "" {
+		return "", bad("Token is required")
+	}
+	for _, r := range cfg.Token {
+		if r <= ' ' || r == 0x7f {
+			return "", bad("Token contains whitespace or control characters")
+		}
+	}
+	if cfg.RequestTimeout == 0 {
+		cfg.RequestTimeout = DefaultRequestTimeout
+	}
+	if cfg.MaxRetries == 0 {
+		cfg.MaxRetries = DefaultMaxRetries
+	}
+	if cfg.MaxBackoff <= 0 {
+		cfg.MaxBackoff = DefaultMaxBackoff
+	}
+	if cfg.RetryBaseInterval <= 0 {
+		cfg.RetryBaseInterval = DefaultRetryBaseInterval
+	}
+	if cfg.MaxResponseBytes <= 0 {
+		cfg.MaxResponseBytes = DefaultMaxResponseBytes
+	}
+	if cfg.DiscoverTTL == 0 {
+		cfg.DiscoverTTL = DefaultDiscoverTTL
+	}
+	if cfg.UserAgent == "" {
+		cfg.UserAgent = DefaultUserAgent
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.Default()
+	}
+	if cfg.HTTPClient == nil {
+		cfg.HTTPClient = &http.Client{}
+	}
+	return strings.TrimRight(cfg.PlatformURL, "/"), nil
+}
+
 // Client speaks the Molecule platform's remote-agent protocol for one
 // workspace. It is safe for concurrent use.
 type Client struct {
 	cfg Config
+	// base is PlatformURL without a trailing slash (also the Origin).
+	base string
+	hc   *http.Client
+	log  *slog.Logger
+
+	rlMu sync.Mutex
+	rl   RateLimit
+
+	discMu sync.Mutex
+	disc   map[string]discEntry
 }
 
 // New validates cfg, applies defaults and returns a Client. It makes no
-// request.
-func New(cfg Config) (*Client, error) { return &Client{cfg: cfg}, errNotImplemented }
+// request. An invalid cfg yields an error matching ErrInvalidArgument.
+func New(cfg Config) (*Client, error) {
+	base, err := cfg.validate()
+	if err != nil {
+		return nil, err
+	}
+	return &Client{
+		cfg:  cfg,
+		base: base,
+		hc:   cfg.HTTPClient,
+		log:  cfg.Logger,
+		disc: make(map[string]discEntry),
+	}, nil
+}
 
 // WorkspaceID returns the client's workspace id.
 func (c *Client) WorkspaceID() string { return c.cfg.WorkspaceID }
 
-// RateLimit returns what the platform last said about the rate budget.
-func (c *Client) RateLimit() RateLimit { return RateLimit{} }
+// RateLimit returns what the platform last said about the rate budget. A
+// platform without a limiter reports Limit and Remaining RateUnlimited.
+func (c *Client) RateLimit() RateLimit {
+	c.rlMu.Lock()
+	defer c.rlMu.Unlock()
+	return c.rl
+}
+
+// selfPath is /workspaces/<self><suffix>.
+func (c *Client) selfPath(suffix string) string {
+	return "/workspaces/" + url.PathEscape(c.cfg.WorkspaceID) + suffix
+}
+
+// ZeroCursor is the since_id of the generation probe: a valid UUID that is
+// never a row, so a NEW platform answers 410 and an OLD one ignores it.
+const ZeroCursor = "00000000-0000-0000-0000-000000000000"
 
 // Probe detects the platform generation with the zero-UUID since_id probe:
 // 410 → GenerationNew, 200 → GenerationOld, anything else →
 // GenerationUnknown with the error that explains it.
 func (c *Client) Probe(ctx context.Context) (Generation, error) {
-	return GenerationUnknown, errNotImplemented
+	q := url.Values{}
+	q.Set("type", "a2a_receive")
+	q.Set("since_id", ZeroCursor)
+	q.Set("limit", "1")
+	r := request{method: http.MethodGet, path: c.selfPath("/activity"), query: q, ep: epActivity}
+	resp, err := c.do(ctx, r)
+	switch {
+	case err == nil && resp.status == http.StatusOK:
+		return GenerationOld, nil
+	case resp != nil && resp.status == http.StatusGone:
+		return GenerationNew, nil
+	case err == nil:
+		return GenerationUnknown, fmt.Errorf("molecule: probe: unexpected HTTP %d", resp.status)
+	default:
+		return GenerationUnknown, fmt.Errorf("molecule: probe: %w", err)
+	}
 }
 
 // Register registers the workspace (POST /registry/register). Call it once
 // at start-up: each call forces status online and un-pauses the workspace.
+// A poll registration never sends a URL; a push one requires an http(s)
+// URL. When the platform answers a different delivery_mode than asked, a
+// warning is logged and the result returned; an OLD platform answers no
+// delivery_mode at all (RegisterResult.DeliveryMode empty).
 func (c *Client) Register(ctx context.Context, req RegisterRequest) (*RegisterResult, error) {
-	return nil, errNotImplemented
+	mode := req.Mode
+	if mode == "" {
+		mode = DeliveryPoll
+	}
+	body := map[string]any{"id": c.cfg.WorkspaceID, "delivery_mode": mode}
+	switch mode {
+	case DeliveryPoll:
+	case DeliveryPush:
+		if !isHTTPURL(req.URL) {
+			return nil, fmt.Errorf("%w: register: push mode needs an http(s) URL", ErrInvalidArgument)
+		}
+		body["url"] = req.URL
+	default:
+		return nil, fmt.Errorf("%w: register: delivery mode must be %q or %q, got %q", ErrInvalidArgument, DeliveryPoll, DeliveryPush, mode)
+	}
+	card := req.AgentCard
+	if card == nil {
+		card = map[string]any{"name": c.cfg.WorkspaceID}
+	}
+	body["agent_card"] = card
+	r := request{method: http.MethodPost, path: "/registry/register", body: body}
+	resp, err := c.do(ctx, r)
+	if err != nil {
+		return nil, err
+	}
+	var res RegisterResult
+	if err := decodeJSON(r, resp.body, &res); err != nil {
+		return nil, err
+	}
+	switch {
+	case res.DeliveryMode == "":
+		c.log.LogAttrs(ctx, slog.LevelDebug, "molecule: registered; platform reported no delivery mode (OLD platform)",
+			slog.String("asked", string(mode)))
+	case res.DeliveryMode != mode:
+		c.log.LogAttrs(ctx, slog.LevelWarn, "molecule: platform registered a different delivery mode than asked",
+			slog.String("asked", string(mode)), slog.String("answered", string(res.DeliveryMode)))
+	default:
+		c.log.LogAttrs(ctx, slog.LevelDebug, "molecule: registered", slog.String("delivery_mode", string(res.DeliveryMode)))
+	}
+	return &res, nil
 }
 
-// Heartbeat sends the full heartbeat body (POST /registry/heartbeat).
+// heartbeatBody is the wire form of Heartbeat.
+type heartbeatBody struct {
+	WorkspaceID     string          `json:"workspace_id"`
+	ActiveTasks     int             `json:"active_tasks"`
+	CurrentTask     string          `json:"current_task"`
+	UptimeSeconds   int64           `json:"uptime_seconds"`
+	ErrorRate       float64         `json:"error_rate"`
+	SampleError     string          `json:"sample_error"`
+	RuntimeMetadata runtimeMetadata `json:"runtime_metadata"`
+	RuntimeState    string          `json:"runtime_state,omitempty"`
+}
+
+type runtimeMetadata struct {
+	Capabilities       Capabilities `json:"capabilities"`
+	IdleTimeoutSeconds int          `json:"idle_timeout_seconds,omitempty"`
+}
+
+// Heartbeat sends the full heartbeat body (POST /registry/heartbeat). It is
+// not retried.
 func (c *Client) Heartbeat(ctx context.Context, hb Heartbeat) (*HeartbeatResult, error) {
-	return nil, errNotImplemented
+	body := heartbeatBody{
+		WorkspaceID:     c.cfg.WorkspaceID,
+		ActiveTasks:     hb.ActiveTasks,
+		CurrentTask:     hb.CurrentTask,
+		UptimeSeconds:   hb.UptimeSeconds,
+		ErrorRate:       hb.ErrorRate,
+		SampleError:     hb.SampleError,
+		RuntimeMetadata: runtimeMetadata{Capabilities: hb.Capabilities},
+		RuntimeState:    hb.RuntimeState,
+	}
+	if hb.IdleTimeoutSeconds > 0 {
+		body.RuntimeMetadata.IdleTimeoutSeconds = hb.IdleTimeoutSeconds
+	}
+	r := request{method: http.MethodPost, path: "/registry/heartbeat", body: body}
+	resp, err := c.do(ctx, r)
+	if err != nil {
+		return nil, err
+	}
+	var res HeartbeatResult
+	if err := decodeJSON(r, resp.body, &res); err != nil {
+		return nil, err
+	}
+	return &res, nil
 }
 
-// State reads GET /workspaces/:self/state.
-func (c *Client) State(ctx context.Context) (*State, error) { return nil, errNotImplemented }
+// State reads GET /workspaces/:self/state. A 404 saying deleted matches
+// ErrWorkspaceRemoved; with a workspace token a removed workspace gets 401
+// (ErrUnauthorized) instead.
+func (c *Client) State(ctx context.Context) (*State, error) {
+	r := request{method: http.MethodGet, path: c.selfPath("/state"), ep: epState}
+	resp, err := c.do(ctx, r)
+	if err != nil {
+		return nil, err
+	}
+	var st State
+	if err := decodeJSON(r, resp.body, &st); err != nil {
+		return nil, err
+	}
+	return &st, nil
+}
+
+// removedBody is the NEW platform's 410 answer for a removed workspace.
+type removedBody struct {
+	ID        string `json:"id"`
+	RemovedAt string `json:"removed_at"`
+	Hint      string `json:"hint"`
+}
 
 // Workspace reads the unauthenticated GET /workspaces/:id. A removed
 // workspace (410 on NEW, status "removed" on OLD) is returned with
-// Removed set and a nil error.
+// Removed set and a nil error. No Authorization header is sent.
 func (c *Client) Workspace(ctx context.Context, id string) (*WorkspaceInfo, error) {
-	return nil, errNotImplemented
+	if strings.TrimSpace(id) == "" {
+		return nil, fmt.Errorf("%w: workspace id is required", ErrInvalidArgument)
+	}
+	r := request{method: http.MethodGet, path: "/workspaces/" + url.PathEscape(id), ep: epWorkspace, noAuth: true}
+	resp, err := c.do(ctx, r)
+	if resp != nil && resp.status == http.StatusGone {
+		info := &WorkspaceInfo{ID: id, Status: "removed", Removed: true, Raw: json.RawMessage(resp.body)}
+		var rb removedBody
+		if json.Unmarshal(resp.body, &rb) == nil {
+			if rb.ID != "" {
+				info.ID = rb.ID
+			}
+			info.Hint = rb.Hint
+			if t, perr := time.Parse(time.RFC3339Nano, rb.RemovedAt); perr == nil {
+				info.RemovedAt = t
+			}
+		}
+		return info, nil
+	}
+	if err != nil {
+		return nil, err
+	}
+	var info WorkspaceInfo
+	if err := decodeJSON(r, resp.body, &info); err != nil {
+		return nil, err
+	}
+	info.Raw = json.RawMessage(resp.body)
+	info.Removed = info.Status == "removed"
+	return &info, nil
 }
 
 // CheckRemoved confirms whether the client's own workspace was removed; use
 // it when a previously good token starts getting 401.
-func (c *Client) CheckRemoved(ctx context.Context) (bool, error) { return false, errNotImplemented }
+func (c *Client) CheckRemoved(ctx context.Context) (bool, error) {
+	info, err := c.Workspace(ctx, c.cfg.WorkspaceID)
+	if err != nil {
+		return false, err
+	}
+	return info.Removed, nil
+}
 
 // Secrets reads GET /workspaces/:self/secrets/values.
 func (c *Client) Secrets(ctx context.Context) (map[string]string, error) {
-	return nil, errNotImplemented
+	r := request{method: http.MethodGet, path: c.selfPath("/secrets/values")}
+	resp, err := c.do(ctx, r)
+	if err != nil {
+		return nil, err
+	}
+	out := map[string]string{}
+	if err := decodeJSON(r, resp.body, &out); err != nil {
+		return nil, err
+	}
+	if out == nil {
+		out = map[string]string{}
+	}
+	return out, nil
 }
 
-// Peers reads GET /registry/:self/peers, optionally filtered by q.
-func (c *Client) Peers(ctx context.Context, q string) ([]Peer, error) { return nil, errNotImplemented }
-
-// Discover reads GET /registry/discover/:id, cached for DiscoverTTL.
-func (c *Client) Discover(ctx context.Context, id string) (*Discovery, error) {
-	return nil, errNotImplemented
+// Peers reads GET /registry/:self/peers, optionally filtered by q (a
+// case-insensitive substring of name or role). It never returns nil on
+// success.
+func (c *Client) Peers(ctx context.Context, q string) ([]Peer, error) {
+	var query url.Values
+	if q != "" {
+		query = url.Values{"q": {q}}
+	}
+	r := request{
+		method: http.MethodGet,
+		path:   "/registry/" + url.PathEscape(c.cfg.WorkspaceID) + "/peers",
+		query:  query,
+		header: http.Header{"X-Workspace-Id": {c.cfg.WorkspaceID}},
+	}
+	resp, err := c.do(ctx, r)
+	if err != nil {
+		return nil, err
+	}
+	var peers []Peer
+	if err := decodeJSON(r, resp.body, &peers); err != nil {
+		return nil, err
+	}
+	if peers == nil {
+		peers = []Peer{}
+	}
+	return peers, nil
 }
 
-// InvalidateDiscovery drops id's cached discovery (all entries if id is "").
-func (c *Client) InvalidateDiscovery(id string) {}
-
-// UpdateCard replaces the agent card (POST /registry/update-card).
-func (c *Client) UpdateCard(ctx context.Context, card any) error { return errNotImplemented }
-
-// Activity reads one page of GET /workspaces/:self/activity, returned
-// oldest first. 410 → an error matching ErrCursorLost.
-func (c *Client) Activity(ctx context.Context, q ActivityQuery) (*ActivityPage, error) {
-	return nil, errNotImplemented
+// UpdateCard replaces the agent card (POST /registry/update-card). It is not
+// retried.
+func (c *Client) UpdateCard(ctx context.Context, card any) error {
+	if card == nil {
+		return fmt.Errorf("%w: update-card: agent card is required", ErrInvalidArgument)
+	}
+	r := request{
+		method: http.MethodPost,
+		path:   "/registry/update-card",
+		body:   map[string]any{"workspace_id": c.cfg.WorkspaceID, "agent_card": card},
+	}
+	_, err := c.do(ctx, r)
+	return err
 }
 
 // Notify posts a message to the canvas user (POST /workspaces/:self/notify).
-// It is never retried: notify has no idempotency key.
+// It is never retried: notify has no idempotency key. text is required;
+// each attachment needs URI and Name.
 func (c *Client) Notify(ctx context.Context, text string, attachments []Attachment) (*NotifyResult, error) {
-	return nil, errNotImplemented
+	if text == "" {
+		return nil, fmt.Errorf("%w: notify: message is required", ErrInvalidArgument)
+	}
+	body := map[string]any{"message": text}
+	if len(attachments) > 0 {
+		for i, a := range attachments {
+			if a.URI == "" || a.Name == "" {
+				return nil, fmt.Errorf("%w: notify: attachment[%d]: uri and name are required", ErrInvalidArgument, i)
+			}
+		}
+		body["attachments"] = attachments
+	}
+	r := request{method: http.MethodPost, path: c.selfPath("/notify"), body: body}
+	resp, err := c.do(ctx, r)
+	if err != nil {
+		return nil, err
+	}
+	var res NotifyResult
+	if err := decodeJSON(r, resp.body, &res); err != nil {
+		return nil, err
+	}
+	return &res, nil
 }
 
-// SendA2A posts a JSON-RPC message/send to a peer through the platform
-// (POST /workspaces/:to/a2a, X-Workspace-ID: self, role "agent"). It is
-// never retried automatically.
-func (c *Client) SendA2A(ctx context.Context, m A2AMessage) (*A2AResult, error) {
-	return nil, errNotImplemented
+// isHTTPURL reports whether s is an absolute http(s) URL with a host.
+func isHTTPURL(s string) bool {
+	u, err := url.Parse(s)
+	if err != nil {
+		return false
+	}
+	return (u.Scheme == "http" || u.Scheme == "https") && u.Host != ""
 }
 
-// CallPeer sends m directly to the peer's discovered URL, falling back to
-// the platform proxy (SendA2A) when there is no usable URL or the direct
-// call fails before the peer could have acted. The platform token is never
-// sent to the peer's own URL.
-func (c *Client) CallPeer(ctx context.Context, m A2AMessage) (*A2AResult, error) {
-	return nil, errNotImplemented
+// Activity reads one page of GET /workspaces/:self/activity, returned
+// oldest first. 410 → an error matching ErrCursorLost.
+//
+// The server answers oldest first only with since_id on a NEW platform;
+// otherwise newest first. Activity detects a newest-first page (first
+// created_at after the last), reverses it and sets Descending, then
+// stable-sorts rows by created_at (rows without a readable created_at keep
+// their place). A row that is not a JSON object is kept with an empty ID,
+// for ParseRow to report. A Limit above 500 or below 0 is refused with
+// ErrInvalidArgument; 0 leaves the platform default (100).
+func (c *Client) Activity(ctx context.Context, q ActivityQuery) (*ActivityPage, error) {
+	if q.Limit < 0 || q.Limit > MaxActivityLimit {
+		return nil, fmt.Errorf("%w: activity: limit must be 0..%d, got %d", ErrInvalidArgument, MaxActivityLimit, q.Limit)
+	}
+	if q.SinceSecs < 0 {
+		return nil, fmt.Errorf("%w: activity: since_secs must not be negative", ErrInvalidArgument)
+	}
+	if q.Source != "" && q.Source != "canvas" && q.Source != "agent" {
+		return nil, fmt.Errorf("%w: activity: source must be \"canvas\" or \"agent\", got %q", ErrInvalidArgument, q.Source)
+	}
+	query := url.Values{}
+	if q.Type != "" {
+		query.Set("type", q.Type)
+	}
+	if q.SinceID != "" {
+		query.Set("since_id", q.SinceID)
+	}
+	limit := DefaultActivityLimit
+	if q.Limit > 0 {
+		limit = q.Limit
+		query.Set("limit", strconv.Itoa(q.Limit))
+	}
+	if q.SinceSecs > 0 {
+		query.Set("since_secs", strconv.Itoa(q.SinceSecs))
+	}
+	if q.PeerID != "" {
+		query.Set("peer_id", q.PeerID)
+	}
+	if !q.BeforeTS.IsZero() {
+		query.Set("before_ts", q.BeforeTS.UTC().Format(time.RFC3339Nano))
+	}
+	if q.Source != "" {
+		query.Set("source", q.Source)
+	}
+	if q.IncludePeerInfo {
+		query.Set("include", "peer_info")
+	}
+	r := request{method: http.MethodGet, path: c.selfPath("/activity"), query: query, ep: epActivity}
+	resp, err := c.do(ctx, r)
+	if err != nil {
+		return nil, err
+	}
+	var raws []json.RawMessage
+	if err := decodeJSON(r, resp.body, &raws); err != nil {
+		return nil, err
+	}
+	if raws == nil && !isJSONArray(resp.body) {
+		// "null" decodes into a nil slice without error.
+		return nil, fmt.Errorf("%w: %s %s: response body is not a JSON array", ErrPlatformUnavailable, r.method, r.path)
+	}
+	page := &ActivityPage{Rows: make([]ActivityRow, len(raws)), Limit: limit}
+	for i, raw := range raws {
+		page.Rows[i] = decodeActivityRow(raw)
+	}
+	page.Descending = orderRows(page.Rows)
+	page.Full = len(page.Rows) == limit
+	if rl, ok := parseRateLimit(resp.header, time.Now()); ok {
+		page.RateLimit = rl
+	} else {
+		page.RateLimit = c.RateLimit()
+	}
+	return page, nil
 }
 
-// StreamEvents holds GET /workspaces/:self/events/stream and calls fn for
-// each event until ctx ends or the stream breaks; it returns the reason.
-// It does not reconnect: callers do, with backoff.
-func (c *Client) StreamEvents(ctx context.Context, fn func(Event)) error { return errNotImplemented }
+// isJSONArray reports whether b holds a JSON array (after whitespace).
+func isJSONArray(b []byte) bool {
+	s := strings.TrimSpace(string(b))
+	return strings.HasPrefix(s, "[")
+}
+
+// decodeActivityRow reads id and created_at, leaving them empty when the
+// row is not an object or they are not strings.
+func decodeActivityRow(raw json.RawMessage) ActivityRow {
+	row := ActivityRow{JSON: raw}
+	var fields map[string]json.RawMessage
+	if json.Unmarshal(raw, &fields) != nil {
+		return row
+	}
+	var s string
+	if json.Unmarshal(fields["id"], &s) == nil {
+		row.ID = s
+	}
+	s = ""
+	if json.Unmarshal(fields["created_at"], &s) == nil {
+		if t, err := time.Parse(time.RFC3339Nano, s); err == nil {
+			row.CreatedAt = t
+		}
+	}
+	return row
+}
+
+// orderRows puts rows oldest first in place and reports whether they came
+// newest first. Rows without a created_at keep their index; the others are
+// stable-sorted among the remaining slots.
+func orderRows(rows []ActivityRow) (descending bool) {
+	var idx []int
+	for i, r := range rows {
+		if !r.CreatedAt.IsZero() {
+			idx = append(idx, i)
+		}
+	}
+	if len(idx) >= 2 && rows[idx[0]].CreatedAt.After(rows[idx[len(idx)-1]].CreatedAt) {
+		descending = true
+		slices.Reverse(rows)
+		for i, j := range idx {
+			idx[i] = len(rows) - 1 - j
+		}
+		slices.Reverse(idx)
+	}
+	dated := make([]ActivityRow, len(idx))
+	for i, j := range idx {
+		dated[i] = rows[j]
+	}
+	slices.SortStableFunc(dated, func(a, b ActivityRow) int { return a.CreatedAt.Compare(b.CreatedAt) })
+	for i, j := range idx {
+		rows[j] = dated[i]
+	}
+	return descending
+}

@@ -30,6 +30,16 @@ var (
 	ErrOldPlatform = errors.New("molecule: platform does not support poll mode")
 	// ErrInvalidArgument: the call was refused client-side before any request.
 	ErrInvalidArgument = errors.New("molecule: invalid argument")
+	// ErrResponseTooLarge: a response body exceeded Config.MaxResponseBytes.
+	// The body is never silently truncated.
+	ErrResponseTooLarge = errors.New("molecule: response body too large")
+	// ErrStreamEnded: the platform closed the event stream (EOF). Callers
+	// reconnect with backoff.
+	ErrStreamEnded = errors.New("molecule: event stream ended")
+	// ErrPeerCall: a direct call to a peer's own URL (CallPeer) failed after
+	// the request may have reached the peer, or the peer answered non-2xx.
+	// It is not re-sent: the peer may already have acted.
+	ErrPeerCall = errors.New("molecule: direct call to peer failed")
 )
 
 // APIError is a non-success answer from the platform.
@@ -71,3 +81,24 @@ func (e *APIError) Error() string {
 
 // Unwrap returns the sentinel the status implies, or nil.
 func (e *APIError) Unwrap() error { return e.kind }
+
+// RetryAfterOf returns the wait the platform asked for in err (an *APIError
+// anywhere in its chain), or 0.
+func RetryAfterOf(err error) time.Duration {
+	var ae *APIError
+	if errors.As(err, &ae) {
+		return ae.RetryAfter
+	}
+	return 0
+}
+
+// StatusOf returns the HTTP status of the *APIError in err's chain, or 0
+// when err is not an answer from the platform (transport failure, invalid
+// argument, nil).
+func StatusOf(err error) int {
+	var ae *APIError
+	if errors.As(err, &ae) {
+		return ae.StatusCode
+	}
+	return 0
+}
