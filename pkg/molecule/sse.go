@@ -69,7 +69,7 @@ func (c *Client) StreamEvents(ctx context.Context, fn func(Event)) error {
 // and fields other than data are ignored. It returns nil at EOF.
 func readSSE(r io.Reader, maxLine int64, emit func([]byte)) error {
 	sc := bufio.NewScanner(r)
-	sc.Buffer(make([]byte, 0, 64<<10), int(maxLine))
+	sc.Buffer(make([]byte, 0, min(64<<10, maxLine)), int(maxLine))
 	var (
 		data    []byte
 		hasData bool
