@@ -7,6 +7,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"strings"
+	"sync/atomic"
 	"testing"
 
 	"github.com/molecule-ai/molecule-relay/pkg/metrics"
@@ -37,8 +38,13 @@ func TestTextFormat(t *testing.T) {
 }
 
 func TestHealthz(t *testing.T) {
-	var healthy error
-	srv := httptest.NewServer(metrics.Handler(&metrics.Registry{}, func(context.Context) error { return healthy }))
+	var healthy atomic.Pointer[error]
+	srv := httptest.NewServer(metrics.Handler(&metrics.Registry{}, func(context.Context) error {
+		if p := healthy.Load(); p != nil {
+			return *p
+		}
+		return nil
+	}))
 	defer srv.Close()
 	get := func(path string) (int, string) {
 		resp, err := http.Get(srv.URL + path)
@@ -52,7 +58,8 @@ func TestHealthz(t *testing.T) {
 	if code, _ := get("/healthz"); code != 200 {
 		t.Fatalf("healthy: %d", code)
 	}
-	healthy = errors.New("nats disconnected")
+	down := errors.New("nats disconnected")
+	healthy.Store(&down)
 	if code, body := get("/healthz"); code != 503 || !strings.Contains(body, "nats disconnected") {
 		t.Fatalf("unhealthy: %d %q", code, body)
 	}
