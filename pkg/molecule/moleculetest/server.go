@@ -2,15 +2,23 @@
 // CLI's development mode. It listens on 127.0.0.1 over real HTTP and behaves
 // like the real servers of both generations (PROTOCOL.md Parts 3 and 4),
 // quirks and failures included.
+//
+// Timestamps: created_at is real time truncated to the microsecond. To keep
+// tests reproducible, a workspace's rows get created_at = max(now, last+1µs),
+// so two ordinary rows of one feed never tie; the since_id cursor still means
+// "created_at strictly greater than the cursor row's" (the first NEW
+// version's semantics). Rows delayed by WithLateCommit keep the created_at
+// they were given when accepted and become visible behind newer rows, which
+// is how the real platform loses rows under a tight since_id poller.
 package moleculetest
-
-// CONTRACT STUB: the exported API below is fixed; the bodies are being
-// implemented.
 
 import (
 	"context"
 	"encoding/json"
+	"math/rand/v2"
 	"net/http"
+	"net/http/httptest"
+	"sync"
 	"time"
 )
 
@@ -28,51 +36,182 @@ const (
 type Option func(*Server)
 
 // WithGeneration selects the platform generation. If not set, New.
-func WithGeneration(g Generation) Option { return func(s *Server) {} }
+func WithGeneration(g Generation) Option { return func(s *Server) { s.gen = g } }
 
 // WithRateLimit sets the fixed-window limit per bucket (org header, else
 // sha256 of the bearer, else IP). If not set, 600 per 60 s. n <= 0 disables
-// the limiter (X-RateLimit-Limit: unlimited).
-func WithRateLimit(n int, window time.Duration) Option { return func(s *Server) {} }
+// the limiter (X-RateLimit-Limit: unlimited). A window <= 0 means 60 s.
+func WithRateLimit(n int, window time.Duration) Option {
+	return func(s *Server) {
+		if window <= 0 {
+			window = time.Minute
+		}
+		s.rl.limit, s.rl.window = n, window
+	}
+}
 
 // WithOrgID turns on the tenant guard: requests outside the exempt paths
 // need X-Molecule-Org-Id equal to org (or Origin equal to the server's own
 // URL), else a bare empty 404.
-func WithOrgID(org string) Option { return func(s *Server) {} }
+func WithOrgID(org string) Option { return func(s *Server) { s.org = org } }
 
 // WithAsyncRows makes the NEW platform write queued a2a_receive rows
 // asynchronously, up to d after answering (the early #2339 builds). If not
-// set, rows are written before the answer.
-func WithAsyncRows(d time.Duration) Option { return func(s *Server) {} }
+// set, rows are written before the answer. The delay of each row is drawn
+// from a generator seeded by WithSeed.
+func WithAsyncRows(d time.Duration) Option { return func(s *Server) { s.asyncRows = d } }
 
 // WithLateCommit makes a fraction (0..1) of queued rows take a created_at
 // up to lag before their visible commit, so a tight since_id poller can miss
-// them (PROTOCOL.md §4). Rows become visible after lag.
-func WithLateCommit(fraction float64, lag time.Duration) Option { return func(s *Server) {} }
+// them (PROTOCOL.md §4). Rows become visible after lag. The choice is
+// deterministic: the queued rows are counted server-wide and row n is late
+// when floor(n*fraction) > floor((n-1)*fraction), so fraction 0.1 makes
+// every 10th queued row late.
+func WithLateCommit(fraction float64, lag time.Duration) Option {
+	return func(s *Server) {
+		if fraction < 0 {
+			fraction = 0
+		}
+		if fraction > 1 {
+			fraction = 1
+		}
+		s.lateFraction, s.lateLag = fraction, lag
+	}
+}
 
 // WithAdminToken sets the admin bearer accepted where the platform accepts
 // it. If not set, "admin-local-secret".
-func WithAdminToken(tok string) Option { return func(s *Server) {} }
+func WithAdminToken(tok string) Option { return func(s *Server) { s.admin = tok } }
 
 // WithPushTimeout is the OLD/push delivery idle timeout after which a
-// message is queued with 202. If not set, 5 minutes.
-func WithPushTimeout(d time.Duration) Option { return func(s *Server) {} }
+// message is queued with 202. If not set, 5 minutes. A workspace's
+// heartbeat runtime_metadata.idle_timeout_seconds overrides it for that
+// workspace, as on the real platform.
+func WithPushTimeout(d time.Duration) Option { return func(s *Server) { s.pushTimeout = d } }
+
+// WithoutRequestLog turns off request recording (Requests returns nil),
+// for benchmarks. If not set, requests are recorded (see
+// WithRequestLogLimit).
+func WithoutRequestLog() Option { return func(s *Server) { s.reqLimit = -1 } }
+
+// WithRequestLogLimit keeps only the last n recorded requests. If not set,
+// the last 20,000 are kept. n <= 0 keeps every request.
+func WithRequestLogLimit(n int) Option {
+	return func(s *Server) {
+		if n <= 0 {
+			n = 0
+		}
+		s.reqLimit = n
+	}
+}
+
+// WithSeed seeds the pseudo-random choices of the double (the delays of
+// WithAsyncRows). If not set, 1.
+func WithSeed(seed uint64) Option { return func(s *Server) { s.seed = seed } }
 
 // Server is the platform double.
-type Server struct{}
+type Server struct {
+	// configuration, fixed after NewServer
+	gen          Generation
+	org          string
+	asyncRows    time.Duration
+	lateFraction float64
+	lateLag      time.Duration
+	admin        string
+	pushTimeout  time.Duration
+	reqLimit     int // -1 off, 0 unlimited
+	seed         uint64
+
+	ts     *httptest.Server
+	url    string
+	ctx    context.Context
+	cancel context.CancelFunc
+	wg     sync.WaitGroup
+	once   sync.Once
+
+	client     *http.Client // helpers' own calls (SendCanvas …)
+	pushClient *http.Client // push deliveries
+
+	rl rateLimiter
+
+	// mu guards the workspace registry, tokens and workspace fields.
+	mu         sync.RWMutex
+	workspaces map[string]*workspace
+	order      []*workspace
+	tokens     map[string]*token
+	globals    map[string]string
+	plugins    map[string]map[string][]byte
+	notifies   map[string][]Notification
+	a2aCalls   map[string][]A2ACall
+
+	bus bus
+
+	reqMu    sync.Mutex
+	requests []*RecordedRequest
+	reqStart int
+
+	faultMu sync.Mutex
+	faults  []*faultState
+
+	randMu  sync.Mutex
+	rand    *rand.Rand
+	queuedN uint64 // guarded by randMu
+}
 
 // NewServer starts a platform double on 127.0.0.1 with a random port.
 // Stop it with Close (tests: t.Cleanup(s.Close)).
-func NewServer(opts ...Option) *Server { return &Server{} }
+func NewServer(opts ...Option) *Server {
+	s := &Server{
+		gen:         New,
+		admin:       "admin-local-secret",
+		pushTimeout: 5 * time.Minute,
+		reqLimit:    20000,
+		seed:        1,
+		workspaces:  map[string]*workspace{},
+		tokens:      map[string]*token{},
+		globals:     map[string]string{},
+		plugins:     map[string]map[string][]byte{},
+		notifies:    map[string][]Notification{},
+		a2aCalls:    map[string][]A2ACall{},
+	}
+	s.rl.limit, s.rl.window = 600, time.Minute
+	for _, o := range opts {
+		o(s)
+	}
+	s.rl.buckets = map[string]*bucket{}
+	s.rand = rand.New(rand.NewPCG(s.seed, s.seed^0x9e3779b97f4a7c15))
+	s.bus.subs = map[string]map[*subscriber]struct{}{}
+	s.ctx, s.cancel = context.WithCancel(context.Background())
+	s.client = &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 64}}
+	s.pushClient = &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 64}}
+	s.ts = httptest.NewServer(http.HandlerFunc(s.serveHTTP))
+	s.url = s.ts.URL
+	return s
+}
 
 // URL is the platform base URL, e.g. http://127.0.0.1:43127.
-func (s *Server) URL() string { return "" }
+func (s *Server) URL() string { return s.url }
 
-// Close stops the server and every stream it holds.
-func (s *Server) Close() {}
+// Close stops the server and every stream it holds. It cancels push
+// deliveries and pending row commits, ends SSE streams, and waits for the
+// server's goroutines. It is safe to call more than once.
+func (s *Server) Close() {
+	s.once.Do(func() {
+		s.cancel()
+		s.bus.closeAll()
+		s.ts.CloseClientConnections()
+		s.ts.Close()
+		s.wg.Wait()
+		s.client.CloseIdleConnections()
+		s.pushClient.CloseIdleConnections()
+	})
+}
 
 // AdminToken returns the admin bearer.
-func (s *Server) AdminToken() string { return "" }
+func (s *Server) AdminToken() string { return s.admin }
+
+// Generation returns the generation the double imitates.
+func (s *Server) Generation() Generation { return s.gen }
 
 // Workspace is an external workspace on the double.
 type Workspace struct {
@@ -84,51 +223,82 @@ type Workspace struct {
 // CreateWorkspace creates an external workspace with a minted 43-character
 // token (as POST /workspaces {"runtime":"external"} does); its status is
 // awaiting_agent on New and provisioning on Old, delivery mode push.
-func (s *Server) CreateWorkspace(name string) Workspace { return Workspace{} }
+func (s *Server) CreateWorkspace(name string) Workspace { return s.create(name, "") }
 
 // CreateChild creates a workspace under parent (for hierarchy checks).
-func (s *Server) CreateChild(parent, name string) Workspace { return Workspace{} }
+func (s *Server) CreateChild(parent, name string) Workspace { return s.create(name, parent) }
 
 // SendCanvas posts a canvas-user message to workspace to, over HTTP, the
 // way the canvas does (no X-Workspace-ID, role "user", kind parts). It
 // returns the HTTP status and body.
 func (s *Server) SendCanvas(ctx context.Context, to, text string) (int, []byte, error) {
-	return 0, nil, nil
+	return s.SendRaw(ctx, to, nil, canvasBody(text, "user"))
 }
 
 // SendPeer posts a peer message from workspace from to workspace to, over
 // HTTP, with X-Workspace-ID and from's bearer.
 func (s *Server) SendPeer(ctx context.Context, from Workspace, to, text string) (int, []byte, error) {
-	return 0, nil, nil
+	h := http.Header{}
+	h.Set("X-Workspace-ID", from.ID)
+	h.Set("Authorization", "Bearer "+from.Token)
+	return s.SendRaw(ctx, to, h, peerBody(text))
 }
 
-// SendRaw posts body to /workspaces/:to/a2a with the given headers.
+// SendRaw posts body to /workspaces/:to/a2a with the given headers. When
+// the tenant guard is on, the org header is added unless header sets it.
 func (s *Server) SendRaw(ctx context.Context, to string, header http.Header, body []byte) (int, []byte, error) {
-	return 0, nil, nil
+	return s.do(ctx, http.MethodPost, "/workspaces/"+to+"/a2a", header, body)
 }
 
 // Pause pauses a workspace (POST /workspaces/:id/pause).
-func (s *Server) Pause(id string) {}
+func (s *Server) Pause(id string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if w := s.workspaces[id]; w != nil && !w.removed {
+		w.status = "paused"
+	}
+}
 
 // Resume resumes it; on an external workspace it ends "failed", as the
 // real platform does.
-func (s *Server) Resume(id string) {}
+func (s *Server) Resume(id string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if w := s.workspaces[id]; w != nil && !w.removed {
+		w.status = "failed"
+	}
+}
 
 // Delete removes a workspace: its tokens stop validating, heartbeat keeps
 // answering 200, GET /workspaces/:id answers 410 (New) or status removed
 // (Old).
-func (s *Server) Delete(id string) {}
+func (s *Server) Delete(id string) { s.remove(id) }
 
 // PruneRows deletes every row of a workspace's feed created before t (the
 // retention sweep), so cursors pointing at them get 410.
-func (s *Server) PruneRows(id string, before time.Time) {}
+func (s *Server) PruneRows(id string, before time.Time) {
+	if f := s.feedOf(id); f != nil {
+		f.prune(before)
+	}
+}
 
 // Row is an activity row as stored.
 type Row = json.RawMessage
 
 // Rows returns a workspace's feed, oldest first, including rows not yet
 // visible to pollers.
-func (s *Server) Rows(id string) []Row { return nil }
+func (s *Server) Rows(id string) []Row {
+	f := s.feedOf(id)
+	if f == nil {
+		return nil
+	}
+	rows := f.all()
+	out := make([]Row, len(rows))
+	for i, r := range rows {
+		out[i] = Row(r.json)
+	}
+	return out
+}
 
 // Notification is one accepted POST /workspaces/:id/notify.
 type Notification struct {
@@ -139,7 +309,11 @@ type Notification struct {
 }
 
 // Notifications returns the notifies a workspace posted, in order.
-func (s *Server) Notifications(id string) []Notification { return nil }
+func (s *Server) Notifications(id string) []Notification {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	return append([]Notification(nil), s.notifies[id]...)
+}
 
 // A2ACall is one accepted POST /workspaces/:to/a2a.
 type A2ACall struct {
@@ -150,8 +324,17 @@ type A2ACall struct {
 	At       time.Time
 }
 
-// A2ACalls returns accepted A2A posts to workspace to, in order.
-func (s *Server) A2ACalls(to string) []A2ACall { return nil }
+// A2ACalls returns accepted A2A posts to workspace to, in order: every
+// call that passed the caller checks and carried a JSON object, with the
+// status it was answered (200 queued, a relayed push answer, 202, 502,
+// 503). CallerID is the caller as the platform resolved it (X-Workspace-ID,
+// or on New the workspace owning the bearer), "" for a canvas caller. Body
+// is the normalised JSON-RPC request.
+func (s *Server) A2ACalls(to string) []A2ACall {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	return append([]A2ACall(nil), s.a2aCalls[to]...)
+}
 
 // RecordedRequest is one request the server received.
 type RecordedRequest struct {
@@ -164,8 +347,20 @@ type RecordedRequest struct {
 	At     time.Time
 }
 
-// Requests returns every request received so far, in order.
-func (s *Server) Requests() []RecordedRequest { return nil }
+// Requests returns every request received so far, in order (the last
+// 20,000 unless WithRequestLogLimit says otherwise; nil with
+// WithoutRequestLog). Status is 0 for a request still being answered
+// before its header was written, and for dropped connections.
+func (s *Server) Requests() []RecordedRequest {
+	s.reqMu.Lock()
+	defer s.reqMu.Unlock()
+	out := make([]RecordedRequest, 0, len(s.requests))
+	n := len(s.requests)
+	for i := 0; i < n; i++ {
+		out = append(out, *s.requests[(s.reqStart+i)%n])
+	}
+	return out
+}
 
 // WorkspaceStatus is the double's view of a workspace.
 type WorkspaceStatus struct {
@@ -178,8 +373,80 @@ type WorkspaceStatus struct {
 	Heartbeats    int
 }
 
-// Status returns the double's view of workspace id.
-func (s *Server) Status(id string) WorkspaceStatus { return WorkspaceStatus{} }
+// Status returns the double's view of workspace id (the zero value for an
+// unknown id). Status is "removed" after Delete.
+func (s *Server) Status(id string) WorkspaceStatus {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	w := s.workspaces[id]
+	if w == nil {
+		return WorkspaceStatus{}
+	}
+	st := w.status
+	if w.removed {
+		st = "removed"
+	}
+	return WorkspaceStatus{
+		Status:        st,
+		DeliveryMode:  w.deliveryMode,
+		URL:           w.url,
+		Registrations: w.registrations,
+		LastHeartbeat: append(json.RawMessage(nil), w.lastHeartbeat...),
+		Heartbeats:    w.heartbeats,
+	}
+}
+
+// SetStatus forces a workspace's status, for example "offline" or
+// "awaiting_agent" as the platform's liveness sweep does after 90 s
+// without a heartbeat.
+func (s *Server) SetStatus(id, status string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if w := s.workspaces[id]; w != nil && !w.removed {
+		w.status = status
+	}
+}
+
+// SetSecret sets a workspace secret returned by GET
+// /workspaces/:id/secrets/values.
+func (s *Server) SetSecret(id, key, value string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if w := s.workspaces[id]; w != nil {
+		w.secrets[key] = value
+	}
+}
+
+// SetGlobalSecret sets a global secret, merged under every workspace's
+// own secrets by GET /workspaces/:id/secrets/values.
+func (s *Server) SetGlobalSecret(key, value string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.globals[key] = value
+}
+
+// AddPlugin makes a plugin downloadable from GET
+// /workspaces/:id/plugins/:name/download as a gzip tar whose entries are
+// the keys of files (slash-separated paths relative to the plugin root).
+func (s *Server) AddPlugin(name string, files map[string][]byte) {
+	cp := make(map[string][]byte, len(files))
+	for k, v := range files {
+		cp[k] = append([]byte(nil), v...)
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.plugins[name] = cp
+}
+
+// InboundSecret returns the workspace's platform_inbound_secret (New).
+func (s *Server) InboundSecret(id string) string {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	if w := s.workspaces[id]; w != nil {
+		return w.secret
+	}
+	return ""
+}
 
 // Fault is an injected failure. The first Count matching requests get it
 // (Count 0 means every matching request until ClearFaults).
@@ -201,8 +468,17 @@ type Fault struct {
 	Count     int
 }
 
-// InjectFault adds a fault.
-func (s *Server) InjectFault(f Fault) {}
+// InjectFault adds a fault. Faults are checked in the order they were
+// added, before the rate limiter; the first that matches applies.
+func (s *Server) InjectFault(f Fault) {
+	s.faultMu.Lock()
+	defer s.faultMu.Unlock()
+	s.faults = append(s.faults, &faultState{Fault: f, left: f.Count})
+}
 
 // ClearFaults removes every fault.
-func (s *Server) ClearFaults() {}
+func (s *Server) ClearFaults() {
+	s.faultMu.Lock()
+	defer s.faultMu.Unlock()
+	s.faults = nil
+}

@@ -1,0 +1,291 @@
+package moleculetest
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"math"
+	"net/http"
+	"strings"
+	"syscall"
+	"time"
+)
+
+// maxAgentResponse caps a push agent's answer, as the platform does.
+const maxAgentResponse = 10 << 20
+
+func (s *Server) handleA2A(w http.ResponseWriter, r *http.Request, id string, body []byte) {
+	xwid := r.Header.Get("X-Workspace-ID")
+	for _, p := range []string{"webhook:", "system:", "test:", "channel:"} {
+		if strings.HasPrefix(xwid, p) {
+			writeError(w, http.StatusForbidden, "invalid caller ID")
+			return
+		}
+	}
+	tok := bearer(r)
+
+	s.mu.RLock()
+	target := s.workspaces[id]
+	source := ""
+	if xwid != "" {
+		if xwid != id {
+			cw := s.workspaces[xwid]
+			if cw != nil && (cw.liveTokens > 0 || cw.removed) {
+				if tok == "" {
+					s.mu.RUnlock()
+					writeError(w, http.StatusUnauthorized, "missing caller auth token")
+					return
+				}
+				if !s.validLocked(tok, cw) {
+					s.mu.RUnlock()
+					writeError(w, http.StatusUnauthorized, "invalid caller auth token")
+					return
+				}
+			}
+			if target != nil && !s.canCommunicateLocked(cw, target) {
+				s.mu.RUnlock()
+				writeError(w, http.StatusForbidden, "access denied: workspaces cannot communicate per hierarchy rules")
+				return
+			}
+		}
+		source = xwid
+	} else if s.gen == New && tok != "" {
+		// #2306: without X-Workspace-ID the caller is derived from the bearer.
+		if owner := s.ownerLocked(tok); owner != nil {
+			source = owner.id
+		}
+	}
+	if target == nil {
+		s.mu.RUnlock()
+		writeError(w, http.StatusNotFound, "workspace not found")
+		return
+	}
+	name, mode, agentURL, status := target.name, target.deliveryMode, target.url, target.status
+	idle := target.idleTimeout
+	f := target.feed
+	s.mu.RUnlock()
+
+	m, err := decodeObject(body)
+	if err != nil {
+		writeError(w, http.StatusBadRequest, "invalid JSON")
+		return
+	}
+	m, method := normalizeA2A(m)
+
+	if s.gen == New && mode == "poll" {
+		rb := appendJSON(nil, m, orderJSONB)
+		rw := &row{
+			id: newUUID(), workspaceID: id, activityType: "a2a_receive",
+			sourceID: source, targetID: id, method: method,
+			summary: method + " → " + name + " (queued for poll)", requestBody: rb, status: "ok",
+		}
+		s.commitQueued(f, rw)
+		s.recordA2A(id, source, rb, http.StatusOK)
+		writeJSON(w, http.StatusOK, map[string]string{"delivery_mode": "poll", "method": method, "status": "queued"})
+		return
+	}
+	s.push(w, id, name, source, agentURL, status, idle, f, m, method)
+}
+
+func (s *Server) recordA2A(to, caller string, body []byte, status int) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.a2aCalls[to] = append(s.a2aCalls[to], A2ACall{To: to, CallerID: caller, Body: json.RawMessage(body), Status: status, At: time.Now()})
+}
+
+// commitQueued writes a poll-queued row: at once, after an async delay
+// (WithAsyncRows), or late (WithLateCommit: created_at now, visible after
+// the lag). ACTIVITY_LOGGED is published once the row is visible.
+func (s *Server) commitQueued(f *feed, rw *row) {
+	late, delay := false, time.Duration(0)
+	if s.lateFraction > 0 || s.asyncRows > 0 {
+		s.randMu.Lock()
+		s.queuedN++
+		n := float64(s.queuedN)
+		late = s.lateFraction > 0 && math.Floor(n*s.lateFraction) > math.Floor((n-1)*s.lateFraction)
+		if !late && s.asyncRows > 0 {
+			delay = time.Duration(s.rand.Int64N(int64(s.asyncRows) + 1))
+		}
+		s.randMu.Unlock()
+	}
+	switch {
+	case late:
+		f.reserve(rw, s.encodeRow)
+		s.after(s.lateLag, func() {
+			if f.publish(rw) {
+				s.publish(rw.workspaceID, "ACTIVITY_LOGGED", s.activityEvent(rw))
+			}
+		})
+	case delay > 0:
+		s.after(delay, func() {
+			f.commit(rw, s.encodeRow)
+			s.publish(rw.workspaceID, "ACTIVITY_LOGGED", s.activityEvent(rw))
+		})
+	default:
+		f.commit(rw, s.encodeRow)
+		s.publish(rw.workspaceID, "ACTIVITY_LOGGED", s.activityEvent(rw))
+	}
+}
+
+// after runs fn after d unless the server closes first.
+func (s *Server) after(d time.Duration, fn func()) {
+	s.wg.Add(1)
+	go func() {
+		defer s.wg.Done()
+		t := time.NewTimer(d)
+		defer t.Stop()
+		select {
+		case <-t.C:
+			fn()
+		case <-s.ctx.Done():
+		}
+	}()
+}
+
+// push delivers a normalised request to a push-mode (or OLD) target's URL
+// and relays the outcome (PROTOCOL.md Part 2 §9, Part 4).
+func (s *Server) push(w http.ResponseWriter, id, name, source, agentURL, status string, idle time.Duration, f *feed, m map[string]any, method string) {
+	fwd := appendJSON(nil, m, orderSorted)
+	logged := appendJSON(nil, m, s.bodyOrder())
+	if agentURL == "" {
+		writeJSON(w, http.StatusServiceUnavailable, map[string]any{"error": "workspace has no URL", "status": status})
+		s.recordA2A(id, source, fwd, http.StatusServiceUnavailable)
+		return
+	}
+	if !strings.HasPrefix(agentURL, "http://") && !strings.HasPrefix(agentURL, "https://") {
+		writeError(w, http.StatusBadGateway, "workspace URL is not publicly routable")
+		s.recordA2A(id, source, fwd, http.StatusBadGateway)
+		return
+	}
+	timeout := s.pushTimeout
+	if idle > 0 {
+		timeout = idle
+	}
+	ctx, cancel := context.WithTimeout(s.ctx, timeout)
+	defer cancel()
+	start := time.Now()
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, agentURL, bytes.NewReader(fwd))
+	if err != nil {
+		writeError(w, http.StatusBadGateway, "failed to reach workspace agent")
+		s.recordA2A(id, source, fwd, http.StatusBadGateway)
+		return
+	}
+	req.Header.Set("Content-Type", "application/json")
+	resp, err := s.pushClient.Do(req)
+	var respBody []byte
+	if err == nil {
+		respBody, err = io.ReadAll(io.LimitReader(resp.Body, maxAgentResponse))
+		resp.Body.Close()
+		if err != nil && !isQueueable(ctx, err) {
+			s.errorRow(f, id, name, source, method, logged, start, err)
+			writeJSON(w, http.StatusBadGateway, map[string]any{"error": "failed to read agent response", "delivery_confirmed": false})
+			s.recordA2A(id, source, fwd, http.StatusBadGateway)
+			return
+		}
+	}
+	if err != nil {
+		if isQueueable(ctx, err) {
+			detail := err
+			if errors.Is(err, context.DeadlineExceeded) {
+				detail = fmt.Errorf("Post %q: %w", agentURL, context.Canceled)
+			}
+			s.errorRow(f, id, name, source, method, logged, start, detail)
+			qid, depth := s.enqueue(id, messageID(m))
+			writeJSON(w, http.StatusAccepted, map[string]any{
+				"queued": true, "queue_id": qid, "queue_depth": depth,
+				"message": "workspace agent busy — request queued, will dispatch when capacity available",
+			})
+			s.recordA2A(id, source, fwd, http.StatusAccepted)
+			return
+		}
+		s.errorRow(f, id, name, source, method, logged, start, err)
+		writeError(w, http.StatusBadGateway, "failed to reach workspace agent")
+		s.recordA2A(id, source, fwd, http.StatusBadGateway)
+		return
+	}
+	dur := int(time.Since(start).Milliseconds())
+	rw := &row{
+		id: newUUID(), workspaceID: id, activityType: "a2a_receive", sourceID: source, targetID: id,
+		method: method, summary: method + " → " + name, requestBody: logged,
+		durationMS: dur, hasDuration: true, status: "ok",
+	}
+	if v, err := decodeAny(respBody); err == nil {
+		rw.responseBody = appendJSON(nil, v, s.bodyOrder())
+	} else {
+		rw.responseBody = appendString(nil, string(respBody))
+	}
+	if resp.StatusCode >= 300 {
+		rw.status = "error"
+		rw.errorDetail = fmt.Sprintf("agent returned HTTP %d", resp.StatusCode)
+	}
+	f.commit(rw, s.encodeRow)
+	if source == "" {
+		s.publish(id, "A2A_RESPONSE", map[string]any{"response_body": json.RawMessage(rw.responseBody), "method": method, "duration_ms": dur})
+	}
+	s.publish(id, "ACTIVITY_LOGGED", s.activityEvent(rw))
+	s.recordA2A(id, source, fwd, resp.StatusCode)
+	if resp.StatusCode >= 300 {
+		msg := http.StatusText(resp.StatusCode)
+		var e struct {
+			Error any `json:"error"`
+		}
+		if json.Unmarshal(respBody, &e) == nil {
+			switch v := e.Error.(type) {
+			case string:
+				msg = v
+			case map[string]any:
+				if s, ok := v["message"].(string); ok {
+					msg = s
+				}
+			}
+		}
+		writeError(w, resp.StatusCode, msg)
+		return
+	}
+	ct := resp.Header.Get("Content-Type")
+	if ct == "" {
+		ct = "application/json"
+	}
+	w.Header().Set("Content-Type", ct)
+	w.WriteHeader(resp.StatusCode)
+	_, _ = w.Write(respBody)
+}
+
+// isQueueable: timeout, cancel, EOF or reset queue the request (202);
+// anything else is a 502.
+func isQueueable(ctx context.Context, err error) bool {
+	return ctx.Err() != nil || errors.Is(err, context.DeadlineExceeded) || errors.Is(err, io.EOF) ||
+		errors.Is(err, io.ErrUnexpectedEOF) || errors.Is(err, syscall.ECONNRESET)
+}
+
+func (s *Server) errorRow(f *feed, id, name, source, method string, logged []byte, start time.Time, err error) {
+	rw := &row{
+		id: newUUID(), workspaceID: id, activityType: "a2a_receive", sourceID: source, targetID: id,
+		method: method, summary: "A2A request to " + name + " failed: " + err.Error(), requestBody: logged,
+		durationMS: int(time.Since(start).Milliseconds()), hasDuration: true, status: "error", errorDetail: err.Error(),
+	}
+	f.commit(rw, s.encodeRow)
+	s.publish(id, "ACTIVITY_LOGGED", s.activityEvent(rw))
+}
+
+// enqueue adds to the target's a2a_queue, idempotent on messageId.
+func (s *Server) enqueue(id, msgID string) (string, int) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	ws := s.workspaces[id]
+	if ws == nil {
+		return newUUID(), 1
+	}
+	if msgID == "" {
+		msgID = newUUID()
+	}
+	qid, ok := ws.queue[msgID]
+	if !ok {
+		qid = newUUID()
+		ws.queue[msgID] = qid
+	}
+	return qid, len(ws.queue)
+}

@@ -1,0 +1,518 @@
+package moleculetest
+
+import (
+	"archive/tar"
+	"bytes"
+	"compress/gzip"
+	"encoding/json"
+	"net/http"
+	"sort"
+	"strconv"
+	"strings"
+	"time"
+)
+
+func secondsDur(n int) time.Duration { return time.Duration(n) * time.Second }
+
+func (s *Server) handleCreate(w http.ResponseWriter, r *http.Request, body []byte) {
+	tok := bearer(r)
+	if tok == "" {
+		writeError(w, http.StatusUnauthorized, "admin auth required")
+		return
+	}
+	if tok != s.admin {
+		writeError(w, http.StatusUnauthorized, "invalid admin auth token")
+		return
+	}
+	var p struct {
+		Name     string `json:"name"`
+		Runtime  string `json:"runtime"`
+		External bool   `json:"external"`
+		URL      string `json:"url"`
+		ParentID string `json:"parent_id"`
+	}
+	if !bodyInto(body, &p) || p.Name == "" {
+		writeError(w, http.StatusBadRequest, "invalid request body")
+		return
+	}
+	if p.URL != "" {
+		s.mu.Lock()
+		ws := s.newWorkspaceLocked(newUUID(), p.Name, p.ParentID)
+		ws.status, ws.url = "online", p.URL
+		s.mu.Unlock()
+		writeJSON(w, http.StatusCreated, map[string]any{"external": true, "id": ws.id, "status": "online"})
+		return
+	}
+	ws := s.create(p.Name, p.ParentID)
+	base := "http://" + r.Host
+	writeJSON(w, http.StatusCreated, map[string]any{
+		"id":       ws.ID,
+		"external": true,
+		"status":   "awaiting_agent",
+		"connection": map[string]any{
+			"workspace_id":       ws.ID,
+			"platform_url":       base,
+			"auth_token":         ws.Token,
+			"registry_endpoint":  base + "/registry/register",
+			"heartbeat_endpoint": base + "/registry/heartbeat",
+		},
+	})
+}
+
+func (s *Server) handleGetWorkspace(w http.ResponseWriter, r *http.Request, id string) {
+	if !isUUID(id) {
+		writeError(w, http.StatusBadRequest, "invalid workspace ID")
+		return
+	}
+	s.mu.RLock()
+	ws := s.workspaces[id]
+	if ws == nil {
+		s.mu.RUnlock()
+		writeError(w, http.StatusNotFound, "workspace not found")
+		return
+	}
+	if ws.removed && s.gen == New && r.URL.Query().Get("include_removed") != "true" {
+		b := map[string]any{
+			"error":      "workspace removed",
+			"hint":       "Regenerate workspace + token from the canvas → Tokens tab",
+			"id":         ws.id,
+			"removed_at": formatTime(ws.removedAt),
+		}
+		s.mu.RUnlock()
+		writeJSON(w, http.StatusGone, b)
+		return
+	}
+	var parent, card any
+	if ws.parentID != "" {
+		parent = ws.parentID
+	}
+	if len(ws.agentCard) > 0 {
+		card = ws.agentCard
+	}
+	status := ws.status
+	if ws.removed {
+		status = "removed"
+	}
+	out := map[string]any{
+		"active_tasks": ws.activeTasks, "agent_card": card, "collapsed": false, "id": ws.id,
+		"last_error_rate": ws.errorRate, "last_outbound_at": nil, "max_concurrent_tasks": 1,
+		"name": ws.name, "parent_id": parent, "role": nil, "runtime": ws.runtime, "status": status,
+		"tier": ws.tier, "uptime_seconds": ws.uptime, "url": ws.url, "x": 0, "y": 0,
+	}
+	s.mu.RUnlock()
+	writeJSON(w, http.StatusOK, out)
+}
+
+func (s *Server) handleDelete(w http.ResponseWriter, r *http.Request, id string) {
+	tok := bearer(r)
+	if tok == "" {
+		writeError(w, http.StatusUnauthorized, "admin auth required")
+		return
+	}
+	if tok != s.admin {
+		writeError(w, http.StatusUnauthorized, "invalid admin auth token")
+		return
+	}
+	if !s.remove(id) {
+		writeError(w, http.StatusNotFound, "workspace not found")
+		return
+	}
+	// The observed answer: no Docker daemon, the row is removed anyway.
+	writeJSON(w, http.StatusInternalServerError, map[string]any{
+		"error":         "workspace marked removed, but 1 stop call(s) failed — please retry: Cannot connect to the Docker daemon",
+		"removed_count": 1,
+		"stop_failures": 1,
+	})
+}
+
+// ownTokenLocked is the handler-level re-check of /state, /secrets/values
+// and plugin download: the workspace's own token whenever it has a live
+// one, so the admin token gets 401 there.
+func (s *Server) ownTokenLocked(w http.ResponseWriter, ws *workspace, admin bool) bool {
+	if admin && ws != nil && ws.liveTokens > 0 {
+		writeError(w, http.StatusUnauthorized, "invalid workspace auth token")
+		return false
+	}
+	return true
+}
+
+func (s *Server) handleState(w http.ResponseWriter, _ *http.Request, id string, admin bool) {
+	s.mu.RLock()
+	ws := s.workspaces[id]
+	if !s.ownTokenLocked(w, ws, admin) {
+		s.mu.RUnlock()
+		return
+	}
+	switch {
+	case ws == nil:
+		s.mu.RUnlock()
+		writeJSON(w, http.StatusNotFound, map[string]any{"deleted": true, "workspace_id": id})
+	case ws.removed:
+		s.mu.RUnlock()
+		writeJSON(w, http.StatusNotFound, map[string]any{"deleted": true, "status": "removed", "workspace_id": id})
+	default:
+		st := ws.status
+		s.mu.RUnlock()
+		writeJSON(w, http.StatusOK, map[string]any{"deleted": false, "paused": st == "paused", "status": st, "workspace_id": id})
+	}
+}
+
+func (s *Server) handleSecrets(w http.ResponseWriter, _ *http.Request, id string, admin bool) {
+	if !isUUID(id) {
+		writeError(w, http.StatusBadRequest, "invalid workspace ID")
+		return
+	}
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	ws := s.workspaces[id]
+	if !s.ownTokenLocked(w, ws, admin) {
+		return
+	}
+	out := make(map[string]string, len(s.globals))
+	for k, v := range s.globals {
+		out[k] = v
+	}
+	if ws != nil {
+		for k, v := range ws.secrets {
+			out[k] = v
+		}
+	}
+	writeJSON(w, http.StatusOK, out)
+}
+
+func (s *Server) encodeRow(r *row) []byte {
+	if s.gen == Old {
+		return encodeRowOld(r)
+	}
+	return encodeRowNew(r)
+}
+
+func (s *Server) bodyOrder() keyOrder {
+	if s.gen == Old {
+		return orderSorted
+	}
+	return orderJSONB
+}
+
+func (s *Server) handleNotify(w http.ResponseWriter, _ *http.Request, id string, body []byte) {
+	m, err := decodeObject(body)
+	if err != nil {
+		writeError(w, http.StatusBadRequest, "invalid request body")
+		return
+	}
+	msg, _ := m["message"].(string)
+	if msg == "" {
+		writeError(w, http.StatusBadRequest, "message is required")
+		return
+	}
+	var parts []any
+	var atts []any
+	if a, ok := m["attachments"]; ok && a != nil {
+		list, ok := a.([]any)
+		if !ok {
+			writeError(w, http.StatusBadRequest, "invalid request body")
+			return
+		}
+		for i, e := range list {
+			att, _ := e.(map[string]any)
+			uri, _ := att["uri"].(string)
+			name, _ := att["name"].(string)
+			if uri == "" || name == "" {
+				writeError(w, http.StatusBadRequest, "attachment["+strconv.Itoa(i)+"]: uri and name are required")
+				return
+			}
+			file := map[string]any{"uri": uri, "name": name}
+			if v, ok := att["mimeType"]; ok && v != nil {
+				file["mimeType"] = v
+			}
+			if v, ok := att["size"]; ok && v != nil {
+				file["size"] = v
+			}
+			parts = append(parts, map[string]any{"kind": "file", "file": file})
+			atts = append(atts, file)
+		}
+	}
+	s.mu.RLock()
+	ws := s.workspaces[id]
+	if ws == nil || ws.removed {
+		s.mu.RUnlock()
+		writeError(w, http.StatusNotFound, "workspace not found")
+		return
+	}
+	name, f := ws.name, ws.feed
+	s.mu.RUnlock()
+
+	resp := map[string]any{"result": msg}
+	if len(parts) > 0 {
+		resp["parts"] = parts
+	}
+	summary := msg
+	if len(summary) > 80 {
+		summary = summary[:80]
+	}
+	rw := &row{
+		id: newUUID(), workspaceID: id, activityType: "a2a_receive", method: "notify",
+		summary: "Agent message: " + summary, status: "ok",
+		responseBody: appendJSON(nil, resp, s.bodyOrder()),
+	}
+	f.commit(rw, s.encodeRow)
+
+	ev := map[string]any{"message": msg, "name": name, "workspace_id": id}
+	var attRaw json.RawMessage
+	if len(atts) > 0 {
+		attRaw = appendJSON(nil, atts, orderSorted)
+		ev["attachments"] = attRaw
+	}
+	s.publish(id, "AGENT_MESSAGE", ev)
+	s.mu.Lock()
+	s.notifies[id] = append(s.notifies[id], Notification{WorkspaceID: id, Message: msg, Attachments: attRaw, At: time.Now()})
+	s.mu.Unlock()
+	writeJSON(w, http.StatusOK, map[string]string{"status": "sent"})
+}
+
+const cursorGone = `{"error":"since_id cursor not found (row may have been pruned or belongs to a different workspace); omit since_id to reset"}`
+
+func (s *Server) handleActivity(w http.ResponseWriter, r *http.Request, id string) {
+	qs := r.URL.Query()
+	q := activityQuery{typ: qs.Get("type"), source: qs.Get("source"), limit: 100}
+	if n, err := strconv.Atoi(qs.Get("limit")); err == nil && n > 0 {
+		q.limit = min(n, 500)
+	}
+	if q.source != "" && q.source != "canvas" && q.source != "agent" {
+		writeError(w, http.StatusBadRequest, "source must be 'canvas' or 'agent'")
+		return
+	}
+	if s.gen == New {
+		if qs.Has("since_secs") {
+			n, err := strconv.Atoi(qs.Get("since_secs"))
+			if err != nil || n <= 0 {
+				writeError(w, http.StatusBadRequest, "since_secs must be a positive integer")
+				return
+			}
+			q.sinceSecs = min(n, 30*24*3600)
+		}
+		if v := qs.Get("peer_id"); v != "" {
+			if !isUUID(v) {
+				writeError(w, http.StatusBadRequest, "peer_id must be a UUID")
+				return
+			}
+			q.peerID = strings.ToLower(v)
+		}
+		if v := qs.Get("before_ts"); v != "" {
+			t, err := time.Parse(time.RFC3339Nano, v)
+			if err != nil {
+				writeError(w, http.StatusBadRequest, "before_ts must be an RFC3339 timestamp (e.g. 2026-05-01T00:00:00Z)")
+				return
+			}
+			q.before, q.hasBefore = t, true
+		}
+		if v := qs.Get("since_id"); v != "" {
+			if !isUUID(v) {
+				writeError(w, http.StatusInternalServerError, "cursor lookup failed")
+				return
+			}
+			q.sinceID = strings.ToLower(v)
+		}
+	}
+	f := s.feedOf(id)
+	if f == nil {
+		if q.sinceID != "" {
+			writeRaw(w, http.StatusGone, []byte(cursorGone))
+			return
+		}
+		writeRaw(w, http.StatusOK, []byte("[]"))
+		return
+	}
+	out, ok := f.query(&q, make([]byte, 0, 4096))
+	if !ok {
+		writeRaw(w, http.StatusGone, []byte(cursorGone))
+		return
+	}
+	writeRaw(w, http.StatusOK, out)
+}
+
+var selfReportTypes = map[string]bool{
+	"a2a_send": true, "a2a_receive": true, "task_update": true, "agent_log": true,
+	"skill_promotion": true, "memory_write": true, "error": true,
+}
+
+// handleSelfReport is POST /workspaces/:id/activity.
+func (s *Server) handleSelfReport(w http.ResponseWriter, _ *http.Request, id string, body []byte, admin bool) {
+	var p struct {
+		ActivityType string          `json:"activity_type"`
+		SourceID     *string         `json:"source_id"`
+		TargetID     *string         `json:"target_id"`
+		Method       *string         `json:"method"`
+		Summary      *string         `json:"summary"`
+		RequestBody  json.RawMessage `json:"request_body"`
+		ResponseBody json.RawMessage `json:"response_body"`
+		DurationMS   *int            `json:"duration_ms"`
+		Status       string          `json:"status"`
+		ErrorDetail  *string         `json:"error_detail"`
+	}
+	if !bodyInto(body, &p) {
+		writeError(w, http.StatusBadRequest, "invalid request body")
+		return
+	}
+	if !selfReportTypes[p.ActivityType] {
+		writeError(w, http.StatusBadRequest, "invalid activity_type: must be one of a2a_send, a2a_receive, task_update, agent_log, skill_promotion, memory_write, error")
+		return
+	}
+	if p.SourceID != nil && *p.SourceID != "" && *p.SourceID != id && !admin {
+		writeError(w, http.StatusForbidden, "source_id must match authenticated workspace")
+		return
+	}
+	f := s.feedOf(id)
+	if f == nil {
+		writeError(w, http.StatusNotFound, "workspace not found")
+		return
+	}
+	rw := &row{id: newUUID(), workspaceID: id, activityType: p.ActivityType, sourceID: id, status: "ok", methodNull: true}
+	if p.TargetID != nil {
+		rw.targetID = *p.TargetID
+	}
+	if p.Method != nil {
+		rw.method, rw.methodNull = *p.Method, false
+	}
+	if p.Summary != nil {
+		rw.summary = *p.Summary
+	}
+	if p.Status != "" {
+		rw.status = p.Status
+	}
+	if p.ErrorDetail != nil {
+		rw.errorDetail = *p.ErrorDetail
+	}
+	if p.DurationMS != nil {
+		rw.durationMS, rw.hasDuration = *p.DurationMS, true
+	}
+	if v, err := decodeAny(p.RequestBody); err == nil && len(p.RequestBody) > 0 && v != nil {
+		rw.requestBody = appendJSON(nil, v, s.bodyOrder())
+	}
+	if v, err := decodeAny(p.ResponseBody); err == nil && len(p.ResponseBody) > 0 && v != nil {
+		rw.responseBody = appendJSON(nil, v, s.bodyOrder())
+	}
+	f.commit(rw, s.encodeRow)
+	s.publish(id, "ACTIVITY_LOGGED", s.activityEvent(rw))
+	writeJSON(w, http.StatusOK, map[string]string{"status": "logged"})
+}
+
+func (s *Server) handlePause(w http.ResponseWriter, id string) {
+	s.mu.Lock()
+	ws := s.workspaces[id]
+	if ws == nil || ws.removed || ws.status == "paused" {
+		s.mu.Unlock()
+		writeError(w, http.StatusNotFound, "workspace not found or already paused")
+		return
+	}
+	ws.status = "paused"
+	s.mu.Unlock()
+	writeJSON(w, http.StatusOK, map[string]any{"paused_count": 1, "status": "paused"})
+}
+
+func (s *Server) handleResume(w http.ResponseWriter, id string) {
+	s.mu.Lock()
+	ws := s.workspaces[id]
+	if ws == nil || ws.removed || ws.status != "paused" {
+		s.mu.Unlock()
+		writeError(w, http.StatusNotFound, "workspace not found or not paused")
+		return
+	}
+	// The platform answers "provisioning", then fails to provision an
+	// external workspace (no template, no Docker) and marks it failed.
+	ws.status = "failed"
+	s.mu.Unlock()
+	writeJSON(w, http.StatusOK, map[string]any{"resumed_count": 1, "status": "provisioning"})
+}
+
+func (s *Server) handleMintToken(w http.ResponseWriter, id string) {
+	s.mu.Lock()
+	ws := s.workspaces[id]
+	if ws == nil || ws.removed {
+		s.mu.Unlock()
+		writeError(w, http.StatusNotFound, "workspace not found")
+		return
+	}
+	tok := s.mintLocked(ws)
+	s.mu.Unlock()
+	writeJSON(w, http.StatusCreated, map[string]any{
+		"auth_token": tok, "workspace_id": id,
+		"message": "Save this token now — it will not be shown again.",
+	})
+}
+
+func validPluginName(n string) bool {
+	if n == "" || n == "." || n == ".." || len(n) > 128 {
+		return false
+	}
+	for i := 0; i < len(n); i++ {
+		c := n[i]
+		if !('a' <= c && c <= 'z' || 'A' <= c && c <= 'Z' || '0' <= c && c <= '9' || c == '-' || c == '_' || c == '.') {
+			return false
+		}
+	}
+	return true
+}
+
+func (s *Server) handlePluginDownload(w http.ResponseWriter, r *http.Request, id, name string, admin bool) {
+	s.mu.RLock()
+	ws := s.workspaces[id]
+	if !s.ownTokenLocked(w, ws, admin) {
+		s.mu.RUnlock()
+		return
+	}
+	files := s.plugins[name]
+	s.mu.RUnlock()
+	if !validPluginName(name) {
+		writeError(w, http.StatusBadRequest, "invalid plugin name")
+		return
+	}
+	source := r.URL.Query().Get("source")
+	if source == "" {
+		source = "local://" + name
+	}
+	scheme, spec, ok := strings.Cut(source, "://")
+	if !ok || spec == "" {
+		writeError(w, http.StatusBadRequest, "invalid plugin source")
+		return
+	}
+	if scheme != "local" {
+		writeJSON(w, http.StatusBadRequest, map[string]any{"error": "failed to resolve plugin source", "available_schemes": []string{"local"}})
+		return
+	}
+	if spec != name {
+		writeError(w, http.StatusBadRequest, "source resolved to plugin "+spec+" but URL requested "+name)
+		return
+	}
+	if files == nil {
+		writeError(w, http.StatusNotFound, "plugin not found")
+		return
+	}
+	var buf bytes.Buffer
+	gz := gzip.NewWriter(&buf)
+	tw := tar.NewWriter(gz)
+	names := make([]string, 0, len(files))
+	for k := range files {
+		names = append(names, k)
+	}
+	sort.Strings(names)
+	now := time.Now()
+	for _, n := range names {
+		mode := int64(0o644)
+		if strings.HasSuffix(n, ".sh") {
+			mode = 0o755
+		}
+		_ = tw.WriteHeader(&tar.Header{Name: strings.TrimPrefix(n, "/"), Mode: mode, Size: int64(len(files[n])), ModTime: now, Typeflag: tar.TypeReg})
+		_, _ = tw.Write(files[n])
+	}
+	_ = tw.Close()
+	_ = gz.Close()
+	h := w.Header()
+	h.Set("Content-Type", "application/gzip")
+	h.Set("Content-Disposition", `attachment; filename="`+name+`.tar.gz"`)
+	h.Set("Content-Length", strconv.Itoa(buf.Len()))
+	h.Set("X-Plugin-Name", name)
+	h.Set("X-Plugin-Source", source)
+	w.WriteHeader(http.StatusOK)
+	_, _ = w.Write(buf.Bytes())
+}
