@@ -20,6 +20,12 @@ type discEntry struct {
 // asked again next time. The platform requires X-Workspace-ID (self) and
 // allows only workspaces the hierarchy lets communicate (403 otherwise).
 func (c *Client) Discover(ctx context.Context, id string) (*Discovery, error) {
+	return c.discover(ctx, id, true)
+}
+
+// discover is Discover; retry false sends the GET once (CallPeer falls back
+// to the platform proxy rather than wait out a 503 for a URL-less peer).
+func (c *Client) discover(ctx context.Context, id string, retry bool) (*Discovery, error) {
 	if strings.TrimSpace(id) == "" {
 		return nil, fmt.Errorf("%w: discover: workspace id is required", ErrInvalidArgument)
 	}
@@ -38,9 +44,10 @@ func (c *Client) Discover(ctx context.Context, id string) (*Discovery, error) {
 		c.discMu.Unlock()
 	}
 	r := request{
-		method: http.MethodGet,
-		path:   "/registry/discover/" + url.PathEscape(id),
-		header: http.Header{"X-Workspace-Id": {c.cfg.WorkspaceID}},
+		method:  http.MethodGet,
+		path:    "/registry/discover/" + url.PathEscape(id),
+		header:  http.Header{"X-Workspace-Id": {c.cfg.WorkspaceID}},
+		noRetry: !retry,
 	}
 	resp, err := c.do(ctx, r)
 	if err != nil {

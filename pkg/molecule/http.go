@@ -48,6 +48,8 @@ type request struct {
 	noTimeout bool
 	// accept overrides the Accept header.
 	accept string
+	// noRetry sends a GET once.
+	noRetry bool
 }
 
 // response is a platform answer with its body read in full.
@@ -61,7 +63,7 @@ type response struct {
 // whenever the platform answered, also together with the *APIError of a
 // non-2xx status, so callers can read the body of an expected failure.
 func (c *Client) do(ctx context.Context, r request) (*response, error) {
-	if r.method == http.MethodGet && c.cfg.MaxRetries > 0 {
+	if r.method == http.MethodGet && !r.noRetry && c.cfg.MaxRetries > 0 {
 		return c.doWithRetry(ctx, r)
 	}
 	return c.attempt(ctx, r)

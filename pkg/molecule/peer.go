@@ -149,7 +149,7 @@ func (c *Client) CallPeer(ctx context.Context, m A2AMessage) (*A2AResult, error)
 	if err != nil {
 		return nil, err
 	}
-	d, err := c.Discover(ctx, m.To)
+	d, err := c.discover(ctx, m.To, false)
 	if err != nil {
 		if ctx.Err() != nil {
 			return nil, err
