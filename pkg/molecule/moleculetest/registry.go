@@ -294,11 +294,17 @@ func (s *Server) handlePeers(w http.ResponseWriter, r *http.Request, id string) 
 		writeError(w, http.StatusNotFound, "workspace not found")
 		return
 	}
-	if !s.tokenGateLocked(w, r, ws) {
+	// A removed workspace's tokens are revoked: its bearer is refused
+	// (observed), where heartbeat would grandfather it.
+	if ws.removed {
+		if bearer(r) == "" {
+			writeError(w, http.StatusUnauthorized, "missing workspace auth token")
+		} else {
+			writeError(w, http.StatusUnauthorized, "invalid workspace auth token")
+		}
 		return
 	}
-	if ws.removed && ws.liveTokens == 0 {
-		writeError(w, http.StatusNotFound, "workspace not found")
+	if !s.tokenGateLocked(w, r, ws) {
 		return
 	}
 	q := strings.ToLower(r.URL.Query().Get("q"))
