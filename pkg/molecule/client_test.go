@@ -262,8 +262,11 @@ func TestSecrets(t *testing.T) {
 func TestPeers(t *testing.T) {
 	s := platform(t)
 	_, ca := registered(t, s, "alpha")
-	b, _ := registered(t, s, "beta")
+	b, cb := registered(t, s, "beta")
 	s.CreateWorkspace("gamma")
+	if err := cb.UpdateCard(context.Background(), map[string]any{"name": "beta", "description": "updated card"}); err != nil {
+		t.Fatalf("UpdateCard: %v", err)
+	}
 	peers, err := ca.Peers(context.Background(), "")
 	if err != nil {
 		t.Fatal(err)
@@ -278,6 +281,9 @@ func TestPeers(t *testing.T) {
 	peers, err = ca.Peers(context.Background(), "BET")
 	if err != nil || len(peers) != 1 || peers[0].ID != b.ID {
 		t.Fatalf("Peers(q) = %+v, %v", peers, err)
+	}
+	if !strings.Contains(string(peers[0].AgentCard), "updated card") {
+		t.Fatalf("peer card = %s; UpdateCard not applied", peers[0].AgentCard)
 	}
 }
 

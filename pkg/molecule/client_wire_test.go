@@ -926,3 +926,45 @@ func (h *signalHandler) Handle(_ context.Context, r slog.Record) error {
 }
 func (h *signalHandler) WithAttrs([]slog.Attr) slog.Handler { return h }
 func (h *signalHandler) WithGroup(string) slog.Handler      { return h }
+
+func TestRetryAfterForms(t *testing.T) {
+	cases := []struct {
+		header   string
+		body     string
+		min, max time.Duration
+	}{
+		{time.Now().Add(20 * time.Second).UTC().Format(http.TimeFormat), `{}`, 15 * time.Second, 21 * time.Second},
+		{time.Now().Add(-time.Hour).UTC().Format(http.TimeFormat), `{"retry_after":5}`, 0, 0},
+		{"soon", `{"retry_after":1.5}`, 1500 * time.Millisecond, 1500 * time.Millisecond},
+		{"-1", `{}`, 0, 0},
+	}
+	for _, tc := range cases {
+		ws := newWire(t, func(w http.ResponseWriter, r *http.Request) {
+			w.Header().Set("Retry-After", tc.header)
+			w.WriteHeader(429)
+			io.WriteString(w, tc.body)
+		})
+		c := wireClient(t, ws.URL, func(c *molecule.Config) { c.MaxRetries = -1 })
+		_, err := c.Notify(context.Background(), "x", nil)
+		if d := molecule.RetryAfterOf(err); d < tc.min || d > tc.max || !errors.Is(err, molecule.ErrRateLimited) {
+			t.Errorf("Retry-After %q body %s: %v (%v), want %v..%v", tc.header, tc.body, d, err, tc.min, tc.max)
+		}
+	}
+}
+
+func TestCanceledContextIsNotPlatformUnavailable(t *testing.T) {
+	ws := newWire(t, jsonAnswer(200, `{}`))
+	c := wireClient(t, ws.URL, nil)
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	_, err := c.State(ctx)
+	if !errors.Is(err, context.Canceled) || errors.Is(err, molecule.ErrPlatformUnavailable) {
+		t.Fatalf("err = %v; want context.Canceled only", err)
+	}
+	if _, err := c.SendA2A(ctx, molecule.A2AMessage{To: "p", Text: "x", MessageID: "m"}); !errors.Is(err, context.Canceled) {
+		t.Fatalf("SendA2A err = %v", err)
+	}
+	if _, err := c.CallPeer(ctx, molecule.A2AMessage{To: "p", Text: "x", MessageID: "m"}); !errors.Is(err, context.Canceled) {
+		t.Fatalf("CallPeer err = %v", err)
+	}
+}
