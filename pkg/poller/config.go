@@ -1,0 +1,190 @@
+package poller
+
+import (
+	"errors"
+	"fmt"
+	"log/slog"
+	"regexp"
+	"time"
+
+	"github.com/molecule-ai/molecule-relay/pkg/events"
+	"github.com/molecule-ai/molecule-relay/pkg/molecule"
+)
+
+// ErrInvalidConfig is matched by every error Config.Validate returns.
+var ErrInvalidConfig = errors.New("poller: invalid configuration")
+
+// Defaults and limits of Config.
+const (
+	DefaultPollInterval      = 5 * time.Second
+	DefaultPageLimit         = 100
+	MaxPageLimit             = 500
+	DefaultOverlapWindow     = 2 * time.Minute
+	DefaultOverlapEvery      = 30 * time.Second
+	DefaultHeartbeatInterval = 30 * time.Second
+	MaxHeartbeatInterval     = 30 * time.Second
+	DefaultRateReserve       = 10
+	DefaultConcurrency       = 8
+	DefaultPublishTimeout    = 30 * time.Second
+	DefaultReprobeEvery      = 10 * time.Minute
+)
+
+// Config configures a Poller. Zero values take the defaults SetDefaults
+// documents.
+type Config struct {
+	// Workspaces are the platform clients, one per workspace polled.
+	// Required; workspace ids must be unique.
+	Workspaces []*molecule.Client
+	// PollInterval is the period of the long-running poll timer (Run). It is
+	// the source of truth; SSE wake-ups only add polls. If not set, 5 seconds.
+	PollInterval time.Duration
+	// PageLimit is the number of rows asked for per page. If not set, 100;
+	// at most 500 (the platform's cap).
+	PageLimit int
+	// BacklogWindow decides, on a cold start (no cursor) and after a lost
+	// cursor (410), whether rows already in the feed are delivered: rows
+	// newer than this are, older ones are not. If not set (0), a cold start
+	// only seeds the cursor at the newest row and delivers nothing that was
+	// queued before the poller's first run.
+	BacklogWindow time.Duration
+	// OverlapWindow is how far back the periodic overlap re-read looks
+	// (since_secs), to catch rows the platform committed behind the cursor
+	// (PROTOCOL.md §4). It must be shorter than the inbound stream's
+	// duplicate window. If not set, 2 minutes; negative disables the
+	// re-read (and the platform's late-committed rows can then be lost).
+	OverlapWindow time.Duration
+	// OverlapEvery is how often the overlap re-read runs; the time of the
+	// last one is kept in the status bucket, so one-shot runs share it. If
+	// not set, 30 seconds. It must be shorter than OverlapWindow.
+	OverlapEvery time.Duration
+	// HeartbeatInterval is the period of the heartbeat in Run. If not set,
+	// 30 seconds, which is also the maximum (the platform marks a workspace
+	// offline after about 90 s without one). RunOnce sends one per run.
+	HeartbeatInterval time.Duration
+	// AllowSelf delivers messages the agent sent itself (source_id equal to
+	// its own workspace id). If false (the default) they are skipped.
+	AllowSelf bool
+	// AgentName is the agent card's name when AgentCard is nil. If neither
+	// is set, the client sends {"name": <workspace id>}.
+	AgentName string
+	// AgentCard is the agent card sent at registration (any JSON value).
+	AgentCard any
+	// Capabilities is runtime_metadata.capabilities of every heartbeat.
+	Capabilities molecule.Capabilities
+	// IdleTimeoutSeconds is runtime_metadata.idle_timeout_seconds of every
+	// heartbeat; sent only when positive.
+	IdleTimeoutSeconds int
+	// SkipRegister turns registration off. By default (false) each
+	// workspace is registered (delivery_mode poll) once, at its first start;
+	// the fact is remembered in the status bucket so that one-shot runs do
+	// not re-register every run (each register un-pauses the workspace).
+	SkipRegister bool
+	// RateReserve is the number of requests per rate-limit window always
+	// left for heartbeats (and the replier's notifies): when the platform
+	// says fewer remain, activity fetches wait for the window to reset.
+	// If not set, 10; negative means 0.
+	RateReserve int
+	// SSE holds each workspace's event stream in Run and polls at once on
+	// an inbound ACTIVITY_LOGGED. RunOnce ignores it. If false, off.
+	SSE bool
+	// Concurrency bounds how many workspaces RunOnce polls at once. If not
+	// set, 8.
+	Concurrency int
+	// PublishTimeout bounds the wait for JetStream's acknowledgements of
+	// one batch. If not set, 30 seconds.
+	PublishTimeout time.Duration
+	// ReprobeEvery is how long an OLD or inconclusive generation probe is
+	// trusted before it is repeated (a NEW answer is kept for good). If not
+	// set, 10 minutes.
+	ReprobeEvery time.Duration
+	// Logger receives the poller's events. If nil, slog.Default().
+	Logger *slog.Logger
+}
+
+// SetDefaults fills every unset field with its default.
+func (c *Config) SetDefaults() {
+	if c.PollInterval == 0 {
+		c.PollInterval = DefaultPollInterval
+	}
+	if c.PageLimit == 0 {
+		c.PageLimit = DefaultPageLimit
+	}
+	if c.OverlapWindow == 0 {
+		c.OverlapWindow = DefaultOverlapWindow
+	}
+	if c.OverlapEvery == 0 {
+		c.OverlapEvery = DefaultOverlapEvery
+	}
+	if c.HeartbeatInterval == 0 {
+		c.HeartbeatInterval = DefaultHeartbeatInterval
+	}
+	if c.RateReserve == 0 {
+		c.RateReserve = DefaultRateReserve
+	}
+	if c.RateReserve < 0 {
+		c.RateReserve = 0
+	}
+	if c.Concurrency == 0 {
+		c.Concurrency = DefaultConcurrency
+	}
+	if c.PublishTimeout == 0 {
+		c.PublishTimeout = DefaultPublishTimeout
+	}
+	if c.ReprobeEvery == 0 {
+		c.ReprobeEvery = DefaultReprobeEvery
+	}
+	if c.Logger == nil {
+		c.Logger = slog.Default()
+	}
+}
+
+// kvKeyRe is the NATS KV key alphabet; workspace ids are bucket keys.
+var kvKeyRe = regexp.MustCompile(`^[-/_=a-zA-Z0-9]+$`)
+
+// Validate reports the first invalid field. Call SetDefaults first.
+func (c *Config) Validate() error {
+	bad := func(format string, args ...any) error {
+		return fmt.Errorf("%w: "+format, append([]any{ErrInvalidConfig}, args...)...)
+	}
+	if len(c.Workspaces) == 0 {
+		return bad("no workspace configured")
+	}
+	seen := make(map[string]bool, len(c.Workspaces))
+	for i, cl := range c.Workspaces {
+		if cl == nil {
+			return bad("workspace client %d is nil", i)
+		}
+		id := cl.WorkspaceID()
+		if err := events.ValidateWorkspaceID(id); err != nil {
+			return bad("%v", err)
+		}
+		if !kvKeyRe.MatchString(id) {
+			return bad("workspace id %q is not a valid key-value key", id)
+		}
+		if seen[id] {
+			return bad("workspace %s configured twice", id)
+		}
+		seen[id] = true
+	}
+	switch {
+	case c.PollInterval < 0:
+		return bad("poll interval must be positive, got %s", c.PollInterval)
+	case c.PageLimit < 1 || c.PageLimit > MaxPageLimit:
+		return bad("page limit must be 1..%d, got %d", MaxPageLimit, c.PageLimit)
+	case c.BacklogWindow < 0:
+		return bad("backlog window must not be negative, got %s", c.BacklogWindow)
+	case c.OverlapWindow > 0 && c.OverlapEvery >= c.OverlapWindow:
+		return bad("overlap every (%s) must be shorter than the overlap window (%s), or re-reads leave gaps", c.OverlapEvery, c.OverlapWindow)
+	case c.OverlapEvery < 0:
+		return bad("overlap every must be positive, got %s", c.OverlapEvery)
+	case c.HeartbeatInterval < 0 || c.HeartbeatInterval > MaxHeartbeatInterval:
+		return bad("heartbeat interval must be 0..%s, got %s", MaxHeartbeatInterval, c.HeartbeatInterval)
+	case c.IdleTimeoutSeconds < 0:
+		return bad("idle timeout must not be negative, got %d", c.IdleTimeoutSeconds)
+	case c.Concurrency < 1:
+		return bad("concurrency must be >= 1, got %d", c.Concurrency)
+	case c.PublishTimeout < 0 || c.ReprobeEvery < 0:
+		return bad("publish timeout and reprobe interval must be positive")
+	}
+	return nil
+}

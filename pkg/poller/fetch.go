@@ -1,0 +1,441 @@
+package poller
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"math"
+	"sort"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/molecule-ai/molecule-relay/pkg/events"
+	"github.com/molecule-ai/molecule-relay/pkg/molecule"
+)
+
+const (
+	// maxCursorRestarts bounds how often one cycle reloads a cursor another
+	// poller advanced before giving up until the next cycle.
+	maxCursorRestarts = 5
+	// maxRateLimitRetries bounds consecutive 429s waited out in one cycle.
+	maxRateLimitRetries = 3
+	// maxWindowPages bounds the pages of one since_secs window read.
+	maxWindowPages = 50
+	// maxSinceSecs is the platform's cap on since_secs (30 days).
+	maxSinceSecs = 30 * 24 * 3600
+	// defaultRetryAfter is the wait after a 429 that named none.
+	defaultRetryAfter = time.Second
+	// maxRetryAfter caps one wait after a 429.
+	maxRetryAfter = 65 * time.Second
+	// resetPad is added to the advertised window reset: X-RateLimit-Reset
+	// is whole seconds, and an early request would start eating the
+	// reserve of the old window.
+	resetPad = time.Second
+)
+
+// pace blocks until the workspace may send its next activity request: not
+// before a 429's Retry-After, and not while the platform's remaining budget
+// is at or below RateReserve (until its window resets). Heartbeats never
+// call it.
+func (p *Poller) pace(ctx context.Context, w *workspace) error {
+	until := w.getNotBefore()
+	if rl := w.c.RateLimit(); rl.Known && rl.Limit > 0 && rl.Remaining <= p.cfg.RateReserve {
+		// Once the window has reset, this observation is in the past and
+		// costs no wait.
+		if r := rl.ResetAt().Add(resetPad); r.After(until) && r.After(time.Now()) {
+			until = r
+			w.log.Debug("poller: rate budget at reserve; waiting for the window to reset",
+				"remaining", rl.Remaining, "reserve", p.cfg.RateReserve, "wait", time.Until(r).Round(time.Millisecond))
+		}
+	}
+	d := time.Until(until)
+	if d <= 0 {
+		return nil
+	}
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+// noteRateLimited records a 429: no activity request before its Retry-After.
+func (p *Poller) noteRateLimited(w *workspace, err error, res *WorkspaceResult) bool {
+	if !errors.Is(err, molecule.ErrRateLimited) {
+		return false
+	}
+	res.RateLimited++
+	d := molecule.RetryAfterOf(err)
+	if d <= 0 {
+		d = defaultRetryAfter
+	}
+	d = min(d, maxRetryAfter)
+	w.setNotBefore(time.Now().Add(d))
+	w.log.Warn("poller: rate limited by the platform; backing off", "retry_after", d)
+	return true
+}
+
+// activity reads one page, pacing first and waiting out up to
+// maxRateLimitRetries consecutive 429s.
+func (p *Poller) activity(ctx context.Context, w *workspace, q molecule.ActivityQuery, res *WorkspaceResult) (*molecule.ActivityPage, error) {
+	for attempt := 0; ; attempt++ {
+		if err := p.pace(ctx, w); err != nil {
+			return nil, err
+		}
+		page, err := w.c.Activity(ctx, q)
+		if p.noteRateLimited(w, err, res) && attempt < maxRateLimitRetries {
+			continue
+		}
+		if err != nil {
+			return nil, err
+		}
+		res.Fetched += len(page.Rows)
+		return page, nil
+	}
+}
+
+// fetch delivers every row after the cursor, page by page until a short
+// page, advancing the cursor after each acknowledged page. A cursor moved
+// by another poller is reloaded, never overwritten.
+func (p *Poller) fetch(ctx context.Context, w *workspace, res *WorkspaceResult) error {
+	for restarts := 0; ; restarts++ {
+		err := p.fetchFromCursor(ctx, w, res)
+		if !errors.Is(err, errCursorMoved) {
+			return err
+		}
+		if restarts >= maxCursorRestarts {
+			return fmt.Errorf("poller: cursor keeps moving under concurrent pollers: %w", err)
+		}
+		w.log.Debug("poller: cursor advanced by another poller; reloading")
+	}
+}
+
+func (p *Poller) fetchFromCursor(ctx context.Context, w *workspace, res *WorkspaceResult) error {
+	cur, err := p.loadCursor(ctx, w.id)
+	if err != nil {
+		return err
+	}
+	if cur.Cursor == "" {
+		if cur, err = p.seed(ctx, w, cur, false, res); err != nil {
+			return err
+		}
+		if cur.Cursor == "" {
+			return nil // the feed is empty; the seed marker remembers when
+		}
+	}
+	for {
+		res.Cursor = cur.Cursor
+		page, err := p.activity(ctx, w, molecule.ActivityQuery{Type: activityType, SinceID: cur.Cursor, Limit: p.cfg.PageLimit}, res)
+		if errors.Is(err, molecule.ErrCursorLost) {
+			w.log.Warn("poller: the platform no longer knows the cursor row (410: pruned, or another workspace's id); resetting and re-seeding",
+				"cursor", cur.Cursor)
+			if cur, err = p.seed(ctx, w, cur, true, res); err != nil {
+				return err
+			}
+			if cur.Cursor == "" {
+				return nil
+			}
+			continue
+		}
+		if err != nil {
+			return fmt.Errorf("poller: fetch activity: %w", err)
+		}
+		if err := ignoredSinceID(page, cur.Cursor); err != nil {
+			return err
+		}
+		if len(page.Rows) == 0 {
+			return nil
+		}
+		if err := p.deliver(ctx, w, page.Rows, &cur.cursorValue, time.Now().UTC(), res); err != nil {
+			return err
+		}
+		newest := page.Newest()
+		cur, err = p.saveCursor(ctx, w.id, cur, cursorValue{
+			Cursor: newest.ID, CreatedAt: newest.CreatedAt, UpdatedAt: time.Now().UTC(), Generation: res.Generation.String(),
+		})
+		if err != nil {
+			return err
+		}
+		res.Cursor = cur.Cursor
+		if !page.Full {
+			return nil
+		}
+	}
+}
+
+// ignoredSinceID detects a platform that answered a since_id query as if
+// the cursor were absent (an OLD platform that the probe could not
+// identify): a newest-first answer, or the cursor row itself in the page.
+// Polling on would redeliver the same rows forever.
+func ignoredSinceID(page *molecule.ActivityPage, cursor string) error {
+	if page.Descending && len(page.Rows) > 1 {
+		return fmt.Errorf("poller: activity answered newest-first to a since_id query: %w", molecule.ErrOldPlatform)
+	}
+	for _, r := range page.Rows {
+		if r.ID == cursor {
+			return fmt.Errorf("poller: activity returned the cursor row itself to a since_id query: %w", molecule.ErrOldPlatform)
+		}
+	}
+	return nil
+}
+
+// seed sets a cursor when there is none (cold start, an empty seed, or a
+// lost cursor after a 410), following PROTOCOL.md §4: a query without
+// since_id answers newest-first, and the NEWEST row becomes the cursor.
+//
+// Which existing rows are delivered:
+//   - cold start: rows newer than BacklogWindow (none if it is 0);
+//   - empty seed (the feed was empty when seeded at UpdatedAt): every row
+//     created since then, plus the overlap slack for late commits;
+//   - lost cursor: every row created since the cursor was last saved, plus
+//     the overlap slack (any newer row would have advanced it, so these are
+//     undelivered), and at least BacklogWindow.
+func (p *Poller) seed(ctx context.Context, w *workspace, cur *cursorEntry, lost bool, res *WorkspaceResult) (*cursorEntry, error) {
+	cold := cur.UpdatedAt.IsZero() // no cursor, or an unreadable one
+	window := p.cfg.BacklogWindow
+	v := cursorValue{Floor: cur.Floor, FloorID: cur.FloorID, Generation: res.Generation.String()}
+	if !cold {
+		window = max(window, time.Since(cur.UpdatedAt)+max(p.cfg.OverlapWindow, 0))
+	} else if window > 0 {
+		// Rows older than the backlog window are not ours to deliver, not
+		// even by a later overlap re-read. (Poller clock: a clock skew with
+		// the platform shifts this edge by the skew.)
+		v.Floor, v.FloorID = time.Now().Add(-window).UTC(), ""
+	}
+	var newest *molecule.ActivityRow
+	if window > 0 {
+		rows, err := p.window(ctx, w, window, res)
+		if err != nil {
+			return nil, err
+		}
+		if err := p.deliver(ctx, w, rows, &v, time.Now().UTC(), res); err != nil {
+			return nil, err
+		}
+		if len(rows) > 0 {
+			newest = &rows[len(rows)-1]
+		}
+		if cold && len(rows) > 0 {
+			w.log.Info("poller: cold start; delivered the backlog window", "rows", len(rows), "window", window)
+		}
+	} else {
+		page, err := p.activity(ctx, w, molecule.ActivityQuery{Type: activityType, Limit: 1}, res)
+		if err != nil {
+			return nil, fmt.Errorf("poller: seed cursor: %w", err)
+		}
+		if newest = page.Newest(); newest != nil {
+			v.Floor, v.FloorID = newest.CreatedAt, newest.ID
+			w.log.Info("poller: cold start; cursor seeded at the newest row, existing backlog not delivered (backlog window 0)")
+		}
+	}
+	v.UpdatedAt = time.Now().UTC()
+	if newest != nil {
+		v.Cursor, v.CreatedAt = newest.ID, newest.CreatedAt
+	} else if !cold && !lost {
+		return cur, nil // still empty: keep the original seed time
+	}
+	ncur, err := p.saveCursor(ctx, w.id, cur, v)
+	if err != nil {
+		return nil, err
+	}
+	res.Cursor = ncur.Cursor
+	return ncur, nil
+}
+
+// window reads every row created in the last d (since_secs queries answer
+// newest-first; older pages continue with before_ts), oldest first,
+// without repeats.
+func (p *Poller) window(ctx context.Context, w *workspace, d time.Duration, res *WorkspaceResult) ([]molecule.ActivityRow, error) {
+	secs := int(math.Ceil(d.Seconds()))
+	secs = min(max(secs, 1), maxSinceSecs)
+	seen := map[string]bool{}
+	var rows []molecule.ActivityRow
+	var before time.Time
+	for i := 0; ; i++ {
+		if i == maxWindowPages {
+			w.log.Warn("poller: window re-read stopped at its page cap; older rows in the window were not re-read",
+				"pages", maxWindowPages, "window", d)
+			break
+		}
+		page, err := p.activity(ctx, w, molecule.ActivityQuery{Type: activityType, SinceSecs: secs, Limit: p.cfg.PageLimit, BeforeTS: before}, res)
+		if err != nil {
+			return nil, fmt.Errorf("poller: read the last %ds of activity: %w", secs, err)
+		}
+		added := 0
+		for _, r := range page.Rows {
+			if !seen[r.ID] {
+				seen[r.ID] = true
+				rows = append(rows, r)
+				added++
+			}
+		}
+		if !page.Full || added == 0 {
+			break
+		}
+		// Rows sharing the oldest row's microsecond are read again and
+		// dropped above; before_ts is exclusive.
+		before = page.Rows[0].CreatedAt.Add(time.Microsecond)
+	}
+	sort.SliceStable(rows, func(i, j int) bool { return rows[i].CreatedAt.Before(rows[j].CreatedAt) })
+	return rows, nil
+}
+
+// overlap re-reads the last OverlapWindow and publishes it again: rows the
+// platform committed behind the cursor are delivered, the ones already
+// published are dropped by the inbound stream's de-duplication. The cursor
+// is not moved.
+func (p *Poller) overlap(ctx context.Context, w *workspace, res *WorkspaceResult) error {
+	cur, err := p.loadCursor(ctx, w.id)
+	if err != nil {
+		return err
+	}
+	if cur.UpdatedAt.IsZero() {
+		return nil // not seeded yet: nothing is ours to re-read
+	}
+	rows, err := p.window(ctx, w, p.cfg.OverlapWindow, res)
+	if err != nil {
+		return err
+	}
+	res.Overlap = true
+	before := res.Published
+	if err := p.deliver(ctx, w, rows, &cur.cursorValue, time.Now().UTC(), res); err != nil {
+		return err
+	}
+	if n := res.Published - before; n > 0 {
+		w.log.Info("poller: overlap re-read delivered rows the cursor had skipped (late commits)", "rows", n)
+	}
+	return nil
+}
+
+// skipReason says why a parsed row is not delivered, or "".
+func skipReason(m *molecule.Message, allowSelf bool) string {
+	if m.ActivityType != "" && m.ActivityType != activityType {
+		return SkipOtherType
+	}
+	return m.Skip(allowSelf)
+}
+
+// inbound builds the envelope of a parsed message.
+func inbound(ws string, m *molecule.Message, polledAt time.Time) events.Inbound {
+	env := events.Inbound{
+		WorkspaceID: ws, ActivityID: m.ActivityID, Method: m.Method, MessageID: m.MessageID, Role: m.Role,
+		Text: m.Text, InReplyTo: m.InReplyTo, Hops: m.Hops,
+		PeerName: m.PeerName, PeerRole: m.PeerRole, AgentCardURL: m.AgentCardURL,
+		Raw: m.Raw, CreatedAt: m.CreatedAt, PolledAt: polledAt,
+	}
+	switch m.Sender {
+	case molecule.SenderCron:
+		env.Source, env.Cron = events.SourceCanvasUser, true
+	case molecule.SenderPeer:
+		env.Source, env.SourceWorkspaceID = events.SourcePeerAgent, m.SourceID
+	case molecule.SenderSelf:
+		env.Source, env.SourceWorkspaceID = events.SourceSelf, m.SourceID
+	default:
+		env.Source = events.SourceCanvasUser
+	}
+	for _, a := range m.Attachments {
+		env.Attachments = append(env.Attachments, events.Attachment{URI: a.URI, Name: a.Name, MimeType: a.MimeType, Size: a.Size})
+	}
+	return env
+}
+
+// deliver publishes rows (oldest first) asynchronously, each with
+// Nats-Msg-Id <workspace>:<activity id>, and waits for every ack. Rows
+// below the cursor's floor (backlog left undelivered at a cold start) are
+// passed. Skipped
+// rows are counted; malformed rows go to the dead-letter stream. Any
+// failure returns an error, and the caller then does not advance the
+// cursor.
+func (p *Poller) deliver(ctx context.Context, w *workspace, rows []molecule.ActivityRow, floor *cursorValue, polledAt time.Time, res *WorkspaceResult) error {
+	type pending struct {
+		f         jetstream.PubAckFuture
+		activity  string
+		deadLeter bool
+	}
+	var futures []pending
+	for _, row := range rows {
+		if floor.excluded(row.ID, row.CreatedAt) {
+			res.Skipped[SkipBeforeSeed]++
+			continue
+		}
+		m, perr := molecule.ParseRow(row.JSON, w.id)
+		if perr != nil {
+			res.Malformed++
+			id := row.ID
+			if id == "" {
+				sum := sha256.Sum256(row.JSON)
+				id = "sha256-" + hex.EncodeToString(sum[:12])
+			}
+			w.log.Warn("poller: malformed activity row; sent to the dead-letter stream and skipped", "activity_id", id, "error", perr)
+			dl := events.DeadLetter{
+				Stage: events.StagePoller, WorkspaceID: w.id, ActivityID: row.ID, Reason: events.ReasonMalformed,
+				Error: perr.Error(), Deliveries: 1, OriginalSubject: events.InboundSubject(w.id),
+				Envelope: row.JSON, FailedAt: time.Now().UTC(),
+			}
+			data, err := dl.Marshal()
+			if err != nil {
+				return fmt.Errorf("poller: encode dead letter: %w", err)
+			}
+			f, err := p.js.PublishMsgAsync(&nats.Msg{Subject: events.DLQSubject(events.StagePoller, w.id), Data: data},
+				jetstream.WithMsgID("malformed:"+events.InboundMsgID(w.id, id)), jetstream.WithExpectStream(events.StreamDLQ))
+			if err != nil {
+				return fmt.Errorf("poller: publish dead letter of row %s: %w", id, err)
+			}
+			futures = append(futures, pending{f: f, activity: id, deadLeter: true})
+			continue
+		}
+		if reason := skipReason(m, p.cfg.AllowSelf); reason != "" {
+			res.Skipped[reason]++
+			continue
+		}
+		if m.ActivityID == "" {
+			m.ActivityID = row.ID
+		}
+		if m.CreatedAt.IsZero() {
+			m.CreatedAt = row.CreatedAt
+		}
+		data, err := inbound(w.id, m, polledAt).Marshal()
+		if err != nil {
+			return fmt.Errorf("poller: encode inbound %s: %w", m.ActivityID, err)
+		}
+		f, err := p.js.PublishMsgAsync(&nats.Msg{Subject: events.InboundSubject(w.id), Data: data},
+			jetstream.WithMsgID(events.InboundMsgID(w.id, m.ActivityID)), jetstream.WithExpectStream(events.StreamInbound))
+		if err != nil {
+			return fmt.Errorf("poller: publish inbound %s: %w", m.ActivityID, err)
+		}
+		futures = append(futures, pending{f: f, activity: m.ActivityID})
+	}
+	if len(futures) == 0 {
+		return nil
+	}
+	timer := time.NewTimer(p.cfg.PublishTimeout)
+	defer timer.Stop()
+	var firstErr error
+	for _, pf := range futures {
+		select {
+		case ack := <-pf.f.Ok():
+			switch {
+			case pf.deadLeter:
+			case ack.Duplicate:
+				res.Duplicates++
+			default:
+				res.Published++
+			}
+		case err := <-pf.f.Err():
+			if firstErr == nil {
+				firstErr = fmt.Errorf("poller: publish of activity %s not acknowledged: %w", pf.activity, err)
+			}
+		case <-timer.C:
+			return fmt.Errorf("poller: publish acknowledgements not received within %s", p.cfg.PublishTimeout)
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
+	return firstErr
+}

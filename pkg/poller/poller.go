@@ -1,0 +1,641 @@
+// Package poller is Molecule Relay's ingress stage: it reads each
+// workspace's activity feed on the Molecule platform and publishes every
+// inbound message to JetStream, losing nothing and duplicating nothing
+// (DESIGN.md "Poll ingress that loses nothing", PROTOCOL.md §3-§8).
+//
+// One unit of work is RunOnce (a Lambda invocation, a CronJob, `poll
+// --once`); Run is the long-running loop around the same steps, with a
+// heartbeat timer and SSE wake-ups. All state lives in JetStream: the
+// cursor in events.BucketCursors (advanced with compare-and-set only after
+// every publish was acknowledged) and the poller's observations in
+// events.BucketPollerStatus.
+package poller
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sort"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/molecule-ai/molecule-relay/pkg/events"
+	"github.com/molecule-ai/molecule-relay/pkg/molecule"
+)
+
+// Skip reasons: rows that are never published but that the cursor passes.
+const (
+	// SkipOwnNotify is the agent's own /notify output (method "notify").
+	SkipOwnNotify = molecule.SkipOwnNotify
+	// SkipUpload is a chat upload manifest (method "chat_upload_receive").
+	SkipUpload = molecule.SkipUpload
+	// SkipSelf is a message the agent sent itself, when AllowSelf is off.
+	SkipSelf = molecule.SkipSelf
+	// SkipOtherType is a row whose activity_type is not a2a_receive.
+	SkipOtherType = "not_a2a_receive"
+	// SkipBeforeSeed is a row that was already in the feed at the cold
+	// start and older than BacklogWindow, met again by a window re-read.
+	SkipBeforeSeed = "before_seed"
+)
+
+// Reasons a workspace stopped being polled (WorkspaceStatus.Stopped).
+const (
+	StoppedRemoved       = "removed"
+	StoppedTokenRejected = "token_rejected"
+	StoppedOldPlatform   = "old_platform"
+)
+
+// ErrTokenRejected: the platform refused the workspace token (401) while
+// the workspace still exists: the token was revoked or is wrong. It also
+// matches molecule.ErrUnauthorized.
+var ErrTokenRejected = errors.New("poller: workspace token rejected")
+
+const activityType = "a2a_receive"
+
+// Poller polls the activity feeds of its workspaces into the inbound stream.
+// It is safe for concurrent use; RunOnce and Run may be called repeatedly.
+type Poller struct {
+	js    jetstream.JetStream
+	topo  *events.Topology
+	cfg   Config
+	log   *slog.Logger
+	ws    []*workspace
+	start time.Time
+}
+
+// workspace is the in-process state of one polled workspace.
+type workspace struct {
+	id  string
+	c   *molecule.Client
+	log *slog.Logger
+
+	// cycleMu serialises poll cycles of one workspace within this process.
+	cycleMu sync.Mutex
+
+	mu          sync.Mutex
+	notBefore   time.Time // no activity request before this (429, budget)
+	outcomes    []bool    // recent poll outcomes, true = failed
+	sampleError string
+	paused      bool
+	lastStateAt time.Time
+	ready       bool // generation usable and registered: heartbeats may start
+}
+
+// New returns a Poller publishing with js into topo (from
+// events.EnsureTopology). It validates cfg after applying its defaults and
+// makes no request.
+func New(js jetstream.JetStream, topo *events.Topology, cfg Config) (*Poller, error) {
+	if js == nil || topo == nil || topo.Cursors == nil || topo.Status == nil {
+		return nil, fmt.Errorf("%w: a JetStream handle and a topology with cursor and status buckets are required", ErrInvalidConfig)
+	}
+	cfg.SetDefaults()
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	if dw := topo.Config.DuplicateWindow; dw > 0 && cfg.OverlapWindow >= dw {
+		return nil, fmt.Errorf("%w: overlap window %s must be shorter than the inbound duplicate window %s, or re-reads publish duplicates",
+			ErrInvalidConfig, cfg.OverlapWindow, dw)
+	}
+	if dw := topo.Config.DuplicateWindow; dw > 0 && cfg.BacklogWindow > 0 && cfg.BacklogWindow+cfg.OverlapWindow >= dw {
+		cfg.Logger.Warn("poller: backlog window exceeds the inbound duplicate window; two pollers cold-starting at once may both deliver the oldest backlog",
+			"backlog_window", cfg.BacklogWindow, "duplicate_window", dw)
+	}
+	p := &Poller{js: js, topo: topo, cfg: cfg, log: cfg.Logger, start: time.Now()}
+	for _, c := range cfg.Workspaces {
+		p.ws = append(p.ws, &workspace{id: c.WorkspaceID(), c: c, log: cfg.Logger.With("workspace", c.WorkspaceID())})
+	}
+	return p, nil
+}
+
+// WorkspaceResult is what one poll cycle of one workspace did.
+type WorkspaceResult struct {
+	WorkspaceID string
+	// Generation is the platform generation known after the cycle.
+	Generation molecule.Generation
+	// Registered is true when this cycle registered the workspace.
+	Registered bool
+	// Heartbeat is true when this cycle sent a heartbeat the platform
+	// accepted.
+	Heartbeat bool
+	// Fetched counts rows read from the feed, overlap re-reads included.
+	Fetched int
+	// Published counts new messages JetStream stored; Duplicates those it
+	// dropped as already published (PubAck.Duplicate).
+	Published  int
+	Duplicates int
+	// Skipped counts rows passed without publishing, by Skip* reason.
+	Skipped map[string]int
+	// Malformed counts rows that could not be parsed; each went to the
+	// dead-letter stream and the cursor passed it.
+	Malformed int
+	// Overlap is true when the overlap re-read ran.
+	Overlap bool
+	// RateLimited counts 429 answers met (and waited out).
+	RateLimited int
+	// Cursor is the activity id the cursor points at after the cycle.
+	Cursor string
+	// Paused: the workspace is paused; nothing was fetched.
+	Paused bool
+	// Removed: the workspace was deleted on the platform.
+	Removed bool
+	// Stopped: polling this workspace cannot go on (removed, token
+	// rejected, OLD platform) until an operator acts; Run stops its loop.
+	Stopped bool
+	// Err is the cycle's failure, nil on success.
+	Err error
+}
+
+// Result is what RunOnce did, one entry per configured workspace, in
+// configuration order.
+type Result struct {
+	Workspaces []WorkspaceResult
+}
+
+// Err joins the failures of every workspace (nil if none failed), each
+// prefixed with its workspace id; a CLI's --once exits non-zero on it.
+func (r Result) Err() error {
+	var errs []error
+	for _, w := range r.Workspaces {
+		if w.Err != nil {
+			errs = append(errs, fmt.Errorf("workspace %s: %w", w.WorkspaceID, w.Err))
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// Published is the total of WorkspaceResult.Published.
+func (r Result) Published() int {
+	n := 0
+	for _, w := range r.Workspaces {
+		n += w.Published
+	}
+	return n
+}
+
+// Status reads what the poller last observed of each configured workspace
+// (ReadStatus for the configured ids).
+func (p *Poller) Status(ctx context.Context) ([]WorkspaceStatus, error) {
+	ids := make([]string, len(p.ws))
+	for i, w := range p.ws {
+		ids[i] = w.id
+	}
+	return ReadStatus(ctx, p.topo, ids...)
+}
+
+// RunOnce runs one bounded unit of work: for every workspace, concurrently
+// (Config.Concurrency at a time), probe the generation if unknown, register
+// if never registered, send one heartbeat, check the state, fetch every new
+// row (pages until a short one), run the overlap re-read when due, publish
+// and advance the cursor. The error is non-nil only when ctx ended;
+// per-workspace failures are in Result (Result.Err).
+func (p *Poller) RunOnce(ctx context.Context) (Result, error) {
+	res := Result{Workspaces: make([]WorkspaceResult, len(p.ws))}
+	sem := make(chan struct{}, p.cfg.Concurrency)
+	var wg sync.WaitGroup
+	for i, w := range p.ws {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			select {
+			case sem <- struct{}{}:
+			case <-ctx.Done():
+				res.Workspaces[i] = WorkspaceResult{WorkspaceID: w.id, Err: ctx.Err()}
+				return
+			}
+			defer func() { <-sem }()
+			res.Workspaces[i] = p.cycle(ctx, w, cycleOpts{heartbeat: true, checkState: true})
+		}()
+	}
+	wg.Wait()
+	return res, ctx.Err()
+}
+
+type cycleOpts struct {
+	heartbeat  bool // send a heartbeat in this cycle (RunOnce)
+	checkState bool // read /state (else trust the last observation)
+}
+
+// cycle is one poll of one workspace; every path records what it saw in
+// the status bucket.
+func (p *Poller) cycle(ctx context.Context, w *workspace, o cycleOpts) (res WorkspaceResult) {
+	w.cycleMu.Lock()
+	defer w.cycleMu.Unlock()
+	res = WorkspaceResult{WorkspaceID: w.id, Skipped: map[string]int{}}
+	rec, _, err := loadStatus(ctx, p.topo.Status, w.id)
+	if err != nil {
+		res.Err = err
+		return res
+	}
+	var sets []func(*statusRecord)
+	set := func(f func(*statusRecord)) { sets = append(sets, f) }
+	defer func() {
+		now := time.Now().UTC()
+		set(func(r *statusRecord) {
+			r.LastPollAt = now
+			r.LastPollError = ""
+			if res.Err != nil {
+				r.LastPollError = res.Err.Error()
+				r.LastError, r.LastErrorAt = res.Err.Error(), now
+			}
+		})
+		if _, err := p.updateStatus(context.WithoutCancel(ctx), w.id, func(r *statusRecord) {
+			for _, f := range sets {
+				f(r)
+			}
+		}); err != nil && res.Err == nil {
+			res.Err = err
+		}
+		if !res.Stopped && !res.Paused {
+			w.recordOutcome(res.Err)
+		}
+	}()
+
+	// A workspace known to be deleted: confirm (unauthenticated, cheap) and
+	// stop without touching anything else; never register it again.
+	if rec.Removed {
+		removed, err := w.c.CheckRemoved(ctx)
+		switch {
+		case err != nil:
+			res.Err = fmt.Errorf("poller: workspace was marked removed and the check failed: %w", err)
+			return res
+		case removed:
+			res.Removed, res.Stopped, res.Err = true, true, removedError(w.id)
+			return res
+		default:
+			set(func(r *statusRecord) { r.Removed, r.Stopped = false, "" })
+		}
+	}
+
+	gen, stop := p.generation(ctx, w, &rec, &res, set)
+	res.Generation = gen
+	if stop {
+		return res
+	}
+
+	if o.checkState || !w.stateKnown() {
+		if p.checkState(ctx, w, &rec, &res, set) {
+			return res
+		}
+	}
+
+	if !p.cfg.SkipRegister && !rec.Registered {
+		if p.register(ctx, w, &res, set) {
+			return res
+		}
+	}
+	w.setReady()
+
+	if o.heartbeat {
+		ok, status, herr := p.heartbeat(ctx, w)
+		res.Heartbeat = ok
+		if errors.Is(herr, molecule.ErrUnauthorized) {
+			p.unauthorized(ctx, w, herr, &res, set)
+			return res
+		}
+		set(heartbeatSetter(status, herr))
+	}
+
+	if w.isPaused() {
+		res.Paused = true
+		return res
+	}
+
+	err = p.fetch(ctx, w, &res)
+	if err == nil && p.cfg.OverlapWindow > 0 && time.Since(rec.LastOverlapAt) >= p.cfg.OverlapEvery {
+		if err = p.overlap(ctx, w, &res); err == nil {
+			now := time.Now().UTC()
+			set(func(r *statusRecord) { r.LastOverlapAt = now })
+		}
+	}
+	switch {
+	case err == nil:
+	case errors.Is(err, molecule.ErrUnauthorized):
+		p.unauthorized(ctx, w, err, &res, set)
+	case errors.Is(err, molecule.ErrOldPlatform):
+		w.log.Error("poller: the platform ignored since_id; it does not support poll mode. Refusing to poll (it would redeliver the same rows forever); use push ingress",
+			"error", err)
+		res.Generation, res.Stopped, res.Err = molecule.GenerationOld, true, oldPlatformError(w.id)
+		now := time.Now().UTC()
+		set(func(r *statusRecord) {
+			r.Generation, r.ProbedAt, r.Stopped = molecule.GenerationOld.String(), now, StoppedOldPlatform
+		})
+	default:
+		res.Err = err
+		if ctx.Err() == nil {
+			w.log.Warn("poller: poll failed", "error", err)
+		}
+	}
+	return res
+}
+
+// generation returns the platform generation, probing it when unknown (or
+// an OLD/inconclusive answer is older than ReprobeEvery). stop is true when
+// the workspace must not be polled.
+func (p *Poller) generation(ctx context.Context, w *workspace, rec *statusRecord, res *WorkspaceResult, set func(func(*statusRecord))) (molecule.Generation, bool) {
+	gen := rec.generation()
+	if gen != molecule.GenerationNew && (rec.ProbedAt.IsZero() || time.Since(rec.ProbedAt) >= p.cfg.ReprobeEvery) {
+		if err := p.pace(ctx, w); err != nil {
+			res.Err = err
+			return gen, true
+		}
+		g, err := w.c.Probe(ctx)
+		if errors.Is(err, molecule.ErrUnauthorized) {
+			p.unauthorized(ctx, w, err, res, set)
+			return g, true
+		}
+		now := time.Now().UTC()
+		gen = g
+		set(func(r *statusRecord) { r.Generation, r.ProbedAt = g.String(), now })
+		rec.Generation, rec.ProbedAt = g.String(), now
+		switch g {
+		case molecule.GenerationUnknown:
+			w.log.Warn("poller: platform generation probe inconclusive; polling anyway", "error", err)
+		case molecule.GenerationNew:
+			w.log.Info("poller: platform supports poll mode")
+		}
+	}
+	if gen == molecule.GenerationOld {
+		w.log.Error("poller: platform does not support poll mode (since_id ignored); refusing to poll this workspace. Use push ingress (register a public URL) or upgrade the platform")
+		res.Stopped, res.Err = true, oldPlatformError(w.id)
+		set(func(r *statusRecord) { r.Stopped = StoppedOldPlatform })
+		return gen, true
+	}
+	set(func(r *statusRecord) {
+		if r.Stopped == StoppedOldPlatform {
+			r.Stopped = ""
+		}
+	})
+	return gen, false
+}
+
+// checkState reads /state; it returns true when the cycle must end.
+func (p *Poller) checkState(ctx context.Context, w *workspace, rec *statusRecord, res *WorkspaceResult, set func(func(*statusRecord))) bool {
+	if err := p.pace(ctx, w); err != nil {
+		res.Err = err
+		return true
+	}
+	st, err := w.c.State(ctx)
+	p.noteRateLimited(w, err, res)
+	if errors.Is(err, molecule.ErrUnauthorized) {
+		p.unauthorized(ctx, w, err, res, set)
+		return true
+	}
+	if err != nil {
+		res.Err = fmt.Errorf("poller: read workspace state: %w", err)
+		return true
+	}
+	if st.Deleted {
+		res.Removed, res.Stopped, res.Err = true, true, removedError(w.id)
+		w.log.Error("poller: workspace was deleted on the platform; regenerate the workspace and token. Polling of this workspace stops")
+		set(func(r *statusRecord) { r.Removed, r.Stopped = true, StoppedRemoved })
+		return true
+	}
+	if changed := w.setPaused(st.Paused); changed || st.Paused != rec.Paused {
+		if st.Paused {
+			w.log.Info("poller: workspace is paused; not fetching (heartbeats continue)")
+		} else if rec.Paused {
+			w.log.Info("poller: workspace resumed; fetching again")
+		}
+	}
+	paused := st.Paused
+	set(func(r *statusRecord) {
+		r.Paused = paused
+		if r.Stopped == StoppedTokenRejected {
+			r.Stopped = ""
+		}
+	})
+	return false
+}
+
+// register registers the workspace once; it returns true when the cycle
+// must end.
+func (p *Poller) register(ctx context.Context, w *workspace, res *WorkspaceResult, set func(func(*statusRecord))) bool {
+	card := p.cfg.AgentCard
+	if card == nil && p.cfg.AgentName != "" {
+		card = map[string]any{"name": p.cfg.AgentName}
+	}
+	if w.isPaused() {
+		w.log.Warn("poller: registering a paused workspace at its first start; registration un-pauses it")
+	}
+	rr, err := w.c.Register(ctx, molecule.RegisterRequest{Mode: molecule.DeliveryPoll, AgentCard: card})
+	if errors.Is(err, molecule.ErrUnauthorized) {
+		p.unauthorized(ctx, w, err, res, set)
+		return true
+	}
+	if err != nil {
+		res.Err = fmt.Errorf("poller: register: %w", err)
+		return true
+	}
+	if rr.DeliveryMode != molecule.DeliveryPoll {
+		w.log.Error("poller: the platform did not confirm poll delivery mode at registration; messages may not reach the activity feed",
+			"delivery_mode", string(rr.DeliveryMode), "status", rr.Status)
+	} else {
+		w.log.Info("poller: registered in poll mode")
+	}
+	res.Registered = true
+	w.setPaused(false) // a register un-pauses the workspace
+	now := time.Now().UTC()
+	mode := string(rr.DeliveryMode)
+	// Remember it at once: a crash later in the cycle must not cause a
+	// second registration.
+	if _, err := p.updateStatus(ctx, w.id, func(r *statusRecord) {
+		r.Registered, r.RegisteredAt, r.DeliveryMode, r.Paused = true, now, mode, false
+	}); err != nil {
+		res.Err = err
+		return true
+	}
+	return false
+}
+
+// unauthorized handles a 401 on a previously usable token: confirm whether
+// the workspace was deleted and stop polling it either way; never register
+// again in a loop.
+func (p *Poller) unauthorized(ctx context.Context, w *workspace, cause error, res *WorkspaceResult, set func(func(*statusRecord))) {
+	removed, err := w.c.CheckRemoved(ctx)
+	switch {
+	case err != nil:
+		res.Err = fmt.Errorf("poller: token rejected and the removal check failed: %w", errors.Join(cause, err))
+		w.log.Error("poller: token rejected; could not check whether the workspace was removed", "error", res.Err)
+	case removed:
+		res.Removed, res.Stopped, res.Err = true, true, removedError(w.id)
+		w.log.Error("poller: workspace was deleted on the platform; regenerate the workspace and token. Polling of this workspace stops")
+		set(func(r *statusRecord) { r.Removed, r.Stopped = true, StoppedRemoved })
+	default:
+		res.Stopped = true
+		res.Err = fmt.Errorf("%w (%w): workspace %s exists but its token was refused (revoked or wrong); configure a valid token: %w",
+			ErrTokenRejected, molecule.ErrUnauthorized, w.id, cause)
+		w.log.Error("poller: workspace token rejected (revoked or invalid) although the workspace exists; configure a new token. Polling of this workspace stops")
+		set(func(r *statusRecord) { r.Stopped = StoppedTokenRejected })
+	}
+}
+
+func removedError(ws string) error {
+	return fmt.Errorf("poller: workspace %s was deleted on the platform; regenerate the workspace and token: %w", ws, molecule.ErrWorkspaceRemoved)
+}
+
+func oldPlatformError(ws string) error {
+	return fmt.Errorf("poller: workspace %s: platform does not support poll mode (since_id ignored); use push ingress or upgrade the platform: %w",
+		ws, molecule.ErrOldPlatform)
+}
+
+// heartbeat sends the full heartbeat body. Heartbeats never wait for the
+// rate budget: the budget reserve exists for them.
+func (p *Poller) heartbeat(ctx context.Context, w *workspace) (ok bool, status string, err error) {
+	rate, sample := w.errorRate()
+	hb := molecule.Heartbeat{
+		ActiveTasks:        p.activeTasks(ctx),
+		UptimeSeconds:      int64(time.Since(p.start).Seconds()),
+		ErrorRate:          rate,
+		SampleError:        sample,
+		Capabilities:       p.cfg.Capabilities,
+		IdleTimeoutSeconds: p.cfg.IdleTimeoutSeconds,
+	}
+	r, err := w.c.Heartbeat(ctx, hb)
+	if err != nil {
+		if ctx.Err() == nil {
+			w.log.Warn("poller: heartbeat failed", "error", err)
+		}
+		return false, "", err
+	}
+	return true, r.Status, nil
+}
+
+func heartbeatSetter(status string, err error) func(*statusRecord) {
+	now := time.Now().UTC()
+	return func(r *statusRecord) {
+		r.LastHeartbeatAt = now
+		r.HeartbeatStatus, r.HeartbeatError = status, ""
+		if err != nil {
+			r.HeartbeatStatus, r.HeartbeatError = "", err.Error()
+		}
+	}
+}
+
+// activeTasks is the dispatcher consumer's ack-pending count: messages
+// handed to a handler and not finished. The consumer is shared by every
+// workspace, so it is the relay's load, not this workspace's alone.
+func (p *Poller) activeTasks(ctx context.Context) int {
+	if p.topo.Dispatcher == nil {
+		return 0
+	}
+	ictx, cancel := context.WithTimeout(ctx, 2*time.Second)
+	defer cancel()
+	info, err := p.topo.Dispatcher.Info(ictx)
+	if err != nil {
+		info = p.topo.Dispatcher.CachedInfo()
+	}
+	if info == nil {
+		return 0
+	}
+	return info.NumAckPending
+}
+
+const outcomeWindow = 20
+
+func (w *workspace) recordOutcome(err error) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.outcomes = append(w.outcomes, err != nil)
+	if len(w.outcomes) > outcomeWindow {
+		w.outcomes = w.outcomes[len(w.outcomes)-outcomeWindow:]
+	}
+	if err != nil {
+		w.sampleError = truncate(err.Error(), 200)
+	}
+}
+
+// errorRate is the share of failed polls among the recent ones, and the
+// last failure's message when any recent poll failed.
+func (w *workspace) errorRate() (float64, string) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if len(w.outcomes) == 0 {
+		return 0, ""
+	}
+	failed := 0
+	for _, f := range w.outcomes {
+		if f {
+			failed++
+		}
+	}
+	if failed == 0 {
+		return 0, ""
+	}
+	return float64(failed) / float64(len(w.outcomes)), w.sampleError
+}
+
+func (w *workspace) setPaused(v bool) (changed bool) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	changed = w.paused != v || w.lastStateAt.IsZero()
+	w.paused, w.lastStateAt = v, time.Now()
+	return changed
+}
+
+func (w *workspace) isPaused() bool {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.paused
+}
+
+func (w *workspace) stateKnown() bool {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return !w.lastStateAt.IsZero()
+}
+
+func (w *workspace) stateAge() time.Duration {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.lastStateAt.IsZero() {
+		return time.Duration(1<<63 - 1)
+	}
+	return time.Since(w.lastStateAt)
+}
+
+func (w *workspace) getNotBefore() time.Time {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.notBefore
+}
+
+func (w *workspace) setNotBefore(t time.Time) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if t.After(w.notBefore) {
+		w.notBefore = t
+	}
+}
+
+func (w *workspace) setReady() {
+	w.mu.Lock()
+	w.ready = true
+	w.mu.Unlock()
+}
+
+func (w *workspace) isReady() bool {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.ready
+}
+
+func truncate(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	return strings.ToValidUTF8(s[:n], "")
+}
+
+// sortedKeys is used for stable log output of skip counts.
+func sortedKeys(m map[string]int) []string {
+	ks := make([]string, 0, len(m))
+	for k := range m {
+		ks = append(ks, k)
+	}
+	sort.Strings(ks)
+	return ks
+}
