@@ -6,7 +6,6 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -16,7 +15,6 @@ import (
 	"os"
 	"path"
 	"path/filepath"
-	"strconv"
 	"strings"
 	"time"
 )
@@ -223,95 +221,44 @@ func validPluginName(name string) error {
 }
 
 // downloadPlugin sends the GET and returns the 200 response with its body
-// open. It builds the request from Config alone (the body is streamed with
-// its own cap, not read whole like other answers).
+// open. It shares the client's request building, rate-limit accounting and
+// error classification (http.go) but not Client.do, which reads a body
+// whole under MaxResponseBytes: an archive is streamed under its own cap.
 func (c *Client) downloadPlugin(ctx context.Context, name string, opts PluginOptions) (*http.Response, string, error) {
-	cfg := c.cfg
-	p := "/workspaces/" + url.PathEscape(cfg.WorkspaceID) + "/plugins/" + url.PathEscape(name) + "/download"
-	base := strings.TrimRight(cfg.PlatformURL, "/")
-	u := base + p
+	r := request{
+		method: http.MethodGet,
+		path:   c.selfPath("/plugins/" + url.PathEscape(name) + "/download"),
+		accept: "application/gzip",
+		// The archive is bounded by opts.Timeout, not RequestTimeout.
+		noTimeout: true,
+	}
 	if opts.Source != "" {
-		u += "?" + url.Values{"source": {opts.Source}}.Encode()
+		r.query = url.Values{"source": {opts.Source}}
 	}
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, u, nil)
+	req, err := c.newRequest(ctx, r)
 	if err != nil {
-		return nil, p, fmt.Errorf("%w: GET %s: %w", ErrInvalidArgument, p, err)
+		return nil, r.path, err
 	}
-	req.Header.Set("Authorization", "Bearer "+cfg.Token)
-	req.Header.Set("Accept", "application/gzip")
-	ua := cfg.UserAgent
-	if ua == "" {
-		ua = "molecule-relay"
-	}
-	req.Header.Set("User-Agent", ua)
-	if cfg.OrgID != "" {
-		req.Header.Set("X-Molecule-Org-Id", cfg.OrgID)
-		req.Header.Set("Origin", base)
-	}
-	hc := cfg.HTTPClient
-	if hc == nil {
-		hc = http.DefaultClient
-	}
-	resp, err := hc.Do(req)
+	resp, err := c.hc.Do(req)
 	if err != nil {
-		if cerr := ctx.Err(); cerr != nil {
-			return nil, p, fmt.Errorf("molecule: GET %s: %w", p, cerr)
-		}
-		return nil, p, fmt.Errorf("%w: GET %s: %w", ErrPlatformUnavailable, p, err)
+		return nil, r.path, c.transportError(ctx, r, err)
 	}
+	c.recordRateLimit(resp.Header)
 	if resp.StatusCode != http.StatusOK {
 		defer resp.Body.Close()
-		return nil, p, pluginAPIError(p, resp)
+		// An error body is small; an oversized one is cut, not an error.
+		body, _ := readBounded(resp.Body, 64<<10)
+		e := c.apiError(r, &response{status: resp.StatusCode, header: resp.Header, body: body})
+		if resp.StatusCode == http.StatusRequestEntityTooLarge {
+			e.kind = ErrPluginTooLarge
+		}
+		return nil, r.path, e
 	}
 	if resp.ContentLength > opts.MaxBytes {
 		resp.Body.Close()
-		return nil, p, fmt.Errorf("%w: plugin %s: archive is %d bytes, cap %d", ErrPluginTooLarge, name, resp.ContentLength, opts.MaxBytes)
+		return nil, r.path, fmt.Errorf("%w: plugin %s: archive is %d bytes, cap %d", ErrPluginTooLarge, name, resp.ContentLength, opts.MaxBytes)
 	}
-	return resp, p, nil
-}
-
-// pluginAPIError turns a non-200 download answer into an *APIError.
-func pluginAPIError(p string, resp *http.Response) *APIError {
-	raw, _ := io.ReadAll(io.LimitReader(resp.Body, 64<<10))
-	e := &APIError{Method: http.MethodGet, Path: p, StatusCode: resp.StatusCode}
-	e.Body = string(raw)
-	if len(raw) > 512 {
-		cut := 512
-		for cut > 0 && raw[cut]&0xC0 == 0x80 {
-			cut--
-		}
-		e.Body = string(raw[:cut])
-	}
-	var eb struct {
-		Error      string   `json:"error"`
-		Code       string   `json:"code"`
-		RetryAfter *float64 `json:"retry_after"`
-	}
-	if json.Unmarshal(raw, &eb) == nil {
-		e.Message, e.Code = eb.Error, eb.Code
-	}
-	if s, err := strconv.Atoi(strings.TrimSpace(resp.Header.Get("Retry-After"))); err == nil && s > 0 {
-		e.RetryAfter = time.Duration(s) * time.Second
-	} else if eb.RetryAfter != nil && *eb.RetryAfter > 0 {
-		e.RetryAfter = time.Duration(*eb.RetryAfter * float64(time.Second))
-	}
-	switch resp.StatusCode {
-	case http.StatusUnauthorized:
-		e.kind = ErrUnauthorized
-	case http.StatusNotFound:
-		if strings.TrimSpace(string(raw)) == "" {
-			e.kind = ErrTenantRouting
-		} else {
-			e.kind = ErrNotFound
-		}
-	case http.StatusRequestEntityTooLarge:
-		e.kind = ErrPluginTooLarge
-	case http.StatusTooManyRequests:
-		e.kind = ErrRateLimited
-	case http.StatusBadGateway, http.StatusServiceUnavailable, http.StatusGatewayTimeout:
-		e.kind = ErrPlatformUnavailable
-	}
-	return e
+	return resp, r.path, nil
 }
 
 // cappedReader fails with ErrPluginTooLarge once more than max bytes were

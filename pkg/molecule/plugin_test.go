@@ -17,6 +17,7 @@ import (
 	"time"
 
 	"github.com/molecule-ai/molecule-relay/pkg/molecule"
+	"github.com/molecule-ai/molecule-relay/pkg/molecule/moleculetest"
 )
 
 // entry is one tar entry of a test archive.
@@ -569,4 +570,70 @@ func gzipOf(t *testing.T, b []byte) []byte {
 		t.Fatal(err)
 	}
 	return buf.Bytes()
+}
+
+func doubleClient(t *testing.T, srv *moleculetest.Server, ws moleculetest.Workspace) *molecule.Client {
+	t.Helper()
+	c, err := molecule.New(molecule.Config{PlatformURL: srv.URL(), WorkspaceID: ws.ID, Token: ws.Token, MaxRetries: -1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return c
+}
+
+// TestInstallPluginFromDouble installs a plugin served by the platform
+// double and checks the Python SDK hash of what landed on disk.
+func TestInstallPluginFromDouble(t *testing.T) {
+	srv := moleculetest.NewServer()
+	t.Cleanup(srv.Close)
+	ws := srv.CreateWorkspace("ext-A")
+	srv.AddPlugin("echo-tools", map[string][]byte{
+		"plugin.yaml":           []byte("name: echo-tools\n"),
+		"rules.md":              []byte("- be kind\n"),
+		"scripts/setup.sh":      []byte("#!/bin/sh\n"),
+		"skills/echo/SKILL.md":  []byte("# Echo\n"),
+		"skills/echo/data.json": []byte(`{"k":1}`),
+	})
+	c := doubleClient(t, srv, ws)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	plugins := t.TempDir()
+
+	got, err := c.InstallPlugin(ctx, "echo-tools", molecule.PluginOptions{Dir: plugins})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got.Files != 5 || got.Source != "local://echo-tools" || got.Path != filepath.Join(plugins, "echo-tools") {
+		t.Errorf("InstalledPlugin = %+v", got)
+	}
+	b, err := os.ReadFile(filepath.Join(got.Path, "skills", "echo", "SKILL.md"))
+	if err != nil || string(b) != "# Echo\n" {
+		t.Errorf("SKILL.md = %q, %v", b, err)
+	}
+	if fi, err := os.Stat(filepath.Join(got.Path, "scripts", "setup.sh")); err != nil || fi.Mode().Perm() != 0o755 {
+		t.Errorf("setup.sh mode: %v %v", fi, err)
+	}
+	// Verified re-install with the hash the first install reported.
+	if _, err := c.InstallPlugin(ctx, "echo-tools", molecule.PluginOptions{Dir: plugins, ExpectedSHA256: got.SHA256}); err != nil {
+		t.Fatalf("verified re-install: %v", err)
+	}
+
+	// The double's errors come back classified.
+	_, err = c.InstallPlugin(ctx, "missing", molecule.PluginOptions{Dir: plugins})
+	if !errors.Is(err, molecule.ErrNotFound) {
+		t.Errorf("missing plugin: err = %v, want ErrNotFound", err)
+	}
+	_, err = c.InstallPlugin(ctx, "echo-tools", molecule.PluginOptions{Dir: plugins, Source: "github://acme/echo-tools"})
+	var ae *molecule.APIError
+	if !errors.As(err, &ae) || ae.StatusCode != http.StatusBadRequest {
+		t.Errorf("unknown source scheme: err = %v, want a 400 APIError", err)
+	}
+	other := srv.CreateWorkspace("ext-B")
+	bad, err := molecule.New(molecule.Config{PlatformURL: srv.URL(), WorkspaceID: ws.ID, Token: other.Token, MaxRetries: -1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := bad.InstallPlugin(ctx, "echo-tools", molecule.PluginOptions{Dir: plugins}); !errors.Is(err, molecule.ErrUnauthorized) {
+		t.Errorf("another workspace's token: err = %v, want ErrUnauthorized", err)
+	}
 }

@@ -2,8 +2,10 @@ package molecule_test
 
 import (
 	"bytes"
+	"context"
 	"encoding/json"
 	"errors"
+	"net/http"
 	"os"
 	"path/filepath"
 	"reflect"
@@ -12,6 +14,7 @@ import (
 	"time"
 
 	"github.com/molecule-ai/molecule-relay/pkg/molecule"
+	"github.com/molecule-ai/molecule-relay/pkg/molecule/moleculetest"
 )
 
 const (
@@ -559,4 +562,83 @@ func TestParseRowLongIDIsCut(t *testing.T) {
 	if !errors.As(err, &re) || re.ID != id {
 		t.Fatalf("RowError.ID not kept in full")
 	}
+}
+
+// TestParseRowDoubleFeed parses every row the double's feed serves for a
+// canvas message, a peer message, a self-message and the agent's own
+// notify, and checks the classification a poller relies on.
+func TestParseRowDoubleFeed(t *testing.T) {
+	srv := moleculetest.NewServer()
+	t.Cleanup(srv.Close)
+	a := srv.CreateWorkspace("ext-A")
+	b := srv.CreateWorkspace("ext-B")
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	ca := doubleClient(t, srv, a)
+	// The created rows default to push (PROTOCOL.md Part 3 §0): register poll.
+	for _, c := range []*molecule.Client{ca, doubleClient(t, srv, b)} {
+		if _, err := c.Register(ctx, molecule.RegisterRequest{Mode: molecule.DeliveryPoll}); err != nil {
+			t.Fatal(err)
+		}
+	}
+
+	if code, body, err := srv.SendCanvas(ctx, a.ID, "hello from canvas"); err != nil || code != http.StatusOK {
+		t.Fatalf("canvas send: %d %s %v", code, body, err)
+	}
+	if code, body, err := srv.SendPeer(ctx, b, a.ID, "hello from B"); err != nil || code != http.StatusOK {
+		t.Fatalf("peer send: %d %s %v", code, body, err)
+	}
+	if code, body, err := srv.SendPeer(ctx, a, a.ID, "note to self"); err != nil || code != http.StatusOK {
+		t.Fatalf("self send: %d %s %v", code, body, err)
+	}
+	if _, err := ca.Notify(ctx, "reply to canvas", nil); err != nil {
+		t.Fatal(err)
+	}
+
+	// The double writes queued rows before it answers (no WithAsyncRows).
+	page, err := ca.Activity(ctx, molecule.ActivityQuery{Type: "a2a_receive"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(page.Rows) != 4 {
+		t.Fatalf("%d rows, want 4", len(page.Rows))
+	}
+	byText := map[string]*molecule.Message{}
+	for _, r := range page.Rows {
+		m, err := molecule.ParseRow(r.JSON, a.ID)
+		if err != nil {
+			t.Fatalf("ParseRow(%s): %v", r.JSON, err)
+		}
+		if m.ActivityID != r.ID || !m.CreatedAt.Equal(r.CreatedAt) {
+			t.Errorf("row %s: id/created_at disagree with the client's: %s %v", r.ID, m.ActivityID, m.CreatedAt)
+		}
+		byText[m.Text] = m
+	}
+	for text, want := range map[string]struct {
+		sender molecule.Sender
+		source string
+		skip   string
+	}{
+		"hello from canvas": {molecule.SenderCanvasUser, "", ""},
+		"hello from B":      {molecule.SenderPeer, b.ID, ""},
+		"note to self":      {molecule.SenderSelf, a.ID, molecule.SkipSelf},
+		"reply to canvas":   {molecule.SenderCanvasUser, "", molecule.SkipOwnNotify},
+	} {
+		m := byText[text]
+		if m == nil {
+			t.Errorf("no row with text %q (have %v)", text, keys(byText))
+			continue
+		}
+		if m.Sender != want.sender || m.SourceID != want.source || m.Skip(false) != want.skip {
+			t.Errorf("%q: sender %d source %q skip %q, want %d %q %q", text, m.Sender, m.SourceID, m.Skip(false), want.sender, want.source, want.skip)
+		}
+	}
+}
+
+func keys(m map[string]*molecule.Message) []string {
+	var out []string
+	for k := range m {
+		out = append(out, k)
+	}
+	return out
 }
