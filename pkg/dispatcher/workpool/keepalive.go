@@ -1,0 +1,70 @@
+package workpool
+
+import (
+	"math/rand/v2"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+)
+
+// KeepAlive tells the server every interval that msg is still being worked
+// on (InProgress resets its AckWait), until stop is called. progress sends
+// an extra InProgress at once, at most once per interval/8 however often it
+// is called; it is safe from any goroutine and after stop (then a no-op).
+func KeepAlive(msg jetstream.Msg, interval time.Duration) (progress func(), stop func()) {
+	minGap := interval / 8
+	var last atomic.Int64
+	var stopped atomic.Bool
+	done := make(chan struct{})
+	send := func(force bool) {
+		if stopped.Load() {
+			return
+		}
+		now := time.Now().UnixNano()
+		prev := last.Load()
+		if !force && time.Duration(now-prev) < minGap {
+			return
+		}
+		if last.CompareAndSwap(prev, now) {
+			_ = msg.InProgress()
+		}
+	}
+	last.Store(time.Now().UnixNano())
+	go func() {
+		t := time.NewTicker(interval)
+		defer t.Stop()
+		for {
+			select {
+			case <-done:
+				return
+			case <-t.C:
+				send(true)
+			}
+		}
+	}()
+	var once sync.Once
+	return func() { send(false) }, func() {
+		once.Do(func() {
+			stopped.Store(true)
+			close(done)
+		})
+	}
+}
+
+// RetryDelay is the NakWithDelay delay before delivery+1:
+// min(maxDelay, base*2^(delivery-1)), with ±20% jitter. Plain Nak ignores a
+// consumer's BackOff (nats-server#4726), so the stages compute the delay.
+func RetryDelay(base, maxDelay time.Duration, delivery uint64) time.Duration {
+	if delivery < 1 {
+		delivery = 1
+	}
+	d := base
+	for i := uint64(1); i < delivery && d < maxDelay; i++ {
+		d *= 2
+	}
+	d = min(d, maxDelay)
+	jitter := 0.8 + 0.4*rand.Float64()
+	return time.Duration(float64(d) * jitter)
+}

@@ -1,0 +1,75 @@
+package dlq
+
+import (
+	"encoding/json"
+	"time"
+)
+
+// The durable records the stages keep in their key-value buckets. They live
+// here, beside the dead-letter tooling, because Replay must understand them:
+// a replayed message is only processed again if its record is gone.
+
+// Outcomes of a HandledRecord.
+const (
+	// OutcomeReplied: the handler answered and the reply was recorded.
+	OutcomeReplied = "replied"
+	// OutcomeNoReply: the handler answered "" (no reply).
+	OutcomeNoReply = "no_reply"
+	// OutcomeSuppressed: the handler answered, but the loop guard dropped
+	// the reply (the inbound message was itself a reply, or hit MaxHops).
+	OutcomeSuppressed = "suppressed"
+)
+
+// HandledRecord is the value of an events.BucketHandled key
+// (events.HandledKey). The dispatcher writes it with a create-only put after
+// the handler finished and before it publishes the reply and acks, so a
+// redelivery after a lost ack republishes Reply instead of running the
+// handler again.
+type HandledRecord struct {
+	// Outcome is OutcomeReplied, OutcomeNoReply or OutcomeSuppressed.
+	Outcome string `json:"outcome"`
+	// Reply is the events.Reply envelope exactly as published, when
+	// Outcome is OutcomeReplied.
+	Reply json.RawMessage `json:"reply,omitempty"`
+	// Delivery is the delivery on which the handler finished.
+	Delivery uint64 `json:"delivery"`
+	// HandledAt is when the handler finished.
+	HandledAt time.Time `json:"handled_at"`
+}
+
+// States of a ReplyRecord.
+const (
+	// StatePosting: a POST of the reply is about to be or has been sent;
+	// whether the platform processed it is unknown.
+	StatePosting = "posting"
+	// StateSent: the platform accepted the reply.
+	StateSent = "sent"
+)
+
+// Routes of a ReplyRecord.
+const (
+	// RouteNotify: POST /workspaces/:self/notify (canvas user, self).
+	RouteNotify = "notify"
+	// RouteA2A: POST /workspaces/:peer/a2a (peer agent).
+	RouteA2A = "a2a"
+)
+
+// ReplyRecord is the value of an events.BucketReplies key
+// (events.ReplyKey). The replier creates it in StatePosting before the POST
+// and moves it to StateSent after the platform accepted the reply, and only
+// then acks.
+type ReplyRecord struct {
+	// State is StatePosting or StateSent.
+	State string `json:"state"`
+	// Route is RouteNotify or RouteA2A.
+	Route string `json:"route"`
+	// PostingAt is when the latest POST attempt started (replier clock).
+	PostingAt time.Time `json:"posting_at"`
+	// SentAt is when the platform accepted the reply.
+	SentAt time.Time `json:"sent_at,omitzero"`
+	// Attempts counts POST attempts.
+	Attempts int `json:"attempts"`
+	// Reconciled is true when StateSent was concluded from the platform's
+	// activity feed rather than from a POST answer.
+	Reconciled bool `json:"reconciled,omitempty"`
+}
