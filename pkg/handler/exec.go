@@ -1,0 +1,203 @@
+package handler
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"strings"
+	"sync"
+	"time"
+)
+
+// Exit codes of an exec: program with a meaning (sysexits.h).
+const (
+	// ExitDataErr (EX_DATAERR, 65): the input is wrong; the message goes
+	// to the dead-letter stream without a retry.
+	ExitDataErr = 65
+	// ExitTempFail (EX_TEMPFAIL, 75): try again later. Any other non-zero
+	// exit is retried too.
+	ExitTempFail = 75
+)
+
+// stderrTail is how much of a failed program's stderr an error keeps.
+const stderrTail = 2048
+
+// pipeGrace is how long output is still read after the program exited and
+// its process group was killed, for a descendant that escaped the group
+// but holds the pipes open.
+const pipeGrace = 2 * time.Second
+
+// passEnv are the variables of the relay's environment an exec: program
+// inherits.
+var passEnv = []string{"PATH", "HOME", "LANG", "TZ"}
+
+// ErrOutputTooLarge is matched when a reply exceeds Options.MaxOutputBytes.
+// It also matches ErrPermanent.
+var ErrOutputTooLarge = fmt.Errorf("%w: reply exceeds the output limit", ErrPermanent)
+
+// ExitError is returned when an exec: program exits non-zero. It matches
+// ErrPermanent when Code is ExitDataErr.
+type ExitError struct {
+	// Program is the program as the spec named it.
+	Program string
+	// Code is the exit status; -1 if the program was killed by a signal.
+	Code int
+	// Stderr is the last 2 KiB of the program's stderr.
+	Stderr string
+}
+
+func (e *ExitError) Error() string {
+	what := fmt.Sprintf("exit status %d", e.Code)
+	switch e.Code {
+	case -1:
+		what = "killed by a signal"
+	case ExitDataErr:
+		what += " (EX_DATAERR)"
+	case ExitTempFail:
+		what += " (EX_TEMPFAIL)"
+	}
+	msg := fmt.Sprintf("handler: exec %s: %s", e.Program, what)
+	if s := strings.TrimSpace(e.Stderr); s != "" {
+		msg += ": " + s
+	}
+	return msg
+}
+
+// Is makes errors.Is(err, ErrPermanent) true for EX_DATAERR.
+func (e *ExitError) Is(target error) bool { return target == ErrPermanent && e.Code == ExitDataErr }
+
+type execHandler struct {
+	program string // as written in the spec, for errors
+	path    string
+	args    []string
+	opts    Options
+}
+
+// NewExec returns the exec: handler. Each call runs program with args
+// (no shell), in its own process group, with the Payload JSON on stdin and
+// only the environment Options.Env describes. The reply is the trimmed
+// stdout. A non-zero exit is an *ExitError: EX_DATAERR (65) is permanent,
+// everything else, EX_TEMPFAIL (75) included, is retried. When the call's
+// deadline passes, the whole process group is killed (SIGKILL) and the
+// error wraps the context's error; the group is also killed when the
+// program exits, so no background descendant outlives the call.
+func NewExec(program string, args []string, opts Options) (Handler, error) {
+	opts.SetDefaults()
+	if err := opts.Validate(); err != nil {
+		return nil, err
+	}
+	path, err := resolveProgram(program)
+	if err != nil {
+		return nil, err
+	}
+	return &execHandler{program: program, path: path, args: args, opts: opts}, nil
+}
+
+func (h *execHandler) String() string { return "exec:" + h.program }
+
+func (h *execHandler) env() []string {
+	env := make([]string, 0, len(passEnv)+len(h.opts.Env))
+	for _, k := range passEnv {
+		if v, ok := os.LookupEnv(k); ok {
+			env = append(env, k+"="+v)
+		}
+	}
+	// exec.Cmd keeps the last value of a duplicated key.
+	return append(env, h.opts.Env...)
+}
+
+func (h *execHandler) Handle(ctx context.Context, req *Request) (string, error) {
+	in, err := marshalPayload(req)
+	if err != nil {
+		return "", err
+	}
+	ctx, cancel := context.WithTimeout(ctx, h.opts.Timeout)
+	defer cancel()
+	log := loggerOf(req)
+
+	// Our own pipes rather than exec's copying goroutines: Wait then
+	// returns when the program exits, even if a descendant holds a pipe.
+	inR, inW, err := os.Pipe()
+	if err != nil {
+		return "", fmt.Errorf("handler: exec %s: %w", h.program, err)
+	}
+	defer inW.Close()
+	outR, outW, err := os.Pipe()
+	if err != nil {
+		inR.Close()
+		return "", fmt.Errorf("handler: exec %s: %w", h.program, err)
+	}
+	defer outR.Close()
+	errR, errW, err := os.Pipe()
+	if err != nil {
+		inR.Close()
+		outW.Close()
+		return "", fmt.Errorf("handler: exec %s: %w", h.program, err)
+	}
+	defer errR.Close()
+
+	cmd := exec.CommandContext(ctx, h.path, h.args...)
+	cmd.Env = h.env()
+	cmd.Stdin, cmd.Stdout, cmd.Stderr = inR, outW, errW
+	setProcessGroup(cmd)
+	start := time.Now()
+	err = cmd.Start()
+	inR.Close()
+	outW.Close()
+	errW.Close()
+	if err != nil {
+		return "", fmt.Errorf("handler: exec %s: start: %w", h.program, err)
+	}
+	log.Debug("exec started", "program", h.program, "pid", cmd.Process.Pid)
+
+	stdout := &capBuffer{max: h.opts.MaxOutputBytes}
+	stderr := &tailBuffer{max: stderrTail}
+	var wg sync.WaitGroup
+	wg.Add(3)
+	go func() {
+		defer wg.Done()
+		// A program that does not read its stdin gets EPIPE here; fine.
+		_, _ = inW.Write(in)
+		_ = inW.Close()
+	}()
+	go func() { defer wg.Done(); _, _ = io.Copy(stdout, outR) }()
+	go func() { defer wg.Done(); _, _ = io.Copy(stderr, errR) }()
+
+	stop := keepAlive(ctx, req, h.opts.ProgressInterval)
+	waitErr := cmd.Wait()
+	stop()
+	killGroup(cmd)
+	_ = inW.Close() // unblocks the stdin writer if nobody reads
+	drained := make(chan struct{})
+	go func() { wg.Wait(); close(drained) }()
+	select {
+	case <-drained:
+	case <-time.After(pipeGrace):
+		log.Warn("exec: a descendant outside the process group holds the output open; closing it", "program", h.program)
+		outR.Close()
+		errR.Close()
+		<-drained
+	}
+	elapsed := time.Since(start)
+
+	if ctxErr := ctx.Err(); ctxErr != nil {
+		return "", fmt.Errorf("handler: exec %s: killed after %s: %w", h.program, elapsed.Round(time.Millisecond), ctxErr)
+	}
+	if waitErr != nil {
+		var ee *exec.ExitError
+		if errors.As(waitErr, &ee) {
+			xe := &ExitError{Program: h.program, Code: ee.ExitCode(), Stderr: stderr.String()}
+			log.Debug("exec failed", "program", h.program, "code", xe.Code, "elapsed", elapsed)
+			return "", xe
+		}
+		return "", fmt.Errorf("handler: exec %s: %w", h.program, waitErr)
+	}
+	if stdout.overflow {
+		return "", fmt.Errorf("%w: exec %s wrote more than %d bytes to stdout", ErrOutputTooLarge, h.program, h.opts.MaxOutputBytes)
+	}
+	log.Debug("exec done", "program", h.program, "elapsed", elapsed, "reply_bytes", len(stdout.buf))
+	return strings.TrimSpace(string(stdout.buf)), nil
+}
