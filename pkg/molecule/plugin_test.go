@@ -27,7 +27,6 @@ type entry struct {
 	body     string
 	mode     int64
 	linkname string
-	size     int64 // overrides len(body) in the header when set
 }
 
 func file(name, body string) entry {
