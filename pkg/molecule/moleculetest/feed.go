@@ -160,52 +160,47 @@ func (q *activityQuery) match(r *row, cutoff time.Time) bool {
 }
 
 // query runs q. With sinceID it answers ascending rows created strictly
-// after the cursor row; otherwise newest first. The JSON array is built
-// under the read lock from the pre-encoded rows.
-func (f *feed) query(q *activityQuery, buf []byte) ([]byte, bool) {
+// after the cursor row; otherwise newest first. It returns the rows'
+// pre-encoded JSON (immutable once committed, so the caller writes them
+// after the lock is released), or false when the cursor is not on this
+// feed.
+func (f *feed) query(q *activityQuery) ([][]byte, bool) {
 	var cutoff time.Time
 	if q.sinceSecs > 0 {
 		cutoff = time.Now().Add(-time.Duration(q.sinceSecs) * time.Second)
 	}
 	f.mu.RLock()
 	defer f.mu.RUnlock()
-	buf = append(buf, '[')
-	n := 0
-	add := func(r *row) {
-		if n > 0 {
-			buf = append(buf, ',')
-		}
-		buf = append(buf, r.json...)
-		n++
-	}
+	var out [][]byte
 	if q.sinceID != "" {
 		c := f.byID[q.sinceID]
 		if c == nil {
 			return nil, false
 		}
 		start := sort.Search(len(f.rows), func(i int) bool { return f.rows[i].createdAt.After(c.createdAt) })
-		for i := start; i < len(f.rows) && n < q.limit; i++ {
+		out = make([][]byte, 0, min(q.limit, len(f.rows)-start))
+		for i := start; i < len(f.rows) && len(out) < q.limit; i++ {
 			if q.match(f.rows[i], cutoff) {
-				add(f.rows[i])
+				out = append(out, f.rows[i].json)
 			}
 		}
-	} else {
-		end := len(f.rows)
-		if q.hasBefore {
-			end = sort.Search(len(f.rows), func(i int) bool { return !f.rows[i].createdAt.Before(q.before) })
+		return out, true
+	}
+	end := len(f.rows)
+	if q.hasBefore {
+		end = sort.Search(len(f.rows), func(i int) bool { return !f.rows[i].createdAt.Before(q.before) })
+	}
+	out = make([][]byte, 0, min(q.limit, end))
+	for i := end - 1; i >= 0 && len(out) < q.limit; i-- {
+		r := f.rows[i]
+		if q.sinceSecs > 0 && r.createdAt.Before(cutoff) {
+			break
 		}
-		for i := end - 1; i >= 0 && n < q.limit; i-- {
-			r := f.rows[i]
-			if q.sinceSecs > 0 && r.createdAt.Before(cutoff) {
-				break
-			}
-			if q.match(r, cutoff) {
-				add(r)
-			}
+		if q.match(r, cutoff) {
+			out = append(out, r.json)
 		}
 	}
-	buf = append(buf, ']')
-	return buf, true
+	return out, true
 }
 
 // encodeRowNew renders a row as the NEW platform does: keys in

@@ -220,7 +220,9 @@ func TestPauseResume(t *testing.T) {
 		{"paused sends", func() resp {
 			return call(t, s, "POST", "/workspaces/"+b.ID+"/a2a", hdr("Authorization", "Bearer "+a.Token, "X-Workspace-ID", a.ID), canvasMsg)
 		}, 200, queued, "paused"},
-		{"notify while paused", func() resp { return call(t, s, "POST", "/workspaces/"+a.ID+"/notify", bearerH(a.Token), `{"message":"x"}`) }, 200, `{"status":"sent"}`, "paused"},
+		{"notify while paused", func() resp {
+			return call(t, s, "POST", "/workspaces/"+a.ID+"/notify", bearerH(a.Token), `{"message":"x"}`)
+		}, 200, `{"status":"sent"}`, "paused"},
 		{"heartbeat keeps paused", func() resp {
 			return call(t, s, "POST", "/registry/heartbeat", bearerH(a.Token), `{"workspace_id":"`+a.ID+`"}`)
 		}, 200, "", "paused"},

@@ -9,6 +9,7 @@ import (
 	"sort"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 )
 
@@ -323,12 +324,45 @@ func (s *Server) handleActivity(w http.ResponseWriter, r *http.Request, id strin
 		writeRaw(w, http.StatusOK, []byte("[]"))
 		return
 	}
-	out, ok := f.query(&q, make([]byte, 0, 4096))
+	rows, ok := f.query(&q)
 	if !ok {
 		writeRaw(w, http.StatusGone, []byte(cursorGone))
 		return
 	}
-	writeRaw(w, http.StatusOK, out)
+	writeRows(w, rows)
+}
+
+// pagePool recycles activity page buffers (a page of 500 rows is a few
+// hundred KB).
+var pagePool sync.Pool
+
+// writeRows writes a JSON array of pre-encoded rows in one write, from an
+// exactly sized pooled buffer.
+func writeRows(w http.ResponseWriter, rows [][]byte) {
+	size := 2
+	for _, r := range rows {
+		size += len(r) + 1
+	}
+	var buf []byte
+	if p, ok := pagePool.Get().(*[]byte); ok && cap(*p) >= size {
+		buf = (*p)[:0]
+	} else {
+		buf = make([]byte, 0, size)
+	}
+	buf = append(buf, '[')
+	for i, r := range rows {
+		if i > 0 {
+			buf = append(buf, ',')
+		}
+		buf = append(buf, r...)
+	}
+	buf = append(buf, ']')
+	h := w.Header()
+	h.Set("Content-Type", "application/json; charset=utf-8")
+	h.Set("Content-Length", strconv.Itoa(len(buf)))
+	w.WriteHeader(http.StatusOK)
+	_, _ = w.Write(buf)
+	pagePool.Put(&buf)
 }
 
 var selfReportTypes = map[string]bool{
