@@ -26,11 +26,18 @@ import (
 //   - the server's advisory $JS.EVENT.ADVISORY.CONSUMER.MAX_DELIVERIES.<stream>.<consumer>,
 //     received on a queue subscription so one worker handles each; it is
 //     only seen by a process that is subscribed when it fires;
-//   - a scan: the server moves the consumer's ack floor past a message that
-//     hit MaxDeliver, and a work-queue stream deletes acked messages, so a
-//     message still stored at or below the ack floor is a leftover. Acks
-//     move the floor before the stream deletes the message, so a candidate
-//     is only moved if it is still stored after a grace period.
+//   - a scan for when nobody heard the advisory (a Lambda drain, say). In a
+//     work-queue stream an acked message is deleted, so a stored message
+//     the consumer has already delivered is either pending (awaiting ack or
+//     redelivery, counted in NumAckPending) or dead. When the consumer has
+//     nothing pending, every stored message up to its delivered sequence is
+//     dead; so is one at or below the ack floor. (The server does not move
+//     the ack floor past a max-delivered message reliably — observed on
+//     nats-server 2.15 — so the floor alone is not enough.) With messages
+//     pending the scan cannot tell the dead from the pending and leaves
+//     them to a quieter moment or to the advisory. An ack is recorded
+//     before the stream deletes the message, so a candidate is only moved
+//     if it is still stored after a grace period.
 
 // advisoryPrefix is the subject prefix of max-deliveries advisories.
 const advisoryPrefix = "$JS.EVENT.ADVISORY.CONSUMER.MAX_DELIVERIES"
@@ -145,7 +152,8 @@ func move(ctx context.Context, js jetstream.JetStream, t SweepTarget, seq, deliv
 }
 
 // SweepOnce scans the target's stream for messages that hit MaxDeliver
-// without an acknowledgement and moves them to the dead-letter stream. It
+// without an acknowledgement and moves them to the dead-letter stream (see
+// the scan above: it finds them when the consumer has nothing pending). It
 // makes one consumer-info call; when it finds candidates it waits
 // SweepGrace before moving them. It returns how many it moved.
 func SweepOnce(ctx context.Context, js jetstream.JetStream, t SweepTarget) (int, error) {
@@ -154,6 +162,9 @@ func SweepOnce(ctx context.Context, js jetstream.JetStream, t SweepTarget) (int,
 		return 0, fmt.Errorf("dlq: sweep consumer info: %w", err)
 	}
 	floor := info.AckFloor.Stream
+	if info.NumAckPending == 0 {
+		floor = max(floor, info.Delivered.Stream)
+	}
 	if floor == 0 {
 		return 0, nil
 	}
