@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/molecule-ai/molecule-relay/internal/natstest"
@@ -24,6 +25,7 @@ import (
 type env struct {
 	t    *testing.T
 	ns   *natstest.Server
+	nc   *nats.Conn
 	js   jetstream.JetStream
 	topo *events.Topology
 	plat *moleculetest.Server
@@ -33,14 +35,14 @@ type env struct {
 func newEnv(t *testing.T, opts ...moleculetest.Option) *env {
 	t.Helper()
 	ns := natstest.Start(t)
-	_, js := natstest.Connect(t, ns.ClientURL())
+	nc, js := natstest.Connect(t, ns.ClientURL())
 	topo, err := events.EnsureTopology(ctx(t), js, events.TopologyConfig{})
 	if err != nil {
 		t.Fatalf("topology: %v", err)
 	}
 	plat := moleculetest.NewServer(opts...)
 	t.Cleanup(plat.Close)
-	return &env{t: t, ns: ns, js: js, topo: topo, plat: plat, ws: plat.CreateWorkspace("agent-a")}
+	return &env{t: t, ns: ns, nc: nc, js: js, topo: topo, plat: plat, ws: plat.CreateWorkspace("agent-a")}
 }
 
 func ctx(t *testing.T) context.Context {
@@ -223,3 +225,43 @@ func assertExactlyOnce(t *testing.T, got []*events.Inbound, want []string) {
 		t.Errorf("unexpected activity %s published %d times", id, n)
 	}
 }
+
+// run starts p.Run in the background; the returned function cancels it and
+// returns Run's error.
+func run(t *testing.T, p *poller.Poller) (stop func() error) {
+	t.Helper()
+	c, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- p.Run(c) }()
+	var once bool
+	var err error
+	stop = func() error {
+		if !once {
+			once = true
+			cancel()
+			select {
+			case err = <-done:
+			case <-time.After(10 * time.Second):
+				t.Errorf("Run did not return within 10s of cancel")
+			}
+		}
+		return err
+	}
+	t.Cleanup(func() { _ = stop() })
+	return stop
+}
+
+// waitSeeded waits until a running poller registered ws and seeded its
+// cursor, so later messages are new ones.
+func (e *env) waitSeeded(ws string) {
+	e.t.Helper()
+	waitFor(e.t, 10*time.Second, "workspace registered and cursor seeded", func() bool {
+		if e.plat.Status(ws).DeliveryMode != "poll" {
+			return false
+		}
+		_, err := e.topo.Cursors.Get(ctx(e.t), ws)
+		return err == nil
+	})
+}
+
+func jsonUnmarshal(b []byte, v any) error { return json.Unmarshal(b, v) }

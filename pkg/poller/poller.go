@@ -16,7 +16,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"sort"
 	"strings"
 	"sync"
 	"time"
@@ -176,8 +175,8 @@ func (r Result) Published() int {
 	return n
 }
 
-// Status reads what the poller last observed of each configured workspace
-// (ReadStatus for the configured ids).
+// Status reads what the poller last observed of each configured workspace,
+// in configuration order (ReadStatus for the configured ids).
 func (p *Poller) Status(ctx context.Context) ([]WorkspaceStatus, error) {
 	ids := make([]string, len(p.ws))
 	for i, w := range p.ws {
@@ -628,14 +627,4 @@ func truncate(s string, n int) string {
 		return s
 	}
 	return strings.ToValidUTF8(s[:n], "")
-}
-
-// sortedKeys is used for stable log output of skip counts.
-func sortedKeys(m map[string]int) []string {
-	ks := make([]string, 0, len(m))
-	for k := range m {
-		ks = append(ks, k)
-	}
-	sort.Strings(ks)
-	return ks
 }

@@ -210,8 +210,8 @@ type WorkspaceStatus struct {
 }
 
 // ReadStatus reads the status and cursor buckets of topo for the given
-// workspaces, or for every workspace either bucket knows when ids is empty.
-// The result is sorted by workspace id.
+// workspaces, in that order, or for every workspace either bucket knows,
+// sorted by id, when ids is empty.
 func ReadStatus(ctx context.Context, topo *events.Topology, ids ...string) ([]WorkspaceStatus, error) {
 	if topo == nil || topo.Status == nil || topo.Cursors == nil {
 		return nil, fmt.Errorf("%w: topology without status or cursor bucket", ErrInvalidConfig)
@@ -230,8 +230,8 @@ func ReadStatus(ctx context.Context, topo *events.Topology, ids ...string) ([]Wo
 		for k := range set {
 			ids = append(ids, k)
 		}
+		sort.Strings(ids)
 	}
-	sort.Strings(ids)
 	out := make([]WorkspaceStatus, 0, len(ids))
 	for _, ws := range ids {
 		r, _, err := loadStatus(ctx, topo.Status, ws)
