@@ -9,6 +9,7 @@ import (
 	"io"
 	"math"
 	"net/http"
+	"strconv"
 	"strings"
 	"syscall"
 	"time"
@@ -91,8 +92,8 @@ func (s *Server) handleA2A(w http.ResponseWriter, r *http.Request, id string, bo
 }
 
 func (s *Server) recordA2A(to, caller string, body []byte, status int) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
+	s.logMu.Lock()
+	defer s.logMu.Unlock()
 	s.a2aCalls[to] = append(s.a2aCalls[to], A2ACall{To: to, CallerID: caller, Body: json.RawMessage(body), Status: status, At: time.Now()})
 }
 
@@ -180,7 +181,7 @@ func (s *Server) push(w http.ResponseWriter, id, name, source, agentURL, status 
 		respBody, err = io.ReadAll(io.LimitReader(resp.Body, maxAgentResponse))
 		resp.Body.Close()
 		if err != nil && !isQueueable(ctx, err) {
-			s.errorRow(f, id, name, source, method, logged, start, err)
+			s.errorRow(f, id, name, source, method, logged, start, err.Error())
 			writeJSON(w, http.StatusBadGateway, map[string]any{"error": "failed to read agent response", "delivery_confirmed": false})
 			s.recordA2A(id, source, fwd, http.StatusBadGateway)
 			return
@@ -188,9 +189,11 @@ func (s *Server) push(w http.ResponseWriter, id, name, source, agentURL, status 
 	}
 	if err != nil {
 		if isQueueable(ctx, err) {
-			detail := err
+			// The platform's dispatch context is cancelled on its idle
+			// timeout, so the row reads "context canceled".
+			detail := err.Error()
 			if errors.Is(err, context.DeadlineExceeded) {
-				detail = fmt.Errorf("Post %q: %w", agentURL, context.Canceled)
+				detail = "Post " + strconv.Quote(agentURL) + ": " + context.Canceled.Error()
 			}
 			s.errorRow(f, id, name, source, method, logged, start, detail)
 			qid, depth := s.enqueue(id, messageID(m))
@@ -201,7 +204,7 @@ func (s *Server) push(w http.ResponseWriter, id, name, source, agentURL, status 
 			s.recordA2A(id, source, fwd, http.StatusAccepted)
 			return
 		}
-		s.errorRow(f, id, name, source, method, logged, start, err)
+		s.errorRow(f, id, name, source, method, logged, start, err.Error())
 		writeError(w, http.StatusBadGateway, "failed to reach workspace agent")
 		s.recordA2A(id, source, fwd, http.StatusBadGateway)
 		return
@@ -261,11 +264,11 @@ func isQueueable(ctx context.Context, err error) bool {
 		errors.Is(err, io.ErrUnexpectedEOF) || errors.Is(err, syscall.ECONNRESET)
 }
 
-func (s *Server) errorRow(f *feed, id, name, source, method string, logged []byte, start time.Time, err error) {
+func (s *Server) errorRow(f *feed, id, name, source, method string, logged []byte, start time.Time, detail string) {
 	rw := &row{
 		id: newUUID(), workspaceID: id, activityType: "a2a_receive", sourceID: source, targetID: id,
-		method: method, summary: "A2A request to " + name + " failed: " + err.Error(), requestBody: logged,
-		durationMS: int(time.Since(start).Milliseconds()), hasDuration: true, status: "error", errorDetail: err.Error(),
+		method: method, summary: "A2A request to " + name + " failed: " + detail, requestBody: logged,
+		durationMS: int(time.Since(start).Milliseconds()), hasDuration: true, status: "error", errorDetail: detail,
 	}
 	f.commit(rw, s.encodeRow)
 	s.publish(id, "ACTIVITY_LOGGED", s.activityEvent(rw))

@@ -10,6 +10,9 @@
 // version's semantics). Rows delayed by WithLateCommit keep the created_at
 // they were given when accepted and become visible behind newer rows, which
 // is how the real platform loses rows under a tight since_id poller.
+// created_at (and removed_at) are rendered as the platform's Go encoder
+// renders a microsecond timestamp: RFC 3339 in UTC with trailing zeros of
+// the fraction trimmed ("…:36.7457Z", or "…:36Z" on a whole second).
 package moleculetest
 
 import (
@@ -141,8 +144,12 @@ type Server struct {
 	tokens     map[string]*token
 	globals    map[string]string
 	plugins    map[string]map[string][]byte
-	notifies   map[string][]Notification
-	a2aCalls   map[string][]A2ACall
+
+	// logMu guards the notify and A2A call logs, apart from mu so that
+	// writers do not contend with token checks.
+	logMu    sync.Mutex
+	notifies map[string][]Notification
+	a2aCalls map[string][]A2ACall
 
 	bus bus
 
@@ -310,8 +317,8 @@ type Notification struct {
 
 // Notifications returns the notifies a workspace posted, in order.
 func (s *Server) Notifications(id string) []Notification {
-	s.mu.RLock()
-	defer s.mu.RUnlock()
+	s.logMu.Lock()
+	defer s.logMu.Unlock()
 	return append([]Notification(nil), s.notifies[id]...)
 }
 
@@ -331,8 +338,8 @@ type A2ACall struct {
 // or on New the workspace owning the bearer), "" for a canvas caller. Body
 // is the normalised JSON-RPC request.
 func (s *Server) A2ACalls(to string) []A2ACall {
-	s.mu.RLock()
-	defer s.mu.RUnlock()
+	s.logMu.Lock()
+	defer s.logMu.Unlock()
 	return append([]A2ACall(nil), s.a2aCalls[to]...)
 }
 

@@ -265,9 +265,9 @@ func (s *Server) handleNotify(w http.ResponseWriter, _ *http.Request, id string,
 		ev["attachments"] = attRaw
 	}
 	s.publish(id, "AGENT_MESSAGE", ev)
-	s.mu.Lock()
+	s.logMu.Lock()
 	s.notifies[id] = append(s.notifies[id], Notification{WorkspaceID: id, Message: msg, Attachments: attRaw, At: time.Now()})
-	s.mu.Unlock()
+	s.logMu.Unlock()
 	writeJSON(w, http.StatusOK, map[string]string{"status": "sent"})
 }
 
