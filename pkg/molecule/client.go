@@ -157,6 +157,8 @@ type Client struct {
 
 	discMu sync.Mutex
 	disc   map[string]discEntry
+
+	counts requestCounts
 }
 
 // New validates cfg, applies defaults and returns a Client. It makes no

@@ -692,3 +692,26 @@ func TestTenantHeaders(t *testing.T) {
 		t.Fatalf("heartbeat headers = %v", last.Header)
 	}
 }
+
+func TestRequestCountsByStatus(t *testing.T) {
+	srv := moleculetest.NewServer()
+	t.Cleanup(srv.Close)
+	ws := srv.CreateWorkspace("counted")
+	c, err := molecule.New(molecule.Config{PlatformURL: srv.URL(), WorkspaceID: ws.ID, Token: ws.Token, MaxRetries: -1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	if _, err := c.State(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.Notify(ctx, "", nil); err == nil {
+		t.Fatal("empty notify accepted client-side or by the double")
+	}
+	srv.InjectFault(moleculetest.Fault{Method: "GET", PathPrefix: "/workspaces/" + ws.ID + "/state", Status: 503, Count: 1})
+	_, _ = c.State(ctx)
+	got := c.RequestCounts()
+	if got[200] != 1 || got[503] != 1 {
+		t.Fatalf("counts %v; want one 200 and one 503", got)
+	}
+}

@@ -85,9 +85,11 @@ func (c *Client) attempt(ctx context.Context, r request) (*response, error) {
 	}
 	resp, err := c.hc.Do(req)
 	if err != nil {
+		c.counts.add(0)
 		return nil, c.transportError(parent, r, err)
 	}
 	defer resp.Body.Close()
+	c.counts.add(resp.StatusCode)
 	c.recordRateLimit(resp.Header)
 
 	ok := resp.StatusCode >= 200 && resp.StatusCode < 300
