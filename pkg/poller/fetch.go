@@ -321,8 +321,11 @@ func skipReason(m *molecule.Message, allowSelf bool) string {
 	return m.Skip(allowSelf)
 }
 
-// inbound builds the envelope of a parsed message.
-func inbound(ws string, m *molecule.Message, polledAt time.Time) events.Inbound {
+// Envelope builds the Inbound envelope of a parsed activity row of
+// workspace ws: Source canvas_user for a canvas user or cron (Cron set),
+// peer_agent with SourceWorkspaceID for a peer, self for a self-message;
+// the row is kept in Raw. polledAt is when the row was read.
+func Envelope(ws string, m *molecule.Message, polledAt time.Time) events.Inbound {
 	env := events.Inbound{
 		WorkspaceID: ws, ActivityID: m.ActivityID, Method: m.Method, MessageID: m.MessageID, Role: m.Role,
 		Text: m.Text, InReplyTo: m.InReplyTo, Hops: m.Hops,
@@ -400,7 +403,7 @@ func (p *Poller) deliver(ctx context.Context, w *workspace, rows []molecule.Acti
 		if m.CreatedAt.IsZero() {
 			m.CreatedAt = row.CreatedAt
 		}
-		data, err := inbound(w.id, m, polledAt).Marshal()
+		data, err := Envelope(w.id, m, polledAt).Marshal()
 		if err != nil {
 			return fmt.Errorf("poller: encode inbound %s: %w", m.ActivityID, err)
 		}
