@@ -13,6 +13,7 @@ package poller
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -146,6 +147,21 @@ type WorkspaceResult struct {
 	Stopped bool
 	// Err is the cycle's failure, nil on success.
 	Err error
+}
+
+// MarshalJSON renders the result with Generation as "new"/"old"/"unknown"
+// and Err as its message (for `poll --once --json` and Lambda answers).
+func (r WorkspaceResult) MarshalJSON() ([]byte, error) {
+	type plain WorkspaceResult
+	out := struct {
+		plain
+		Generation string `json:"Generation"`
+		Err        string `json:"Err,omitempty"`
+	}{plain: plain(r), Generation: r.Generation.String()}
+	if r.Err != nil {
+		out.Err = r.Err.Error()
+	}
+	return json.Marshal(out)
 }
 
 // Result is what RunOnce did, one entry per configured workspace, in

@@ -464,3 +464,14 @@ func TestConfigValidation(t *testing.T) {
 		t.Fatalf("defaults: %v", err)
 	}
 }
+
+func TestResultJSONShowsErrorAndGeneration(t *testing.T) {
+	r := poller.Result{Workspaces: []poller.WorkspaceResult{{WorkspaceID: "w", Generation: molecule.GenerationOld, Err: errors.New("boom")}}}
+	b, err := json.Marshal(r)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if s := string(b); !strings.Contains(s, `"Err":"boom"`) || !strings.Contains(s, `"Generation":"old"`) || !strings.Contains(s, `"WorkspaceID":"w"`) {
+		t.Fatalf("json: %s", b)
+	}
+}
