@@ -1,0 +1,129 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"flag"
+	"fmt"
+	"time"
+
+	"github.com/molecule-ai/molecule-relay/pkg/config"
+	"github.com/molecule-ai/molecule-relay/pkg/relay"
+)
+
+// stageFlags are the flags shared by connect, poll, dispatch and reply.
+type stageFlags struct {
+	once bool
+	idle time.Duration
+	json bool
+}
+
+// parseConfig binds the config flags plus extra to a flag set, parses args
+// and validates the configuration for need. Any failure is a usageError.
+func parseConfig(env *cliEnv, name string, args []string, need config.Requirement, extra func(*flag.FlagSet)) (*config.Config, error) {
+	fs := flag.NewFlagSet("molecule-relay "+name, flag.ContinueOnError)
+	fs.SetOutput(env.stderr)
+	fl := config.BindFlags(fs)
+	if extra != nil {
+		extra(fs)
+	}
+	if err := fs.Parse(args); err != nil {
+		if err == flag.ErrHelp {
+			return nil, err
+		}
+		return nil, usageError{err}
+	}
+	if fs.NArg() > 0 {
+		return nil, usageError{fmt.Errorf("unexpected argument %q", fs.Arg(0))}
+	}
+	cfg, err := config.Load(fl, env.environ)
+	if err != nil {
+		return nil, usageError{err}
+	}
+	if err := cfg.Validate(need); err != nil {
+		return nil, usageError{err}
+	}
+	return cfg, nil
+}
+
+func (s *stageFlags) bind(fs *flag.FlagSet) {
+	fs.BoolVar(&s.once, "once", false, "do one bounded run and exit: 0 when everything was delivered, 1 when something failed or was dead-lettered")
+	fs.DurationVar(&s.idle, "idle", time.Second, "with --once: how long an empty queue must stay empty to count as drained")
+	fs.BoolVar(&s.json, "json", false, "with --once: print the run's report as JSON")
+}
+
+func runConnect(ctx context.Context, env *cliEnv, args []string) error {
+	return runStages(ctx, env, "connect", args, relay.All, config.NeedPlatform|config.NeedHandler)
+}
+
+func runStage(which string) func(context.Context, *cliEnv, []string) error {
+	return func(ctx context.Context, env *cliEnv, args []string) error {
+		switch which {
+		case "poll":
+			return runStages(ctx, env, which, args, relay.Stages{Poll: true}, config.NeedPlatform)
+		case "dispatch":
+			return runStages(ctx, env, which, args, relay.Stages{Dispatch: true}, config.NeedHandler)
+		default:
+			return runStages(ctx, env, which, args, relay.Stages{Reply: true}, config.NeedPlatform)
+		}
+	}
+}
+
+func runStages(ctx context.Context, env *cliEnv, name string, args []string, stages relay.Stages, need config.Requirement) error {
+	var sf stageFlags
+	cfg, err := parseConfig(env, name, args, need, sf.bind)
+	if err != nil {
+		return err
+	}
+	log := cfg.NewLogger(env.stderr)
+	rt, err := relay.Open(ctx, cfg, log)
+	if err != nil {
+		return err
+	}
+	defer rt.Close()
+	if stop, err := rt.ServeMetrics(ctx); err != nil {
+		return err
+	} else {
+		defer stop()
+	}
+	if !sf.once {
+		log.Info("running", "command", name, "workspaces", len(rt.Clients), "nats", rt.Conn.URL())
+		return rt.Run(ctx, stages)
+	}
+	rep, err := rt.Once(ctx, stages, sf.idle)
+	if err != nil {
+		return err
+	}
+	if sf.json {
+		enc := json.NewEncoder(env.stdout)
+		enc.SetIndent("", "  ")
+		_ = enc.Encode(rep)
+	} else {
+		printOnce(env, rep)
+	}
+	if !rep.OK() {
+		return fmt.Errorf("%w: %d error(s), %d dead-lettered", relay.ErrSomethingFailed, len(rep.Errors), rep.DeadLettered)
+	}
+	return nil
+}
+
+func printOnce(env *cliEnv, rep *relay.OnceReport) {
+	if rep.Poll != nil {
+		for _, w := range rep.Poll.Workspaces {
+			fmt.Fprintf(env.stdout, "polled %s: fetched %d, published %d, duplicates %d, skipped %d\n",
+				w.WorkspaceID, w.Fetched, w.Published, w.Duplicates, sum(w.Skipped))
+		}
+	}
+	fmt.Fprintf(env.stdout, "handled %d, replied %d, dead-lettered %d\n", rep.Handled, rep.Replied, rep.DeadLettered)
+	for _, e := range rep.Errors {
+		fmt.Fprintln(env.stdout, "error:", e)
+	}
+}
+
+func sum(m map[string]int) int {
+	n := 0
+	for _, v := range m {
+		n += v
+	}
+	return n
+}

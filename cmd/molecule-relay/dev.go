@@ -1,0 +1,266 @@
+package main
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"flag"
+	"fmt"
+	"os"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/molecule-ai/molecule-relay/pkg/config"
+	"github.com/molecule-ai/molecule-relay/pkg/molecule"
+	"github.com/molecule-ai/molecule-relay/pkg/molecule/moleculetest"
+	"github.com/molecule-ai/molecule-relay/pkg/relay"
+)
+
+// runDev is the newcomer's main job: an embedded platform double, embedded
+// NATS, the whole pipeline with the chosen handler, and a prompt that sends
+// what you type as a canvas user (or, prefixed with "@peer ", as a peer
+// agent) and prints the replies as the platform receives them.
+func runDev(ctx context.Context, env *cliEnv, args []string) error {
+	var (
+		once    bool
+		demo    bool
+		timeout time.Duration
+	)
+	srv := moleculetest.NewServer()
+	defer srv.Close()
+	agent := srv.CreateWorkspace("dev-agent")
+	peer := srv.CreateWorkspace("dev-peer")
+
+	storeDir, err := os.MkdirTemp("", "molecule-relay-dev-")
+	if err != nil {
+		return err
+	}
+	defer os.RemoveAll(storeDir)
+
+	environ := append([]string{
+		"MOLECULE_PLATFORM_URL=" + srv.URL(),
+		"MOLECULE_WORKSPACE_ID=" + agent.ID,
+		"MOLECULE_WORKSPACE_TOKEN=" + agent.Token,
+		"MOLECULE_POLL_INTERVAL=1s",
+		"NATS_STORE_DIR=" + storeDir,
+	}, env.environ...)
+	// The dev workspace is ours: whatever the caller's environment says about
+	// a real platform must not leak into it.
+	environ = withoutKeys(environ, "MOLECULE_WORKSPACE_IDS", "MOLECULE_WORKSPACE_TOKENS", "MOLECULE_ORG_ID", "MOLECULE_WORKSPACE_TOKEN_FILE")
+	environ = append(environ, "MOLECULE_PLATFORM_URL="+srv.URL(), "MOLECULE_WORKSPACE_ID="+agent.ID, "MOLECULE_WORKSPACE_TOKEN="+agent.Token)
+	cfg, err := parseConfig(&cliEnv{stdin: env.stdin, stdout: env.stdout, stderr: env.stderr, environ: environ}, "dev", args,
+		config.NeedPlatform|config.NeedHandler, func(fs *flag.FlagSet) {
+			fs.BoolVar(&once, "once", false, "send the demo messages, wait for their replies, exit 0 (non-zero if they do not arrive)")
+			fs.BoolVar(&demo, "demo", true, "send a canvas and a peer demo message at start")
+			fs.DurationVar(&timeout, "timeout", 30*time.Second, "with --once: how long to wait for the replies")
+		})
+	if err != nil {
+		return err
+	}
+	log := cfg.NewLogger(env.stderr)
+
+	// The peer is a poll-mode agent too, so our replies queue on its feed.
+	peerClient, err := molecule.New(molecule.Config{PlatformURL: srv.URL(), WorkspaceID: peer.ID, Token: peer.Token})
+	if err != nil {
+		return err
+	}
+	if _, err := peerClient.Register(ctx, molecule.RegisterRequest{Mode: molecule.DeliveryPoll, AgentCard: map[string]any{"name": "dev-peer"}}); err != nil {
+		return fmt.Errorf("register the dev peer: %w", err)
+	}
+
+	rt, err := relay.Open(ctx, cfg, log)
+	if err != nil {
+		return err
+	}
+	defer rt.Close()
+	runCtx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	runErr := make(chan error, 1)
+	go func() { runErr <- rt.Run(runCtx, relay.All) }()
+
+	out := &syncWriter{w: env.stdout}
+	out.printf("Molecule Relay dev mode\n  platform double  %s (NEW generation, poll mode)\n  agent workspace  %s\n  peer workspace   %s\n  NATS             %s (embedded)\n  handler          %s\n",
+		srv.URL(), agent.ID, peer.ID, rt.Conn.URL(), cfg.Handler)
+	out.printf("Type a message and press Enter to send it as a canvas user; start it with \"@peer \" to send it as the peer agent. Ctrl-C stops.\n\n")
+
+	replies := make(chan string, 16)
+	go watchReplies(runCtx, srv, agent.ID, peer.ID, out, replies)
+
+	send := func(line string) {
+		if rest, ok := strings.CutPrefix(line, "@peer "); ok {
+			out.printf("→ peer %s: %s\n", short(peer.ID), rest)
+			if code, body, err := srv.SendPeer(ctx, peer, agent.ID, rest); err != nil || code != 200 {
+				out.printf("  send failed: %d %s %v\n", code, body, err)
+			}
+			return
+		}
+		out.printf("→ canvas user: %s\n", line)
+		if code, body, err := srv.SendCanvas(ctx, agent.ID, line); err != nil || code != 200 {
+			out.printf("  send failed: %d %s %v\n", code, body, err)
+		}
+	}
+	// Messages can only queue once the poller registered the workspace in
+	// poll mode (until then the platform treats it as a URL-less push
+	// workspace and answers 503).
+	if err := waitRegistered(ctx, srv, agent.ID, 15*time.Second); err != nil {
+		return err
+	}
+	if demo || once {
+		send("hello from the canvas")
+		send("@peer hello from a peer agent")
+	}
+	if once {
+		deadline := time.After(timeout)
+		for got := 0; got < 2; {
+			select {
+			case <-replies:
+				got++
+			case err := <-runErr:
+				return fmt.Errorf("pipeline stopped: %v", err)
+			case <-deadline:
+				return fmt.Errorf("the demo replies did not arrive within %s", timeout)
+			case <-ctx.Done():
+				return nil
+			}
+		}
+		out.printf("\nBoth replies arrived: the pipeline works.\n")
+		cancel()
+		return <-runErr
+	}
+	lines := make(chan string)
+	go func() {
+		sc := bufio.NewScanner(env.stdin)
+		for sc.Scan() {
+			lines <- sc.Text()
+		}
+		close(lines)
+	}()
+	for {
+		select {
+		case l, ok := <-lines:
+			if !ok {
+				lines = nil // stdin closed: keep running until Ctrl-C
+				continue
+			}
+			if l = strings.TrimSpace(l); l != "" {
+				send(l)
+			}
+		case <-replies:
+		case err := <-runErr:
+			return err
+		case <-ctx.Done():
+			cancel()
+			return <-runErr
+		}
+	}
+}
+
+func waitRegistered(ctx context.Context, srv *moleculetest.Server, id string, within time.Duration) error {
+	deadline := time.Now().Add(within)
+	t := time.NewTicker(10 * time.Millisecond)
+	defer t.Stop()
+	for srv.Status(id).DeliveryMode != "poll" {
+		if time.Now().After(deadline) {
+			return fmt.Errorf("the poller did not register workspace %s in poll mode within %s", id, within)
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-t.C:
+		}
+	}
+	return nil
+}
+
+// watchReplies prints what the platform double received from the agent:
+// notifies (to the canvas) and A2A messages to the peer.
+func watchReplies(ctx context.Context, srv *moleculetest.Server, agentID, peerID string, out *syncWriter, seen chan<- string) {
+	t := time.NewTicker(20 * time.Millisecond)
+	defer t.Stop()
+	var nNotify, nA2A int
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		ns := srv.Notifications(agentID)
+		for ; nNotify < len(ns); nNotify++ {
+			out.printf("← reply to canvas: %s\n", ns[nNotify].Message)
+			notifyNonBlocking(seen, ns[nNotify].Message)
+		}
+		calls := srv.A2ACalls(peerID)
+		for ; nA2A < len(calls); nA2A++ {
+			c := calls[nA2A]
+			if c.CallerID != agentID {
+				continue
+			}
+			text := a2aText(c.Body)
+			out.printf("← reply to peer %s: %s\n", short(peerID), text)
+			notifyNonBlocking(seen, text)
+		}
+	}
+}
+
+func notifyNonBlocking(ch chan<- string, s string) {
+	select {
+	case ch <- s:
+	default:
+	}
+}
+
+func a2aText(body json.RawMessage) string {
+	var rpc struct {
+		Params struct {
+			Message struct {
+				Parts []struct {
+					Text string `json:"text"`
+				} `json:"parts"`
+			} `json:"message"`
+		} `json:"params"`
+	}
+	if json.Unmarshal(body, &rpc) != nil {
+		return string(body)
+	}
+	var b strings.Builder
+	for _, p := range rpc.Params.Message.Parts {
+		b.WriteString(p.Text)
+	}
+	return b.String()
+}
+
+func short(id string) string {
+	if len(id) > 8 {
+		return id[:8]
+	}
+	return id
+}
+
+func withoutKeys(environ []string, keys ...string) []string {
+	out := environ[:0:0]
+	for _, kv := range environ {
+		k, _, _ := strings.Cut(kv, "=")
+		drop := false
+		for _, d := range keys {
+			if k == d {
+				drop = true
+			}
+		}
+		if !drop {
+			out = append(out, kv)
+		}
+	}
+	return out
+}
+
+type syncWriter struct {
+	mu sync.Mutex
+	w  interface{ Write([]byte) (int, error) }
+}
+
+func (s *syncWriter) printf(format string, a ...any) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	fmt.Fprintf(s.w, format, a...)
+}

@@ -1,0 +1,110 @@
+// Command molecule-relay runs Molecule Relay: poll the Molecule platform's
+// activity feed, dispatch each message to a handler through NATS JetStream,
+// and route the replies back. Run "molecule-relay help" for the commands.
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"syscall"
+)
+
+// Exit codes.
+const (
+	exitOK     = 0
+	exitFailed = 1 // something failed or was dead-lettered
+	exitUsage  = 2 // bad command line or configuration; nothing was contacted
+)
+
+// usageError is a bad command line or configuration (exit 2).
+type usageError struct{ err error }
+
+func (e usageError) Error() string { return e.err.Error() }
+func (e usageError) Unwrap() error { return e.err }
+
+type command struct {
+	name, summary string
+	run           func(ctx context.Context, env *cliEnv, args []string) error
+}
+
+// cliEnv is the process environment a command runs in; tests supply their own.
+type cliEnv struct {
+	stdin          io.Reader
+	stdout, stderr io.Writer
+	environ        []string
+}
+
+var commands []command
+
+func init() {
+	commands = []command{
+		{"dev", "whole pipeline against an embedded platform double and embedded NATS; type messages and see replies", runDev},
+		{"connect", "poller, dispatcher and replier in one process (--once: drain and exit, for CI)", runConnect},
+		{"poll", "the poller stage only (--once: one poll of every workspace)", runStage("poll")},
+		{"dispatch", "the dispatcher stage only (--once: drain the inbound queue)", runStage("dispatch")},
+		{"reply", "the replier stage only (--once: drain the reply queue)", runStage("reply")},
+		{"status", "workspaces, cursors, streams, consumer lag and dead letters (--json)", runStatus},
+		{"dlq", "dead letters: list | show SEQ | replay SEQ | purge", runDLQ},
+		{"version", "print the version", func(_ context.Context, e *cliEnv, _ []string) error {
+			fmt.Fprintln(e.stdout, "molecule-relay", version)
+			return nil
+		}},
+	}
+}
+
+var version = "dev"
+
+func main() {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	code := run(ctx, &cliEnv{stdin: os.Stdin, stdout: os.Stdout, stderr: os.Stderr, environ: os.Environ()}, os.Args[1:])
+	stop()
+	os.Exit(code)
+}
+
+func run(ctx context.Context, env *cliEnv, args []string) int {
+	if len(args) == 0 || args[0] == "help" || args[0] == "-h" || args[0] == "--help" {
+		usage(env.stderr)
+		if len(args) == 0 {
+			return exitUsage
+		}
+		return exitOK
+	}
+	for _, c := range commands {
+		if c.name != args[0] {
+			continue
+		}
+		err := c.run(ctx, env, args[1:])
+		var ue usageError
+		switch {
+		case err == nil:
+			return exitOK
+		case errors.Is(err, flag.ErrHelp):
+			return exitOK
+		case errors.As(err, &ue):
+			fmt.Fprintf(env.stderr, "molecule-relay %s: %v\n", c.name, err)
+			return exitUsage
+		default:
+			fmt.Fprintf(env.stderr, "molecule-relay %s: %v\n", c.name, err)
+			return exitFailed
+		}
+	}
+	fmt.Fprintf(env.stderr, "molecule-relay: unknown command %q\n\n", args[0])
+	usage(env.stderr)
+	return exitUsage
+}
+
+func usage(w io.Writer) {
+	fmt.Fprintln(w, "usage: molecule-relay <command> [flags]")
+	fmt.Fprintln(w)
+	for _, c := range commands {
+		fmt.Fprintf(w, "  %-9s %s\n", c.name, c.summary)
+	}
+	fmt.Fprintln(w)
+	fmt.Fprintln(w, "Every flag mirrors an environment variable: --poll-interval is MOLECULE_POLL_INTERVAL,")
+	fmt.Fprintln(w, "--nats-url is NATS_URL. Run molecule-relay <command> -h for a command's flags.")
+}

@@ -1,0 +1,251 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"github.com/molecule-ai/molecule-relay/pkg/config"
+	"github.com/molecule-ai/molecule-relay/pkg/dlq"
+	"github.com/molecule-ai/molecule-relay/pkg/events"
+	"github.com/molecule-ai/molecule-relay/pkg/poller"
+	"github.com/molecule-ai/molecule-relay/pkg/relay"
+	"github.com/nats-io/nats.go/jetstream"
+)
+
+// statusReport is what `status` prints. It holds no token.
+type statusReport struct {
+	Workspaces  []poller.WorkspaceStatus `json:"workspaces"`
+	Streams     []streamStatus           `json:"streams"`
+	Consumers   []consumerStatus         `json:"consumers"`
+	DeadLetters int                      `json:"dead_letters"`
+}
+
+type streamStatus struct {
+	Name     string `json:"name"`
+	Messages uint64 `json:"messages"`
+	Bytes    uint64 `json:"bytes"`
+}
+
+type consumerStatus struct {
+	Stream      string `json:"stream"`
+	Name        string `json:"name"`
+	Pending     uint64 `json:"pending"`
+	AckPending  int    `json:"ack_pending"`
+	Redelivered int    `json:"redelivered"`
+	Waiting     int    `json:"waiting"`
+}
+
+func runStatus(ctx context.Context, env *cliEnv, args []string) error {
+	var asJSON bool
+	cfg, err := parseConfig(env, "status", args, 0, func(fs *flag.FlagSet) {
+		fs.BoolVar(&asJSON, "json", false, "print JSON instead of a table")
+	})
+	if err != nil {
+		return err
+	}
+	rt, err := relay.Open(ctx, cfg, cfg.NewLogger(env.stderr))
+	if err != nil {
+		return err
+	}
+	defer rt.Close()
+	rep, err := collectStatus(ctx, rt, cfg)
+	if err != nil {
+		return err
+	}
+	if asJSON {
+		enc := json.NewEncoder(env.stdout)
+		enc.SetIndent("", "  ")
+		return enc.Encode(rep)
+	}
+	printStatus(env, rep)
+	return nil
+}
+
+func collectStatus(ctx context.Context, rt *relay.Runtime, cfg *config.Config) (*statusReport, error) {
+	var ids []string
+	for _, w := range cfg.Workspaces() {
+		ids = append(ids, w.ID)
+	}
+	ws, err := poller.ReadStatus(ctx, rt.Topo, ids...)
+	if err != nil {
+		return nil, err
+	}
+	rep := &statusReport{Workspaces: ws}
+	for _, s := range []jetstream.Stream{rt.Topo.Inbound, rt.Topo.Reply, rt.Topo.DLQ} {
+		info, err := s.Info(ctx)
+		if err != nil {
+			return nil, fmt.Errorf("stream info: %w", err)
+		}
+		rep.Streams = append(rep.Streams, streamStatus{Name: info.Config.Name, Messages: info.State.Msgs, Bytes: info.State.Bytes})
+		if info.Config.Name == events.StreamDLQ {
+			rep.DeadLetters = int(info.State.Msgs)
+		}
+	}
+	for _, c := range []jetstream.Consumer{rt.Topo.Dispatcher, rt.Topo.Replier} {
+		info, err := c.Info(ctx)
+		if err != nil {
+			return nil, fmt.Errorf("consumer info: %w", err)
+		}
+		rep.Consumers = append(rep.Consumers, consumerStatus{Stream: info.Stream, Name: info.Name, Pending: info.NumPending,
+			AckPending: info.NumAckPending, Redelivered: info.NumRedelivered, Waiting: info.NumWaiting})
+	}
+	return rep, nil
+}
+
+func printStatus(env *cliEnv, rep *statusReport) {
+	tw := tabwriter.NewWriter(env.stdout, 2, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "WORKSPACE\tGENERATION\tCURSOR\tLAST POLL\tHEARTBEAT\tSTATE")
+	for _, w := range rep.Workspaces {
+		state := "ok"
+		switch {
+		case w.Stopped != "":
+			state = "stopped: " + w.Stopped
+		case w.Paused:
+			state = "paused"
+		case w.LastPollError != "":
+			state = "error: " + w.LastPollError
+		}
+		hb := ago(w.LastHeartbeatAt)
+		if w.HeartbeatError != "" {
+			hb += " (failed: " + w.HeartbeatError + ")"
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\n", w.WorkspaceID, w.Generation, orDash(w.Cursor), ago(w.LastPollAt), hb, state)
+	}
+	fmt.Fprintln(tw)
+	fmt.Fprintln(tw, "STREAM\tMESSAGES\tBYTES")
+	for _, s := range rep.Streams {
+		fmt.Fprintf(tw, "%s\t%d\t%d\n", s.Name, s.Messages, s.Bytes)
+	}
+	fmt.Fprintln(tw)
+	fmt.Fprintln(tw, "CONSUMER\tPENDING\tIN FLIGHT\tREDELIVERED")
+	for _, c := range rep.Consumers {
+		fmt.Fprintf(tw, "%s/%s\t%d\t%d\t%d\n", c.Stream, c.Name, c.Pending, c.AckPending, c.Redelivered)
+	}
+	_ = tw.Flush()
+	fmt.Fprintf(env.stdout, "\ndead letters: %d", rep.DeadLetters)
+	if rep.DeadLetters > 0 {
+		fmt.Fprint(env.stdout, " (molecule-relay dlq list)")
+	}
+	fmt.Fprintln(env.stdout)
+}
+
+func ago(t time.Time) string {
+	if t.IsZero() {
+		return "never"
+	}
+	return time.Since(t).Round(time.Second).String() + " ago"
+}
+
+func orDash(s string) string {
+	if s == "" {
+		return "-"
+	}
+	return s
+}
+
+func runDLQ(ctx context.Context, env *cliEnv, args []string) error {
+	if len(args) == 0 {
+		return usageError{errors.New("dlq needs a subcommand: list | show SEQ | replay SEQ | purge")}
+	}
+	sub, rest := args[0], args[1:]
+	var (
+		f      dlq.Filter
+		asJSON bool
+		yes    bool
+	)
+	// Positional SEQ first, then flags.
+	var seq uint64
+	if sub == "show" || sub == "replay" {
+		if len(rest) == 0 {
+			return usageError{fmt.Errorf("dlq %s needs a sequence number (see dlq list)", sub)}
+		}
+		if _, err := fmt.Sscan(rest[0], &seq); err != nil || seq == 0 {
+			return usageError{fmt.Errorf("dlq %s: %q is not a sequence number", sub, rest[0])}
+		}
+		rest = rest[1:]
+	}
+	cfg, err := parseConfig(env, "dlq "+sub, rest, 0, func(fs *flag.FlagSet) {
+		fs.StringVar(&f.Stage, "stage", "", "only dead letters of this stage (poller, dispatcher, replier)")
+		fs.StringVar(&f.WorkspaceID, "workspace", "", "only dead letters of this workspace")
+		fs.StringVar(&f.Reason, "reason", "", "only dead letters with this reason")
+		fs.IntVar(&f.Limit, "limit", 0, "list at most this many")
+		fs.BoolVar(&asJSON, "json", false, "print JSON")
+		fs.BoolVar(&yes, "yes", false, "purge: really delete")
+	})
+	if err != nil {
+		return err
+	}
+	rt, err := relay.Open(ctx, cfg, cfg.NewLogger(env.stderr))
+	if err != nil {
+		return err
+	}
+	defer rt.Close()
+	js := rt.Conn.JS
+	switch sub {
+	case "list":
+		entries, err := dlq.List(ctx, js, f)
+		if err != nil {
+			return err
+		}
+		if asJSON {
+			return json.NewEncoder(env.stdout).Encode(entries)
+		}
+		tw := tabwriter.NewWriter(env.stdout, 2, 4, 2, ' ', 0)
+		fmt.Fprintln(tw, "SEQ\tSTORED\tSTAGE\tWORKSPACE\tACTIVITY\tREASON\tDELIVERIES\tERROR")
+		for _, e := range entries {
+			if e.DeadLetter == nil {
+				fmt.Fprintf(tw, "%d\t%s\t-\t-\t-\tundecodable\t-\t%s\n", e.Seq, e.Stored.Format(time.RFC3339), e.DecodeError)
+				continue
+			}
+			d := e.DeadLetter
+			fmt.Fprintf(tw, "%d\t%s\t%s\t%s\t%s\t%s\t%d\t%s\n", e.Seq, e.Stored.Format(time.RFC3339), d.Stage, d.WorkspaceID,
+				orDash(d.ActivityID), d.Reason, d.Deliveries, oneLine(d.Error, 80))
+		}
+		return tw.Flush()
+	case "show":
+		e, err := dlq.Get(ctx, js, seq)
+		if err != nil {
+			return err
+		}
+		enc := json.NewEncoder(env.stdout)
+		enc.SetIndent("", "  ")
+		return enc.Encode(e)
+	case "replay":
+		if err := dlq.Replay(ctx, js, seq); err != nil {
+			return err
+		}
+		fmt.Fprintf(env.stdout, "replayed dead letter %d\n", seq)
+		return nil
+	case "purge":
+		if !yes {
+			entries, err := dlq.List(ctx, js, f)
+			if err != nil {
+				return err
+			}
+			fmt.Fprintf(env.stdout, "%d dead letter(s) match; run again with --yes to delete them\n", len(entries))
+			return nil
+		}
+		n, err := dlq.Purge(ctx, js, f)
+		if err != nil {
+			return err
+		}
+		fmt.Fprintf(env.stdout, "purged %d dead letter(s)\n", n)
+		return nil
+	default:
+		return usageError{fmt.Errorf("unknown dlq subcommand %q: list | show SEQ | replay SEQ | purge", sub)}
+	}
+}
+
+func oneLine(s string, n int) string {
+	s = strings.ReplaceAll(s, "\n", " ")
+	if len(s) > n {
+		return s[:n] + "…"
+	}
+	return s
+}

@@ -1,0 +1,142 @@
+// Package relay assembles Molecule Relay from its configuration: the NATS
+// connection (embedded or external), the JetStream topology, one platform
+// client per workspace, the handler, and the three stage cores. The CLI, the
+// Lambda functions and long-running workers are thin wrappers around it.
+package relay
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"time"
+
+	"github.com/molecule-ai/molecule-relay/pkg/broker"
+	"github.com/molecule-ai/molecule-relay/pkg/config"
+	"github.com/molecule-ai/molecule-relay/pkg/dispatcher"
+	"github.com/molecule-ai/molecule-relay/pkg/events"
+	"github.com/molecule-ai/molecule-relay/pkg/handler"
+	"github.com/molecule-ai/molecule-relay/pkg/molecule"
+	"github.com/molecule-ai/molecule-relay/pkg/poller"
+	"github.com/molecule-ai/molecule-relay/pkg/replier"
+)
+
+// Runtime is an open connection to NATS with the topology ensured and the
+// platform clients built. Close it when done.
+type Runtime struct {
+	Cfg     *config.Config
+	Log     *slog.Logger
+	Conn    *broker.Conn
+	Topo    *events.Topology
+	Clients []*molecule.Client
+
+	stages running
+}
+
+// Open connects to NATS (starting the embedded server when NATS_URL is
+// empty), ensures the topology and builds one client per configured
+// workspace. cfg must have been validated.
+func Open(ctx context.Context, cfg *config.Config, log *slog.Logger) (*Runtime, error) {
+	conn, err := broker.Connect(ctx, cfg.NATS, log)
+	if err != nil {
+		return nil, err
+	}
+	rt := &Runtime{Cfg: cfg, Log: log, Conn: conn}
+	if err := rt.ensureTopology(ctx); err != nil {
+		conn.Close()
+		return nil, err
+	}
+	for _, w := range cfg.Workspaces() {
+		c, err := molecule.New(molecule.Config{
+			PlatformURL: cfg.PlatformURL,
+			WorkspaceID: w.ID,
+			Token:       w.Token,
+			OrgID:       cfg.OrgID,
+			Logger:      log.With("workspace", w.ID),
+		})
+		if err != nil {
+			conn.Close()
+			return nil, fmt.Errorf("workspace %s: %w", w.ID, err)
+		}
+		rt.Clients = append(rt.Clients, c)
+	}
+	return rt, nil
+}
+
+// EnsureTopology (re)creates the streams, consumers and buckets; Open calls
+// it, and the Lambda functions call it again after redialling.
+func (rt *Runtime) ensureTopology(ctx context.Context) error {
+	tctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	topo, err := events.EnsureTopology(tctx, rt.Conn.JS, events.TopologyConfig{Replicas: rt.Cfg.Replicas})
+	if err != nil {
+		return fmt.Errorf("JetStream topology on %s: %w (is JetStream enabled on the server, and may this user create streams?)", rt.Conn.URL(), err)
+	}
+	rt.Topo = topo
+	return nil
+}
+
+// Close drains the NATS connection and stops an embedded server.
+func (rt *Runtime) Close() {
+	if rt.Conn != nil {
+		rt.Conn.Close()
+	}
+}
+
+// ClientMap returns the clients keyed by workspace id.
+func (rt *Runtime) ClientMap() map[string]*molecule.Client {
+	m := make(map[string]*molecule.Client, len(rt.Clients))
+	for _, c := range rt.Clients {
+		m[c.WorkspaceID()] = c
+	}
+	return m
+}
+
+// Handler builds the configured handler.
+func (rt *Runtime) Handler() (handler.Handler, error) {
+	return handler.Parse(rt.Cfg.Handler, handler.Options{
+		Timeout:            rt.Cfg.HandlerTimeout.D(),
+		OpenAIAPIKey:       rt.Cfg.OpenAIAPIKey,
+		OpenAIModel:        rt.Cfg.OpenAIModel,
+		OpenAISystemPrompt: rt.Cfg.SystemPrompt,
+	})
+}
+
+// Poller builds the poller stage core.
+func (rt *Runtime) Poller() (*poller.Poller, error) {
+	return poller.New(rt.Conn.JS, rt.Topo, poller.Config{
+		Workspaces:    rt.Clients,
+		PollInterval:  rt.Cfg.PollInterval.D(),
+		PageLimit:     rt.Cfg.PageLimit,
+		BacklogWindow: rt.Cfg.BacklogWindow.D(),
+		OverlapWindow: rt.Cfg.OverlapWindow.D(),
+		AllowSelf:     rt.Cfg.AllowSelf,
+		AgentName:     rt.Cfg.AgentName,
+		SkipRegister:  !rt.Cfg.Register,
+		SSE:           rt.Cfg.SSE,
+		Logger:        rt.Log.With("stage", events.StagePoller),
+	})
+}
+
+// Dispatcher builds the dispatcher stage core around h.
+func (rt *Runtime) Dispatcher(h handler.Handler) (*dispatcher.Dispatcher, error) {
+	return dispatcher.New(rt.Conn.JS, rt.Topo, h, dispatcher.Config{
+		Concurrency:    rt.Cfg.Concurrency,
+		HandlerTimeout: rt.Cfg.HandlerTimeout.D(),
+		MaxHops:        rt.Cfg.MaxHops,
+		ReplyToReplies: rt.Cfg.ReplyToReplies,
+		Logger:         rt.Log.With("stage", events.StageDispatcher),
+	})
+}
+
+// Replier builds the replier stage core.
+func (rt *Runtime) Replier() (*replier.Replier, error) {
+	return replier.New(rt.Conn.JS, rt.Topo, rt.ClientMap(), replier.Config{
+		Concurrency: rt.Cfg.ReplyConcurrency,
+		Logger:      rt.Log.With("stage", events.StageReplier),
+	})
+}
+
+// ErrSomethingFailed is returned by a one-shot run in which a stage failed
+// or a message was dead-lettered.
+var ErrSomethingFailed = errors.New("relay: one-shot run did not complete cleanly")

@@ -1,0 +1,159 @@
+package relay
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/molecule-ai/molecule-relay/pkg/poller"
+	"github.com/nats-io/nats.go/jetstream"
+)
+
+// Stages selects which stage cores a run starts.
+type Stages struct {
+	Poll, Dispatch, Reply bool
+}
+
+// All is every stage: the connect command.
+var All = Stages{Poll: true, Dispatch: true, Reply: true}
+
+// Run runs the selected stages long-running until ctx ends, then lets the
+// dispatcher and replier finish what they hold and returns nil. The first
+// stage that fails stops the others and its error is returned.
+func (rt *Runtime) Run(ctx context.Context, s Stages) error {
+	ctx, cancel := context.WithCancelCause(ctx)
+	defer cancel(nil)
+	var wg sync.WaitGroup
+	start := func(name string, run func(context.Context) error) {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			if err := run(ctx); err != nil && !errors.Is(err, context.Canceled) {
+				rt.Log.Error("stage stopped", "stage", name, "err", err)
+				cancel(fmt.Errorf("%s: %w", name, err))
+			}
+		}()
+	}
+	if s.Dispatch {
+		h, err := rt.Handler()
+		if err != nil {
+			return err
+		}
+		d, err := rt.Dispatcher(h)
+		if err != nil {
+			return err
+		}
+		rt.stages.set(d, nil)
+		start("dispatcher", d.Run)
+	}
+	if s.Reply {
+		r, err := rt.Replier()
+		if err != nil {
+			return err
+		}
+		rt.stages.set(nil, r)
+		start("replier", r.Run)
+	}
+	if s.Poll {
+		p, err := rt.Poller()
+		if err != nil {
+			cancel(err)
+		} else {
+			start("poller", p.Run)
+		}
+	}
+	wg.Wait()
+	if err := context.Cause(ctx); err != nil && !errors.Is(err, context.Canceled) {
+		return err
+	}
+	return nil
+}
+
+// OnceReport is what a one-shot run did.
+type OnceReport struct {
+	Poll         *poller.Result `json:"poll,omitempty"`
+	Handled      uint64         `json:"handled"`
+	Replied      uint64         `json:"replied"`
+	DeadLettered uint64         `json:"dead_lettered"`
+	Errors       []string       `json:"errors,omitempty"`
+}
+
+// OK is true when nothing failed and nothing was dead-lettered.
+func (r *OnceReport) OK() bool { return len(r.Errors) == 0 && r.DeadLettered == 0 }
+
+// Once polls every workspace once, processes everything fetched (and
+// anything already queued), delivers every reply, and returns. idle is how
+// long a stage waits on an empty queue before it counts as drained.
+func (rt *Runtime) Once(ctx context.Context, s Stages, idle time.Duration) (*OnceReport, error) {
+	rep := &OnceReport{}
+	if s.Poll {
+		p, err := rt.Poller()
+		if err != nil {
+			return nil, err
+		}
+		res, err := p.RunOnce(ctx)
+		rep.Poll = &res
+		if err != nil {
+			rep.Errors = append(rep.Errors, "poll: "+err.Error())
+		}
+	}
+	if s.Dispatch {
+		h, err := rt.Handler()
+		if err != nil {
+			return nil, err
+		}
+		d, err := rt.Dispatcher(h)
+		if err != nil {
+			return nil, err
+		}
+		st, err := d.Drain(ctx, idle)
+		rep.Handled, rep.DeadLettered = st.Handled, rep.DeadLettered+st.DeadLettered
+		if err != nil {
+			rep.Errors = append(rep.Errors, "dispatch: "+err.Error())
+		}
+	}
+	if s.Reply {
+		r, err := rt.Replier()
+		if err != nil {
+			return nil, err
+		}
+		st, err := r.Drain(ctx, idle)
+		rep.Replied, rep.DeadLettered = st.Notified+st.SentA2A+st.Reconciled, rep.DeadLettered+st.DeadLettered
+		if err != nil {
+			rep.Errors = append(rep.Errors, "reply: "+err.Error())
+		}
+	}
+	// Whatever is still queued (a retryable failure waiting for its
+	// redelivery, a message deferred for lack of time) is not done.
+	for _, c := range []struct {
+		on   bool
+		name string
+		get  func(context.Context) (uint64, error)
+	}{
+		{s.Dispatch, "inbound", rt.queued(rt.Topo.Dispatcher)},
+		{s.Reply, "reply", rt.queued(rt.Topo.Replier)},
+	} {
+		if !c.on {
+			continue
+		}
+		n, err := c.get(ctx)
+		if err != nil {
+			rep.Errors = append(rep.Errors, err.Error())
+		} else if n > 0 {
+			rep.Errors = append(rep.Errors, fmt.Sprintf("%d %s message(s) still queued (retrying later, or out of time)", n, c.name))
+		}
+	}
+	return rep, nil
+}
+
+func (rt *Runtime) queued(c jetstream.Consumer) func(context.Context) (uint64, error) {
+	return func(ctx context.Context) (uint64, error) {
+		info, err := c.Info(ctx)
+		if err != nil {
+			return 0, fmt.Errorf("consumer info: %w", err)
+		}
+		return info.NumPending + uint64(info.NumAckPending), nil
+	}
+}
