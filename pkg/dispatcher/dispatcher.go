@@ -376,7 +376,7 @@ func (d *Dispatcher) complete(runCtx context.Context, msg jetstream.Msg, meta *j
 
 	ctx, cancel := d.opContext(runCtx)
 	defer cancel()
-	err = retryOp(ctx, func() error {
+	err = workpool.RetryWrite(ctx, func() error {
 		_, err := d.topo.Handled.Create(ctx, key, recData)
 		if errors.Is(err, jetstream.ErrKeyExists) {
 			return backoff.Permanent(err)
@@ -454,7 +454,7 @@ func (d *Dispatcher) duplicate(runCtx context.Context, msg jetstream.Msg, meta *
 func (d *Dispatcher) publishReply(ctx context.Context, in *events.Inbound, data []byte) error {
 	m := &nats.Msg{Subject: events.ReplySubject(in.WorkspaceID), Data: data, Header: nats.Header{}}
 	m.Header.Set(jetstream.MsgIDHeader, events.ReplyMsgID(in.WorkspaceID, in.ActivityID))
-	return retryOp(ctx, func() error {
+	return workpool.RetryWrite(ctx, func() error {
 		_, err := d.js.PublishMsg(ctx, m)
 		return err
 	})
@@ -468,20 +468,4 @@ func (d *Dispatcher) ack(ctx context.Context, msg jetstream.Msg, log *slog.Logge
 	if err := msg.DoubleAck(ctx); err != nil {
 		log.Warn("dispatcher: ack not confirmed; a redelivery will find the handled record", "error", err)
 	}
-}
-
-// retryOp retries a JetStream write with backoff until it succeeds, fails
-// permanently, or ctx ends.
-func retryOp(ctx context.Context, op func() error) error {
-	b := backoff.NewExponentialBackOff()
-	b.InitialInterval = 50 * time.Millisecond
-	b.MaxInterval = 2 * time.Second
-	b.MaxElapsedTime = 0
-	return backoff.Retry(func() error {
-		err := op()
-		if errors.Is(err, nats.ErrConnectionClosed) {
-			return backoff.Permanent(err)
-		}
-		return err
-	}, backoff.WithContext(b, ctx))
 }

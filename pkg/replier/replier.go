@@ -1,0 +1,600 @@
+// Package replier is the stage that delivers replies to the platform: a
+// canvas user's (or a self-message's) reply goes to POST
+// /workspaces/:self/notify, a peer's to POST /workspaces/:peer/a2a with a
+// messageId derived from the inbound activity id and
+// metadata.in_reply_to.
+//
+// A reply is posted at most once where the platform cannot de-duplicate.
+// Before the POST the replier creates a "posting" record (events.ReplyKey
+// in events.BucketReplies); after the platform accepted it the record says
+// "sent"; only then is the message acked. A redelivery finds:
+//   - "sent": ack, nothing posted;
+//   - "posting" (the stage died between the POST and the "sent" record, or
+//     the POST's outcome is unknown): a peer reply is posted again — the
+//     platform de-duplicates on messageId; a canvas reply is reconciled
+//     against the workspace's own feed, where the platform writes the
+//     notify row before it answers (PROTOCOL.md Part 3 §5): a matching row
+//     means it was delivered (mark sent, ack), none means it was not
+//     (post). If the feed cannot be read the reply waits; it is never
+//     guessed.
+package replier
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/http"
+	"time"
+
+	"github.com/cenkalti/backoff/v4"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/molecule-ai/molecule-relay/pkg/dispatcher/workpool"
+	"github.com/molecule-ai/molecule-relay/pkg/dlq"
+	"github.com/molecule-ai/molecule-relay/pkg/events"
+	"github.com/molecule-ai/molecule-relay/pkg/molecule"
+)
+
+// ErrNoClient: a reply for a workspace this replier holds no client
+// (token) for. Permanent: configure the workspace and replay.
+var ErrNoClient = errors.New("replier: no platform client for the reply's workspace")
+
+// Replier posts replies. It holds no state between runs beyond counters,
+// so any number of Repliers in any number of processes can share the work.
+// It is safe for concurrent use.
+type Replier struct {
+	js         jetstream.JetStream
+	topo       *events.Topology
+	clients    map[string]*molecule.Client
+	cfg        Config
+	log        *slog.Logger
+	maxDeliver int
+	stats      counters
+}
+
+// New validates cfg, applies its defaults and returns a Replier. clients
+// maps a workspace id to the client holding that workspace's token; the
+// reply's WorkspaceID picks it, so a reply is always posted with its own
+// workspace's token. The map must not be changed afterwards. New makes no
+// request.
+func New(js jetstream.JetStream, topo *events.Topology, clients map[string]*molecule.Client, cfg Config) (*Replier, error) {
+	if js == nil || topo == nil || topo.Replier == nil || topo.Replies == nil {
+		return nil, fmt.Errorf("%w: need a JetStream handle and a topology with the replier consumer and replies bucket", ErrInvalidConfig)
+	}
+	if len(clients) == 0 {
+		return nil, fmt.Errorf("%w: no platform clients", ErrInvalidConfig)
+	}
+	for ws, c := range clients {
+		if c == nil {
+			return nil, fmt.Errorf("%w: nil client for workspace %s", ErrInvalidConfig, ws)
+		}
+	}
+	cfg.SetDefaults()
+	ackWait := topo.Config.ReplierAckWait
+	maxDeliver := topo.Config.ReplierMaxDeliver
+	if ci := topo.Replier.CachedInfo(); ci != nil {
+		ackWait = ci.Config.AckWait
+		maxDeliver = ci.Config.MaxDeliver
+	}
+	if cfg.ProgressInterval == 0 {
+		cfg.ProgressInterval = ackWait / 3
+	}
+	if err := cfg.Validate(ackWait); err != nil {
+		return nil, err
+	}
+	return &Replier{
+		js:         js,
+		topo:       topo,
+		clients:    clients,
+		cfg:        cfg,
+		log:        cfg.Logger.With("stage", events.StageReplier),
+		maxDeliver: maxDeliver,
+	}, nil
+}
+
+// Config returns the effective configuration (defaults applied).
+func (r *Replier) Config() Config { return r.cfg }
+
+// Stats returns the counters since New.
+func (r *Replier) Stats() Stats { return r.stats.snapshot() }
+
+func (r *Replier) poolConfig() workpool.Config {
+	return workpool.Config{Concurrency: r.cfg.Concurrency, FetchBatch: r.cfg.FetchBatch, FetchWait: r.cfg.FetchWait, Logger: r.log}
+}
+
+// Run posts replies until ctx ends, then stops fetching, lets the posts in
+// flight finish and returns nil. Replies that exhaust their deliveries
+// unacknowledged are swept to the dead-letter stream while it runs. It
+// returns an error only if the NATS connection is closed under it.
+func (r *Replier) Run(ctx context.Context) error {
+	sweepCtx, stopSweep := context.WithCancel(ctx)
+	sweepDone := make(chan struct{})
+	go func() {
+		defer close(sweepDone)
+		_ = dlq.SweepMaxDeliveries(sweepCtx, r.js, dlq.ReplierTarget(r.topo), r.cfg.SweepInterval, r.log)
+	}()
+	err := workpool.Run(ctx, r.js, r.topo.Replier, r.poolConfig(), workpool.Options{MaxWait: r.admitWait(ctx)},
+		func(msg jetstream.Msg) { r.process(ctx, msg) })
+	stopSweep()
+	<-sweepDone
+	if err != nil {
+		return fmt.Errorf("replier: %w", err)
+	}
+	return nil
+}
+
+// Drain posts replies until the queue has stayed empty for idle (if not
+// set, 1 second) with nothing in flight, or ctx ends, or — when ctx has a
+// deadline — the deadline leaves no room for a notify (NotifyTimeout +
+// StartMargin). It waits for the posts in flight and returns the counts of
+// this drain. It first sweeps replies that exhausted their deliveries.
+func (r *Replier) Drain(ctx context.Context, idle time.Duration) (Stats, error) {
+	if idle <= 0 {
+		idle = time.Second
+	}
+	before := r.stats.snapshot()
+	target := dlq.ReplierTarget(r.topo)
+	if n, err := dlq.SweepOnce(ctx, r.js, target); err != nil && ctx.Err() == nil {
+		r.log.Warn("replier: sweep of max-delivered replies failed", "error", err)
+	} else if n > 0 {
+		r.log.Warn("replier: moved max-delivered replies to the dead-letter stream", "count", n)
+	}
+	if sw, err := dlq.StartSweeper(r.js, target, r.log); err == nil {
+		defer sw.Stop()
+	}
+	err := workpool.Run(ctx, r.js, r.topo.Replier, r.poolConfig(), workpool.Options{Idle: idle, MaxWait: r.admitWait(ctx)},
+		func(msg jetstream.Msg) { r.process(ctx, msg) })
+	stats := r.stats.snapshot().sub(before)
+	if err != nil {
+		return stats, fmt.Errorf("replier: %w", err)
+	}
+	return stats, nil
+}
+
+func (r *Replier) admitWait(ctx context.Context) func() time.Duration {
+	return func() time.Duration {
+		dl, ok := ctx.Deadline()
+		if !ok {
+			return r.cfg.FetchWait
+		}
+		return time.Until(dl) - r.cfg.NotifyTimeout - r.cfg.StartMargin
+	}
+}
+
+func (r *Replier) opContext(runCtx context.Context) (context.Context, context.CancelFunc) {
+	return context.WithTimeout(context.WithoutCancel(runCtx), r.cfg.StoreTimeout)
+}
+
+// job is one reply being processed.
+type job struct {
+	msg    jetstream.Msg
+	meta   *jetstream.MsgMetadata
+	rep    *events.Reply
+	client *molecule.Client
+	key    string
+	route  string
+	log    *slog.Logger
+}
+
+func (r *Replier) process(runCtx context.Context, msg jetstream.Msg) {
+	r.stats.received.Add(1)
+	meta, err := msg.Metadata()
+	if err != nil {
+		r.log.Error("replier: message without JetStream metadata", "subject", msg.Subject(), "error", err)
+		_ = msg.Term()
+		return
+	}
+	j := &job{msg: msg, meta: meta}
+	rep, err := events.DecodeReply(msg.Data())
+	if err != nil {
+		r.deadLetter(runCtx, j, events.ReasonMalformed, err)
+		return
+	}
+	j.rep = rep
+	j.key = events.ReplyKey(rep.WorkspaceID, rep.ActivityID)
+	j.route = dlq.RouteNotify
+	if rep.Source == events.SourcePeerAgent {
+		j.route = dlq.RouteA2A
+	}
+	j.log = r.log.With("workspace", rep.WorkspaceID, "activity", rep.ActivityID, "route", j.route, "delivery", meta.NumDelivered)
+	j.client = r.clients[rep.WorkspaceID]
+	if j.client == nil {
+		r.deadLetter(runCtx, j, events.ReasonPermanent, fmt.Errorf("%w: %s", ErrNoClient, rep.WorkspaceID))
+		return
+	}
+	if rep.Text == "" && len(rep.Attachments) == 0 {
+		r.deadLetter(runCtx, j, events.ReasonMalformed, fmt.Errorf("replier: reply to %s has neither text nor attachments", rep.ActivityID))
+		return
+	}
+
+	_, stop := workpool.KeepAlive(msg, r.cfg.ProgressInterval)
+	defer stop()
+
+	ctx, cancel := r.opContext(runCtx)
+	rec, rev, found, err := r.getRecord(ctx, j.key)
+	cancel()
+	if err != nil {
+		j.log.Warn("replier: reply record unreadable; retrying later", "error", err)
+		r.retry(runCtx, j, 0, false, err)
+		return
+	}
+	switch {
+	case found && rec.State == dlq.StateSent:
+		r.stats.duplicates.Add(1)
+		j.log.Info("replier: reply already sent; acking the redelivery")
+		r.ack(runCtx, j)
+		return
+	case found && rec.State == dlq.StatePosting:
+		r.resume(runCtx, j, rec, rev)
+		return
+	case found:
+		j.log.Warn("replier: reply record in an unknown state; treating it as posting", "state", rec.State)
+		r.resume(runCtx, j, rec, rev)
+		return
+	}
+
+	if !r.roomToPost(runCtx, j) {
+		return
+	}
+	rec = dlq.ReplyRecord{State: dlq.StatePosting, Route: j.route, PostingAt: time.Now().UTC(), Attempts: 1}
+	ctx, cancel = r.opContext(runCtx)
+	rev, err = r.createRecord(ctx, j.key, rec)
+	cancel()
+	if errors.Is(err, jetstream.ErrKeyExists) {
+		// Another worker holds the same reply (a redelivery raced us):
+		// come back later and follow its record.
+		r.retry(runCtx, j, 0, false, err)
+		return
+	}
+	if err != nil {
+		j.log.Warn("replier: posting record not written; retrying later", "error", err)
+		r.retry(runCtx, j, 0, false, err)
+		return
+	}
+	r.post(runCtx, j, rec, rev)
+}
+
+// roomToPost applies the start-margin rule to one reply; false means the
+// reply was handed back.
+func (r *Replier) roomToPost(runCtx context.Context, j *job) bool {
+	dl, ok := runCtx.Deadline()
+	if !ok || time.Until(dl) >= r.postTimeout(j)+r.cfg.StartMargin {
+		return true
+	}
+	r.stats.deferred.Add(1)
+	_ = j.msg.Nak()
+	return false
+}
+
+func (r *Replier) postTimeout(j *job) time.Duration {
+	if j.route == dlq.RouteA2A {
+		return r.cfg.A2ATimeout
+	}
+	return r.cfg.NotifyTimeout
+}
+
+// resume continues a reply whose record says a post may have happened.
+func (r *Replier) resume(runCtx context.Context, j *job, rec dlq.ReplyRecord, rev uint64) {
+	if j.route == dlq.RouteNotify {
+		// A post of another (dead) process may still be in flight within
+		// its timeout; wait it out before looking at the feed.
+		if age := time.Since(rec.PostingAt); age < r.cfg.NotifyTimeout {
+			r.stats.retried.Add(1)
+			_ = j.msg.NakWithDelay(r.cfg.NotifyTimeout - age + 100*time.Millisecond)
+			return
+		}
+		ctx, cancel := context.WithTimeout(context.WithoutCancel(runCtx), r.cfg.NotifyTimeout)
+		found, err := r.reconcileNotify(ctx, j, rec.PostingAt)
+		cancel()
+		if err != nil {
+			j.log.Warn("replier: cannot read the feed to learn whether an earlier notify arrived; retrying later", "error", err)
+			r.retry(runCtx, j, molecule.RetryAfterOf(err), true, err)
+			return
+		}
+		if found {
+			rec.State, rec.SentAt, rec.Reconciled = dlq.StateSent, time.Now().UTC(), true
+			if !r.markSent(runCtx, j, rec, rev) {
+				return
+			}
+			r.stats.reconciled.Add(1)
+			j.log.Info("replier: earlier notify found on the feed; not posting again")
+			r.ack(runCtx, j)
+			return
+		}
+		j.log.Info("replier: earlier notify not on the feed; posting it")
+	}
+	if !r.roomToPost(runCtx, j) {
+		return
+	}
+	rec.State, rec.PostingAt = dlq.StatePosting, time.Now().UTC()
+	rec.Attempts++
+	ctx, cancel := r.opContext(runCtx)
+	newRev, err := r.updateRecord(ctx, j.key, rec, rev)
+	cancel()
+	if err != nil {
+		j.log.Warn("replier: posting record not updated; retrying later", "error", err)
+		r.retry(runCtx, j, 0, true, err)
+		return
+	}
+	r.stats.reposted.Add(1)
+	r.post(runCtx, j, rec, newRev)
+}
+
+// post sends the reply; rec is the posting record at revision rev.
+func (r *Replier) post(runCtx context.Context, j *job, rec dlq.ReplyRecord, rev uint64) {
+	if h := r.cfg.TestHooks; h != nil && h.BeforePost != nil && h.BeforePost(runCtx, j.rep) != nil {
+		return
+	}
+	// A post outlives a cancelled run context (a clean stop lets it
+	// finish), bounded by its own timeout.
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(runCtx), r.postTimeout(j))
+	start := time.Now()
+	err := r.send(ctx, j)
+	r.stats.observe(time.Since(start))
+	cancel()
+	if err != nil {
+		r.stats.postErrors.Add(1)
+		r.postFailed(runCtx, j, rev, err)
+		return
+	}
+	if h := r.cfg.TestHooks; h != nil && h.AfterPost != nil && h.AfterPost(runCtx, j.rep) != nil {
+		return
+	}
+	rec.State, rec.SentAt = dlq.StateSent, time.Now().UTC()
+	if !r.markSent(runCtx, j, rec, rev) {
+		return
+	}
+	if j.route == dlq.RouteA2A {
+		r.stats.sentA2A.Add(1)
+	} else {
+		r.stats.notified.Add(1)
+	}
+	if h := r.cfg.TestHooks; h != nil && h.AfterSent != nil && h.AfterSent(runCtx, j.rep) != nil {
+		return
+	}
+	r.ack(runCtx, j)
+	j.log.Debug("replier: reply delivered", "text", j.rep.Text)
+}
+
+func toAttachments(in []events.Attachment) []molecule.Attachment {
+	if len(in) == 0 {
+		return nil
+	}
+	out := make([]molecule.Attachment, len(in))
+	for i, a := range in {
+		out[i] = molecule.Attachment{URI: a.URI, Name: a.Name, MimeType: a.MimeType, Size: a.Size}
+	}
+	return out
+}
+
+func (r *Replier) send(ctx context.Context, j *job) error {
+	if j.route == dlq.RouteNotify {
+		_, err := j.client.Notify(ctx, j.rep.Text, toAttachments(j.rep.Attachments))
+		return err
+	}
+	msgID := j.rep.MessageID
+	if msgID == "" {
+		msgID = events.ReplyMessageID(j.rep.ActivityID)
+	}
+	res, err := j.client.SendA2A(ctx, molecule.A2AMessage{
+		To:          j.rep.TargetWorkspaceID,
+		Text:        j.rep.Text,
+		MessageID:   msgID,
+		InReplyTo:   j.rep.ActivityID,
+		Metadata:    map[string]any{"relay_hops": j.rep.Hops},
+		Attachments: toAttachments(j.rep.Attachments),
+		Timeout:     r.cfg.A2ATimeout,
+	})
+	if err == nil && !res.Queued {
+		// A push-mode peer answered synchronously; its answer reaches us
+		// (if at all) through our own feed, not through this call.
+		j.log.Debug("replier: peer answered synchronously", "status", res.StatusCode, "body", string(res.Body))
+	}
+	return err
+}
+
+// failure kinds of a post.
+type failure int
+
+const (
+	// maybeDelivered: the platform may have processed the request
+	// (transport error after sending, gateway error, our own timeout).
+	maybeDelivered failure = iota
+	// notDelivered: the answer proves the request was not processed
+	// (429, 503 with an error code): safe to post again.
+	notDelivered
+	// permanentFailure: a 4xx answer (or a request refused client-side)
+	// that retrying cannot fix; nothing was processed.
+	permanentFailure
+)
+
+func classify(err error) failure {
+	var ae *molecule.APIError
+	isAPI := errors.As(err, &ae)
+	switch {
+	case errors.Is(err, molecule.ErrRateLimited):
+		return notDelivered
+	case isAPI && ae.StatusCode == http.StatusServiceUnavailable && ae.Code != "":
+		return notDelivered
+	case errors.Is(err, molecule.ErrInvalidArgument):
+		return permanentFailure
+	case isAPI && ae.StatusCode >= 400 && ae.StatusCode < 500:
+		return permanentFailure
+	}
+	return maybeDelivered
+}
+
+func (r *Replier) postFailed(runCtx context.Context, j *job, rev uint64, err error) {
+	kind := classify(err)
+	switch kind {
+	case permanentFailure:
+		r.forgetPosting(runCtx, j, rev)
+		cause := err
+		if errors.Is(err, molecule.ErrUnauthorized) {
+			cause = fmt.Errorf("the platform refused workspace %s's token (401): the workspace was probably deleted or its token revoked; fix the token, then replay this dead letter: %w", j.rep.WorkspaceID, err)
+		}
+		j.log.Warn("replier: the platform refused the reply permanently", "error", err, "status", molecule.StatusOf(err))
+		r.deadLetter(runCtx, j, events.ReasonPermanent, cause)
+	case notDelivered:
+		r.forgetPosting(runCtx, j, rev)
+		j.log.Warn("replier: post refused for now; retrying later", "error", err, "retry_after", molecule.RetryAfterOf(err))
+		r.retry(runCtx, j, molecule.RetryAfterOf(err), false, err)
+	default:
+		j.log.Warn("replier: post outcome unknown; will reconcile before any second post", "error", err)
+		r.retry(runCtx, j, molecule.RetryAfterOf(err), true, err)
+	}
+}
+
+// forgetPosting deletes the posting record after an answer that proves the
+// request was not processed, so the next attempt posts without first
+// reconciling. A failure to delete is harmless: reconciliation then finds
+// nothing and posts.
+func (r *Replier) forgetPosting(runCtx context.Context, j *job, rev uint64) {
+	ctx, cancel := r.opContext(runCtx)
+	defer cancel()
+	if err := r.topo.Replies.Delete(ctx, j.key, jetstream.LastRevision(rev)); err != nil {
+		j.log.Debug("replier: posting record not deleted", "error", err)
+	}
+}
+
+// retry naks j for a later redelivery, or dead-letters it on the last
+// allowed delivery. mayBeDelivered says a canvas reply's outcome is unknown
+// (the dead letter is then ReasonAmbiguous).
+func (r *Replier) retry(runCtx context.Context, j *job, retryAfter time.Duration, mayBeDelivered bool, cause error) {
+	if r.maxDeliver > 0 && j.meta.NumDelivered >= uint64(r.maxDeliver) {
+		reason := events.ReasonMaxDeliveries
+		if mayBeDelivered && j.route == dlq.RouteNotify {
+			reason = events.ReasonAmbiguous
+		}
+		r.deadLetter(runCtx, j, reason, cause)
+		return
+	}
+	delay := workpool.RetryDelay(r.cfg.RetryBase, r.cfg.RetryMax, j.meta.NumDelivered)
+	if retryAfter > delay {
+		delay = min(retryAfter, r.cfg.RetryMax)
+	}
+	r.stats.retried.Add(1)
+	_ = j.msg.NakWithDelay(delay)
+}
+
+func (r *Replier) deadLetter(runCtx context.Context, j *job, reason string, cause error) {
+	msg, meta := j.msg, j.meta
+	dl := events.DeadLetter{
+		Stage:           events.StageReplier,
+		WorkspaceID:     dlq.WorkspaceOfSubject(msg.Subject()),
+		Reason:          reason,
+		Error:           cause.Error(),
+		Deliveries:      meta.NumDelivered,
+		OriginalSubject: msg.Subject(),
+		OriginalStream:  meta.Stream,
+		OriginalSeq:     meta.Sequence.Stream,
+		Envelope:        dlq.EnvelopeOf(msg.Data()),
+	}
+	if j.rep != nil {
+		dl.WorkspaceID, dl.ActivityID = j.rep.WorkspaceID, j.rep.ActivityID
+	}
+	ctx, cancel := r.opContext(runCtx)
+	defer cancel()
+	if err := dlq.Publish(ctx, r.js, dl); err != nil {
+		r.log.Error("replier: dead letter not written; retrying the reply", "subject", msg.Subject(), "reason", reason, "error", err)
+		r.stats.retried.Add(1)
+		_ = msg.NakWithDelay(workpool.RetryDelay(r.cfg.RetryBase, r.cfg.RetryMax, meta.NumDelivered))
+		return
+	}
+	r.stats.deadLettered.Add(1)
+	r.log.Warn("replier: reply dead-lettered", "workspace", dl.WorkspaceID, "activity", dl.ActivityID, "reason", reason, "deliveries", meta.NumDelivered)
+	if err := msg.TermWithReason(reason); err == nil {
+		r.stats.terminated.Add(1)
+	}
+}
+
+// markSent records that the reply was delivered. It returns false (and
+// naks) when the record could not be written: the redelivery then finds
+// "posting" and reconciles or re-posts with the same messageId.
+func (r *Replier) markSent(runCtx context.Context, j *job, rec dlq.ReplyRecord, rev uint64) bool {
+	ctx, cancel := r.opContext(runCtx)
+	defer cancel()
+	data, err := json.Marshal(rec)
+	if err == nil {
+		err = workpool.RetryWrite(ctx, func() error {
+			_, err := r.topo.Replies.Update(ctx, j.key, data, rev)
+			if err != nil && isWrongRevision(err) {
+				// Someone else wrote the record meanwhile; we know the
+				// reply was delivered, so say so.
+				_, err = r.topo.Replies.Put(ctx, j.key, data)
+			}
+			return err
+		})
+	}
+	if err != nil {
+		j.log.Error("replier: reply delivered but not recorded as sent; the redelivery will reconcile", "error", err)
+		r.stats.retried.Add(1)
+		_ = j.msg.NakWithDelay(workpool.RetryDelay(r.cfg.RetryBase, r.cfg.RetryMax, j.meta.NumDelivered))
+		return false
+	}
+	return true
+}
+
+func isWrongRevision(err error) bool { return errors.Is(err, jetstream.ErrKeyRevisionMismatch) }
+
+// ack acknowledges and waits for the server's confirmation (a lost ack is
+// harmless: the redelivery finds "sent").
+func (r *Replier) ack(runCtx context.Context, j *job) {
+	ctx, cancel := r.opContext(runCtx)
+	defer cancel()
+	if err := j.msg.DoubleAck(ctx); err != nil {
+		j.log.Warn("replier: ack not confirmed; a redelivery will find the sent record", "error", err)
+	}
+}
+
+func (r *Replier) getRecord(ctx context.Context, key string) (dlq.ReplyRecord, uint64, bool, error) {
+	var rec dlq.ReplyRecord
+	entry, err := r.topo.Replies.Get(ctx, key)
+	if errors.Is(err, jetstream.ErrKeyNotFound) {
+		return rec, 0, false, nil
+	}
+	if err != nil {
+		return rec, 0, false, err
+	}
+	if err := json.Unmarshal(entry.Value(), &rec); err != nil {
+		// Unreadable: treat as "posting" so nothing is posted blindly.
+		rec = dlq.ReplyRecord{State: dlq.StatePosting}
+	}
+	return rec, entry.Revision(), true, nil
+}
+
+func (r *Replier) createRecord(ctx context.Context, key string, rec dlq.ReplyRecord) (uint64, error) {
+	data, err := json.Marshal(rec)
+	if err != nil {
+		return 0, err
+	}
+	var rev uint64
+	err = workpool.RetryWrite(ctx, func() error {
+		var err error
+		rev, err = r.topo.Replies.Create(ctx, key, data)
+		if errors.Is(err, jetstream.ErrKeyExists) {
+			return backoff.Permanent(err)
+		}
+		return err
+	})
+	return rev, err
+}
+
+func (r *Replier) updateRecord(ctx context.Context, key string, rec dlq.ReplyRecord, rev uint64) (uint64, error) {
+	data, err := json.Marshal(rec)
+	if err != nil {
+		return 0, err
+	}
+	var newRev uint64
+	err = workpool.RetryWrite(ctx, func() error {
+		var err error
+		newRev, err = r.topo.Replies.Update(ctx, key, data, rev)
+		if err != nil && isWrongRevision(err) {
+			return backoff.Permanent(err)
+		}
+		return err
+	})
+	return newRev, err
+}
