@@ -184,6 +184,11 @@ func (d *Dispatcher) process(runCtx context.Context, msg jetstream.Msg) {
 	}
 	log := d.log.With("workspace", in.WorkspaceID, "activity", in.ActivityID, "delivery", meta.NumDelivered)
 
+	// Keep the message ours until it is finished, writes after the
+	// handler included.
+	progress, stopKeepAlive := workpool.KeepAlive(msg, d.cfg.ProgressInterval)
+	defer stopKeepAlive()
+
 	key := events.HandledKey(in.WorkspaceID, in.ActivityID)
 	ctx, cancel := d.opContext(runCtx)
 	entry, err := d.topo.Handled.Get(ctx, key)
@@ -207,7 +212,7 @@ func (d *Dispatcher) process(runCtx context.Context, msg jetstream.Msg) {
 		return
 	}
 
-	text, herr := d.runHandler(runCtx, msg, meta, in, log)
+	text, herr := d.runHandler(runCtx, meta, in, progress, log)
 	if h := d.cfg.TestHooks; h != nil && h.AfterHandler != nil && h.AfterHandler(runCtx, in) != nil {
 		return
 	}
@@ -237,9 +242,7 @@ func validateInbound(in *events.Inbound) error {
 	return nil
 }
 
-func (d *Dispatcher) runHandler(runCtx context.Context, msg jetstream.Msg, meta *jetstream.MsgMetadata, in *events.Inbound, log *slog.Logger) (text string, err error) {
-	progress, stop := workpool.KeepAlive(msg, d.cfg.ProgressInterval)
-	defer stop()
+func (d *Dispatcher) runHandler(runCtx context.Context, meta *jetstream.MsgMetadata, in *events.Inbound, progress func(), log *slog.Logger) (text string, err error) {
 	deadline := time.Now().Add(d.cfg.HandlerTimeout)
 	if dl, ok := runCtx.Deadline(); ok && dl.Before(deadline) {
 		deadline = dl
