@@ -43,6 +43,13 @@ func parseConfig(env *cliEnv, name string, args []string, need config.Requiremen
 	if err := cfg.Validate(need); err != nil {
 		return nil, usageError{err}
 	}
+	if need&config.NeedHandler != 0 {
+		// Build the handler once to validate its spec before anything is
+		// contacted; the stages build their own.
+		if _, err := relay.NewHandler(cfg); err != nil {
+			return nil, usageError{fmt.Errorf("MOLECULE_HANDLER (--handler): %w", err)}
+		}
+	}
 	return cfg, nil
 }
 

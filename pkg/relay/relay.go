@@ -93,12 +93,15 @@ func (rt *Runtime) ClientMap() map[string]*molecule.Client {
 }
 
 // Handler builds the configured handler.
-func (rt *Runtime) Handler() (handler.Handler, error) {
-	return handler.Parse(rt.Cfg.Handler, handler.Options{
-		Timeout:            rt.Cfg.HandlerTimeout.D(),
-		OpenAIAPIKey:       rt.Cfg.OpenAIAPIKey,
-		OpenAIModel:        rt.Cfg.OpenAIModel,
-		OpenAISystemPrompt: rt.Cfg.SystemPrompt,
+func (rt *Runtime) Handler() (handler.Handler, error) { return NewHandler(rt.Cfg) }
+
+// NewHandler builds the handler cfg's MOLECULE_HANDLER names.
+func NewHandler(cfg *config.Config) (handler.Handler, error) {
+	return handler.Parse(cfg.Handler, handler.Options{
+		Timeout:            cfg.HandlerTimeout.D(),
+		OpenAIAPIKey:       cfg.OpenAIAPIKey,
+		OpenAIModel:        cfg.OpenAIModel,
+		OpenAISystemPrompt: cfg.SystemPrompt,
 	})
 }
 
