@@ -12,6 +12,9 @@ import (
 	"os"
 	"os/signal"
 	"syscall"
+
+	// The CLI embeds a NATS server when NATS_URL is not set.
+	_ "github.com/molecule-ai/molecule-relay/pkg/broker/embedded"
 )
 
 // Exit codes.

@@ -9,13 +9,11 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"os"
 	"sync"
 	"sync/atomic"
 	"time"
 
 	"github.com/cenkalti/backoff/v4"
-	"github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 )
@@ -48,7 +46,7 @@ type Conn struct {
 	// JS is the JetStream handle on NC.
 	JS jetstream.JetStream
 	// Server is the embedded server, nil when connected to an external URL.
-	Server *server.Server
+	Server EmbeddedServer
 
 	url       string
 	lastURL   atomic.Value // redacted URL of the server last connected to
@@ -72,7 +70,10 @@ func Connect(ctx context.Context, cfg Config, log *slog.Logger) (*Conn, error) {
 	}
 	c := &Conn{log: log, closed: make(chan struct{})}
 	if cfg.Embedded() {
-		ns, err := startEmbedded(cfg, log)
+		if embeddedStarter == nil {
+			return nil, fmt.Errorf("%w: this binary has no embedded NATS server (import pkg/broker/embedded); set NATS_URL", ErrEmbedded)
+		}
+		ns, err := embeddedStarter(cfg, log)
 		if err != nil {
 			return nil, err
 		}
@@ -207,52 +208,6 @@ func isAuthError(err error) bool {
 		errors.Is(err, nats.ErrAuthRevoked) || errors.Is(err, nats.ErrPermissionViolation)
 }
 
-// startEmbedded starts a nats-server with JetStream on cfg.StoreDir,
-// listening on 127.0.0.1 only, logging through log.
-func startEmbedded(cfg Config, log *slog.Logger) (*server.Server, error) {
-	if err := os.MkdirAll(cfg.StoreDir, 0o700); err != nil {
-		return nil, fmt.Errorf("%w: NATS_STORE_DIR %q: %w", ErrEmbedded, cfg.StoreDir, err)
-	}
-	ns, err := server.NewServer(&server.Options{
-		ServerName: "molecule-relay-embedded",
-		Host:       "127.0.0.1",
-		Port:       cfg.EmbeddedPort,
-		JetStream:  true,
-		StoreDir:   cfg.StoreDir,
-		NoSigs:     true,
-		// No HTTP monitoring, no cluster, no leafnodes: a private server.
-	})
-	if err != nil {
-		return nil, fmt.Errorf("%w: %w", ErrEmbedded, err)
-	}
-	sl := &serverLog{log: log.With("component", "nats-server"), fatal: make(chan string, 1)}
-	ns.SetLogger(sl, false, false)
-	go ns.Start()
-	wait := max(cfg.ConnectTimeout, 10*time.Second)
-	ready := make(chan bool, 1)
-	go func() { ready <- ns.ReadyForConnections(wait) }()
-	select {
-	case ok := <-ready:
-		if !ok {
-			ns.Shutdown()
-			ns.WaitForShutdown()
-			return nil, fmt.Errorf("%w: not ready within %s (store %q, port %d)", ErrEmbedded, wait, cfg.StoreDir, cfg.EmbeddedPort)
-		}
-	case msg := <-sl.fatal:
-		// For example the port is in use (NATS_EMBEDDED_PORT).
-		ns.Shutdown()
-		ns.WaitForShutdown()
-		return nil, fmt.Errorf("%w: %s (store %q, NATS_EMBEDDED_PORT %d)", ErrEmbedded, msg, cfg.StoreDir, cfg.EmbeddedPort)
-	}
-	if !ns.JetStreamEnabled() {
-		ns.Shutdown()
-		ns.WaitForShutdown()
-		return nil, fmt.Errorf("%w: JetStream did not start on store %q", ErrEmbedded, cfg.StoreDir)
-	}
-	log.Info("embedded nats-server started", "url", ns.ClientURL(), "store_dir", cfg.StoreDir)
-	return ns, nil
-}
-
 // URL is the URL other clients can connect to: the embedded server's client
 // URL (nats://127.0.0.1:<port>) or the configured one (which may hold
 // credentials; log it through RedactURL).
@@ -318,24 +273,22 @@ func (c *Conn) shutdownServer() {
 	c.log.Debug("embedded nats-server stopped")
 }
 
-// serverLog sends nats-server's log through slog: notices and debug lines at
-// debug level, warnings and errors at their own.
-// A fatal error (the server gives up starting) is also sent on fatal.
-type serverLog struct {
-	log   *slog.Logger
-	fatal chan string
+// EmbeddedServer is a running embedded nats-server.
+type EmbeddedServer interface {
+	ClientURL() string
+	Shutdown()
+	WaitForShutdown()
 }
 
-func (l *serverLog) Noticef(format string, v ...any) { l.log.Debug(fmt.Sprintf(format, v...)) }
-func (l *serverLog) Warnf(format string, v ...any)   { l.log.Warn(fmt.Sprintf(format, v...)) }
-func (l *serverLog) Fatalf(format string, v ...any) {
-	msg := fmt.Sprintf(format, v...)
-	l.log.Error(msg)
-	select {
-	case l.fatal <- msg:
-	default:
-	}
+// embeddedStarter starts the embedded server; nil unless a package
+// registered one. The embedded server lives in its own package so that
+// binaries that never embed it (the Lambda functions) do not link
+// nats-server.
+var embeddedStarter func(cfg Config, log *slog.Logger) (EmbeddedServer, error)
+
+// RegisterEmbedded installs the function Connect uses to start an embedded
+// server when NATS_URL is empty. Package pkg/broker/embedded calls it from
+// its init; import that package for its side effect to embed NATS.
+func RegisterEmbedded(start func(cfg Config, log *slog.Logger) (EmbeddedServer, error)) {
+	embeddedStarter = start
 }
-func (l *serverLog) Errorf(format string, v ...any) { l.log.Error(fmt.Sprintf(format, v...)) }
-func (l *serverLog) Debugf(format string, v ...any) { l.log.Debug(fmt.Sprintf(format, v...)) }
-func (l *serverLog) Tracef(format string, v ...any) { l.log.Debug(fmt.Sprintf(format, v...)) }

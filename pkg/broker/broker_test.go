@@ -21,6 +21,7 @@ import (
 
 	"github.com/molecule-ai/molecule-relay/internal/natstest"
 	"github.com/molecule-ai/molecule-relay/pkg/broker"
+	_ "github.com/molecule-ai/molecule-relay/pkg/broker/embedded"
 )
 
 // recorder is a slog.Handler that keeps every record and signals each
@@ -98,7 +99,7 @@ func TestEmbeddedDataSurvivesRestart(t *testing.T) {
 	if !strings.HasPrefix(c.URL(), "nats://127.0.0.1:") {
 		t.Fatalf("URL = %q, want nats://127.0.0.1:<port>", c.URL())
 	}
-	if ip := c.Server.Addr().(*net.TCPAddr).IP; !ip.IsLoopback() {
+	if ip := c.Server.(*server.Server).Addr().(*net.TCPAddr).IP; !ip.IsLoopback() {
 		t.Fatalf("embedded server listens on %s, want loopback only", ip)
 	}
 	if err := c.Healthy(ctx, time.Second); err != nil {
@@ -117,7 +118,7 @@ func TestEmbeddedDataSurvivesRestart(t *testing.T) {
 	if _, err := c.JS.Publish(ctx, "keep.one", []byte("survives")); err != nil {
 		t.Fatalf("publish: %v", err)
 	}
-	srv := c.Server
+	srv := c.Server.(*server.Server)
 	c.Close()
 	if srv.Running() {
 		t.Fatal("embedded server still running after Close")
