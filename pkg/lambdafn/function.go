@@ -1,0 +1,256 @@
+// Package lambdafn runs one stage core as an AWS Lambda function or as a
+// long-running worker: the functions/* binaries are one call to Main. It
+// never embeds a NATS server: NATS_URL is required.
+//
+// A Lambda invocation is one bounded unit of work: the poller polls every
+// workspace once, the dispatcher and replier drain their queue until it is
+// empty or the invocation's deadline minus a safety margin. The NATS
+// connection is made once per execution environment, checked at the start
+// of every invocation and redialled when dead; SIGTERM drains it.
+package lambdafn
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"sync"
+	"time"
+
+	"github.com/caarlos0/env/v11"
+	"github.com/molecule-ai/molecule-relay/pkg/config"
+	"github.com/molecule-ai/molecule-relay/pkg/relay"
+)
+
+// Stage is the stage core a function runs.
+type Stage string
+
+const (
+	Poller     Stage = "poller"
+	Dispatcher Stage = "dispatcher"
+	Replier    Stage = "replier"
+)
+
+func (s Stage) stages() relay.Stages {
+	switch s {
+	case Poller:
+		return relay.Stages{Poll: true}
+	case Dispatcher:
+		return relay.Stages{Dispatch: true}
+	default:
+		return relay.Stages{Reply: true}
+	}
+}
+
+func (s Stage) need() config.Requirement {
+	if s == Dispatcher {
+		return config.NeedHandler
+	}
+	return config.NeedPlatform
+}
+
+// Errors returned to the Lambda runtime. aws-lambda-go reports the type's
+// name as errorType ("ConfigError", "ConnectError", "PollError",
+// "DrainError"), so alarms and retries can tell them apart.
+type (
+	// ConfigError: the function's configuration or secrets are wrong; no
+	// retry will help until an operator fixes them.
+	ConfigError struct{ Err error }
+	// ConnectError: NATS could not be reached or the topology not ensured.
+	ConnectError struct{ Err error }
+	// PollError: one or more workspaces failed their poll.
+	PollError struct{ Err error }
+	// DrainError: the dispatcher or replier failed while draining.
+	DrainError struct{ Err error }
+)
+
+func (e *ConfigError) Error() string  { return "configuration: " + e.Err.Error() }
+func (e *ConfigError) Unwrap() error  { return e.Err }
+func (e *ConnectError) Error() string { return "nats: " + e.Err.Error() }
+func (e *ConnectError) Unwrap() error { return e.Err }
+func (e *PollError) Error() string    { return "poll: " + e.Err.Error() }
+func (e *PollError) Unwrap() error    { return e.Err }
+func (e *DrainError) Error() string   { return "drain: " + e.Err.Error() }
+func (e *DrainError) Unwrap() error   { return e.Err }
+
+// Settings of the Lambda wrapper itself.
+type lambdaSettings struct {
+	// Margin is kept free before the invocation's deadline: work stops
+	// this much earlier so the function can report. Default 3s.
+	Margin config.Seconds `env:"MOLECULE_DRAIN_MARGIN" envDefault:"3s"`
+	// Idle is how long an empty queue must stay empty for a drain to end.
+	// Default 1s.
+	Idle config.Seconds `env:"MOLECULE_DRAIN_IDLE" envDefault:"1s"`
+	// HealthTimeout bounds the connection check at invocation start.
+	// Default 2s.
+	HealthTimeout config.Seconds `env:"MOLECULE_NATS_HEALTH_TIMEOUT" envDefault:"2s"`
+}
+
+// Result is what an invocation did; it is the function's response.
+type Result struct {
+	Stage        Stage  `json:"stage"`
+	Published    int    `json:"published,omitempty"`
+	Handled      uint64 `json:"handled,omitempty"`
+	Replied      uint64 `json:"replied,omitempty"`
+	DeadLettered uint64 `json:"dead_lettered,omitempty"`
+	// Redialled is true when the invocation found the NATS connection dead
+	// and made a new one.
+	Redialled bool `json:"redialled,omitempty"`
+	// Warm is true when the invocation reused the execution environment's
+	// connection.
+	Warm bool `json:"warm"`
+}
+
+// Function is one stage as a Lambda handler. It is safe for the runtime's
+// sequential invocations; the mutex guards against overlap in tests.
+type Function struct {
+	stage   Stage
+	environ []string
+	log     *slog.Logger
+
+	mu  sync.Mutex
+	cfg *config.Config
+	set lambdaSettings
+	rt  *relay.Runtime
+}
+
+// New builds a Function; nothing is read or dialled until the first
+// invocation.
+func New(stage Stage, environ []string, log *slog.Logger) *Function {
+	return &Function{stage: stage, environ: environ, log: log}
+}
+
+// load reads configuration and secrets once per execution environment.
+func (f *Function) load(ctx context.Context) error {
+	if f.cfg != nil {
+		return nil
+	}
+	m := env.ToMap(f.environ)
+	if err := resolveSecrets(ctx, m, os.TempDir()); err != nil {
+		return &ConfigError{err}
+	}
+	var environ []string
+	for k, v := range m {
+		environ = append(environ, k+"="+v)
+	}
+	cfg, err := config.Load(nil, environ)
+	if err != nil {
+		return &ConfigError{err}
+	}
+	if err := cfg.Validate(f.stage.need()); err != nil {
+		return &ConfigError{err}
+	}
+	if cfg.NATS.URL == "" {
+		return &ConfigError{errors.New("NATS_URL: not set; a function reaches NATS over the network (no embedded server)")}
+	}
+	if f.stage == Dispatcher {
+		if _, err := relay.NewHandler(cfg); err != nil {
+			return &ConfigError{fmt.Errorf("MOLECULE_HANDLER: %w", err)}
+		}
+	}
+	var set lambdaSettings
+	if err := env.ParseWithOptions(&set, env.Options{Environment: m}); err != nil {
+		return &ConfigError{err}
+	}
+	f.cfg, f.set = cfg, set
+	return nil
+}
+
+// connect returns the environment's runtime, redialling a dead connection.
+func (f *Function) connect(ctx context.Context, res *Result) error {
+	if f.rt != nil {
+		if err := f.rt.Conn.Healthy(ctx, f.set.HealthTimeout.D()); err == nil {
+			res.Warm = true
+			return nil
+		} else {
+			f.log.Warn("NATS connection is dead; redialling", "err", err)
+			f.rt.Close()
+			f.rt = nil
+			res.Redialled = true
+		}
+	}
+	rt, err := relay.Open(ctx, f.cfg, f.log)
+	if err != nil {
+		return &ConnectError{err}
+	}
+	f.rt = rt
+	return nil
+}
+
+// Invoke runs one bounded unit of the stage's work within ctx's deadline
+// (less the safety margin). The event (an EventBridge Scheduler payload) is
+// not interpreted.
+func (f *Function) Invoke(ctx context.Context, _ json.RawMessage) (*Result, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	res := &Result{Stage: f.stage}
+	if err := f.load(ctx); err != nil {
+		return nil, err
+	}
+	if err := f.connect(ctx, res); err != nil {
+		return nil, err
+	}
+	if dl, ok := ctx.Deadline(); ok {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithDeadline(ctx, dl.Add(-f.set.Margin.D()))
+		defer cancel()
+	}
+	switch f.stage {
+	case Poller:
+		p, err := f.rt.Poller()
+		if err != nil {
+			return nil, &ConfigError{err}
+		}
+		r, err := p.RunOnce(ctx)
+		res.Published = r.Published()
+		if err == nil {
+			err = r.Err()
+		}
+		if err != nil {
+			return nil, &PollError{err}
+		}
+	case Dispatcher:
+		h, err := f.rt.Handler()
+		if err != nil {
+			return nil, &ConfigError{err}
+		}
+		d, err := f.rt.Dispatcher(h)
+		if err != nil {
+			return nil, &ConfigError{err}
+		}
+		st, err := d.Drain(ctx, f.set.Idle.D())
+		res.Handled, res.DeadLettered = st.Handled, st.DeadLettered
+		if err != nil {
+			return nil, &DrainError{err}
+		}
+	default:
+		r, err := f.rt.Replier()
+		if err != nil {
+			return nil, &ConfigError{err}
+		}
+		st, err := r.Drain(ctx, f.set.Idle.D())
+		res.Replied, res.DeadLettered = st.Notified+st.SentA2A+st.Reconciled, st.DeadLettered
+		if err != nil {
+			return nil, &DrainError{err}
+		}
+	}
+	f.log.Info("invocation done", "stage", f.stage, "published", res.Published, "handled", res.Handled,
+		"replied", res.Replied, "dead_lettered", res.DeadLettered, "warm", res.Warm, "redialled", res.Redialled)
+	return res, nil
+}
+
+// Close drains the NATS connection (SIGTERM at the end of the execution
+// environment's life).
+func (f *Function) Close() {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.rt != nil {
+		f.rt.Close()
+		f.rt = nil
+	}
+}
+
+// shutdownTimeout bounds the long-running worker's stop.
+const shutdownTimeout = 90 * time.Second
