@@ -106,4 +106,3 @@ func worker(ctx context.Context, stage Stage, args, environ []string, stdout, st
 	}
 	return 0
 }
-
