@@ -3,13 +3,13 @@ GO            ?= go
 STATICCHECK   := honnef.co/go/tools/cmd/staticcheck@v0.8.2
 BIN           := bin
 PKGS          := ./...
-LAMBDA_FLAGS  := -tags lambda.norpc -trimpath -ldflags='-s -w'
-GOARCH_LAMBDA ?= arm64
 
 .PHONY: help build dev test test-short lint bench fuzz cover clean
 
+include Makefile.deploy
+
 help: ## list targets
-	@grep -E '^[a-zA-Z_-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-16s %s\n", $$1, $$2}'
+	@grep -hE '^[a-zA-Z_-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-16s %s\n", $$1, $$2}'
 
 build: ## build the CLI and the three stage binaries into bin/
 	$(GO) build -o $(BIN)/molecule-relay ./cmd/molecule-relay
