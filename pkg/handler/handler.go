@@ -4,8 +4,8 @@
 // a Go program passes its own Func.
 package handler
 
-// CONTRACT STUB: Handler, Request, Func and Parse are fixed; the built-ins
-// are being implemented.
+// Handler, Request, Func and ErrPermanent are a fixed contract; Parse and
+// the built-ins live in parse.go, echo.go, exec.go, http.go and openai.go.
 
 import (
 	"context"
