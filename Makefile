@@ -32,8 +32,11 @@ lint: ## gofmt check, go vet and staticcheck (pinned)
 	$(GO) vet $(PKGS)
 	$(GO) run $(STATICCHECK) $(PKGS)
 
-bench: ## benchmarks with their figures
+bench: ## benchmarks with their figures (pipeline: BENCH_COUNT=3 for medians, BENCH_FLAGS='-echo-msgs 20000')
 	$(GO) test -run '^$$' -bench . -benchtime 1x -count 1 ./pkg/molecule/...
+	@echo "load average: $$(cat /proc/loadavg 2>/dev/null)"
+	$(GO) test -run '^$$' -bench . -benchtime 1x -count $(or $(BENCH_COUNT),1) -timeout 20m ./bench $(BENCH_FLAGS)
+	@echo "load average: $$(cat /proc/loadavg 2>/dev/null)"
 
 fuzz: ## fuzz the activity-row parser for 60 s
 	$(GO) test -run '^$$' -fuzz FuzzParseRow -fuzztime 60s ./pkg/molecule

@@ -1,0 +1,278 @@
+package bench_test
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"math"
+	"os"
+	"path/filepath"
+	"runtime"
+	"runtime/pprof"
+	"slices"
+	"sort"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/molecule-ai/molecule-relay/pkg/handler"
+)
+
+var (
+	flagEchoConc  = flag.Int("echo-conc", 64, "dispatcher concurrency (per dispatcher) of the echo runs")
+	flagSleepConc = flag.Int("sleep-conc", 128, "dispatcher concurrency (per dispatcher) of the sleep-100ms runs")
+	flagReplyConc = flag.Int("reply-conc", 64, "replier concurrency")
+	flagPoll      = flag.Duration("poll-interval", 250*time.Millisecond, "the poller's PollInterval (SSE wake-ups come on top)")
+	flagProfile   = flag.String("window-cpuprofile", "", "directory: write a CPU profile of each throughput run's measured window "+
+		"(first send to last reply) as <configuration>-<n>.pprof")
+)
+
+var profileN int
+
+// startProfile starts a CPU profile of the measured window when
+// -window-cpuprofile is set; the returned function stops it.
+func startProfile(b *testing.B) func() {
+	if *flagProfile == "" {
+		return func() {}
+	}
+	profileN++
+	name := strings.NewReplacer("/", "_", "Benchmark", "").Replace(b.Name())
+	f, err := os.Create(filepath.Join(*flagProfile, fmt.Sprintf("%s-%d.pprof", name, profileN)))
+	if err != nil {
+		b.Fatal(err)
+	}
+	if err := pprof.StartCPUProfile(f); err != nil {
+		f.Close()
+		b.Fatalf("window profile (not together with -cpuprofile): %v", err)
+	}
+	var once sync.Once
+	return func() {
+		once.Do(func() {
+			pprof.StopCPUProfile()
+			f.Close()
+		})
+	}
+}
+
+// BenchmarkPipeline injects messages as fast as several HTTP senders can,
+// and measures throughput (messages / time from the first send to the last
+// reply received by the platform double) and latency per message (reply
+// received − row created_at).
+func BenchmarkPipeline(b *testing.B) {
+	echo := func(d int, child bool) scenario {
+		return scenario{handler: handler.Echo, dispatchers: d, childProc: child, concurrency: *flagEchoConc,
+			replyConc: *flagReplyConc, sse: true, pollEvery: *flagPoll}
+	}
+	sleep := func(d int) scenario {
+		return scenario{handler: sleepHandler, dispatchers: d, concurrency: *flagSleepConc,
+			replyConc: *flagReplyConc, sse: true, pollEvery: *flagPoll}
+	}
+	cases := []struct {
+		name string
+		sc   scenario
+		msgs int
+	}{
+		{"echo/d1", echo(1, false), *flagEchoMsgs},
+		{"echo/d2", echo(2, false), *flagEchoMsgs},
+		{"echo/d2proc", echo(2, true), *flagEchoMsgs},
+		{"sleep100ms/d1", sleep(1), *flagSleepMsgs},
+		{"sleep100ms/d2", sleep(2), *flagSleepMsgs},
+	}
+	for _, c := range cases {
+		if c.sc.childProc && !*flagProc {
+			continue
+		}
+		b.Run(c.name, func(b *testing.B) {
+			p := start(b, c.sc)
+			for range b.N {
+				p.throughput(b, c.msgs)
+			}
+		})
+	}
+}
+
+func (p *pipeline) throughput(b *testing.B, n int) {
+	ctx := context.Background()
+	load0, cpu0 := loadavg(), p.cpuTime()
+	handled0 := p.handledPerDispatcher()
+	stopProfile := startProfile(b)
+	b.ResetTimer()
+	t0, err := p.inject(ctx, n, *flagSenders, *flagPeerEvery)
+	injectDur := time.Since(t0)
+	if err != nil {
+		stopProfile()
+		b.Fatalf("inject: %v", err)
+	}
+	p.wait(n, *flagTimeout)
+	b.StopTimer()
+	stopProfile()
+	cpu, elapsed := p.cpuTime()-cpu0, time.Since(t0)
+	res := p.match(n)
+	wall := res.last.Sub(t0)
+	if res.missing > 0 {
+		b.Errorf("%d of %d replies missing after %s", res.missing, n, *flagTimeout)
+	}
+	m := metrics{
+		"msg/s":        float64(res.got) / wall.Seconds(),
+		"p50_ms":       pct(res.lat, 0.50),
+		"p90_ms":       pct(res.lat, 0.90),
+		"p99_ms":       pct(res.lat, 0.99),
+		"max_ms":       pct(res.lat, 1),
+		"inject_msg/s": float64(n) / injectDur.Seconds(),
+		"cpu_cores":    cpu.Seconds() / elapsed.Seconds(),
+		"msg/cpu_s":    float64(res.got) / cpu.Seconds(),
+		"load1":        (load0 + loadavg()) / 2,
+	}
+	m.report(b)
+	var shares []string
+	for i, h := range p.handledPerDispatcher() {
+		shares = append(shares, fmt.Sprintf("d%d=%d", i, h-handled0[i]))
+	}
+	b.Logf("%d msgs in %.2fs (inject %.2fs); in-process dispatchers handled %s; duplicate replies %d; stage warnings %d %q",
+		res.got, wall.Seconds(), injectDur.Seconds(), strings.Join(shares, " "), res.dups, p.warns.count(), p.warns.first)
+	record(b.Name(), m)
+}
+
+func (p *pipeline) handledPerDispatcher() []uint64 {
+	out := make([]uint64, len(p.disp))
+	for i, d := range p.disp {
+		out[i] = d.Stats().Handled
+	}
+	return out
+}
+
+// BenchmarkIdleLatency sends one message at a time, each after the
+// previous reply arrived and a pause, so the pipeline is idle when it
+// comes: the latency of the SSE wake-up path.
+func BenchmarkIdleLatency(b *testing.B) {
+	sc := scenario{handler: handler.Echo, dispatchers: 1, concurrency: *flagEchoConc, replyConc: *flagReplyConc,
+		sse: true, pollEvery: 5 * time.Second}
+	b.Run("echo/d1/sse", func(b *testing.B) {
+		p := start(b, sc)
+		ctx := context.Background()
+		for range b.N {
+			load0 := loadavg()
+			b.ResetTimer()
+			var lat []time.Duration
+			for i := range *flagIdleMsgs {
+				// Pauses of 50-149 ms, so sends do not line up with any timer.
+				pause := time.NewTimer(time.Duration(50+(i*37)%100) * time.Millisecond)
+				<-pause.C
+				if _, err := p.inject(ctx, 1, 1, 0); err != nil {
+					b.Fatal(err)
+				}
+				res := p.collect(b, 1, 10*time.Second)
+				if res.missing > 0 {
+					b.Fatalf("message %d: no reply within 10s", i)
+				}
+				lat = append(lat, res.lat...)
+			}
+			b.StopTimer()
+			slices.Sort(lat)
+			m := metrics{
+				"p50_ms": pct(lat, 0.50),
+				"p90_ms": pct(lat, 0.90),
+				"max_ms": pct(lat, 1),
+				"load1":  (load0 + loadavg()) / 2,
+			}
+			m.report(b)
+			record(b.Name(), m)
+		}
+	})
+}
+
+// TestPipelineSmoke runs a small burst through the harness, so `go test`
+// keeps it working: every message gets exactly one reply.
+func TestPipelineSmoke(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts the whole pipeline")
+	}
+	p := start(t, scenario{handler: handler.Echo, dispatchers: 2, concurrency: 8, replyConc: 8, sse: true, pollEvery: time.Second})
+	const n = 40
+	if _, err := p.inject(context.Background(), n, 4, 4); err != nil {
+		t.Fatal(err)
+	}
+	res := p.collect(t, n, 30*time.Second)
+	if res.got != n || res.missing != 0 || res.dups != 0 {
+		t.Fatalf("got %d replies, %d missing, %d duplicates; want %d, 0, 0", res.got, res.missing, res.dups, n)
+	}
+	for _, l := range res.lat {
+		if l <= 0 {
+			t.Fatalf("non-positive latency %s: reply before the row was created", l)
+		}
+	}
+}
+
+// metrics are one run's figures, by unit.
+type metrics map[string]float64
+
+func (m metrics) report(b *testing.B) {
+	for unit, v := range m {
+		b.ReportMetric(v, unit)
+	}
+}
+
+var summary = struct {
+	sync.Mutex
+	order []string
+	runs  map[string][]metrics
+}{runs: map[string][]metrics{}}
+
+func record(name string, m metrics) {
+	summary.Lock()
+	defer summary.Unlock()
+	if _, ok := summary.runs[name]; !ok {
+		summary.order = append(summary.order, name)
+	}
+	summary.runs[name] = append(summary.runs[name], m)
+}
+
+// printSummary prints the median of every figure over the runs of each
+// configuration (go test -count N).
+func printSummary() {
+	summary.Lock()
+	defer summary.Unlock()
+	if len(summary.order) == 0 {
+		return
+	}
+	cols := []string{"msg/s", "p50_ms", "p90_ms", "p99_ms", "max_ms", "inject_msg/s", "cpu_cores", "msg/cpu_s", "load1"}
+	fmt.Printf("\nMedians over runs (GOMAXPROCS %d, %d CPUs; latency = reply received by the platform − row created_at)\n", runtime.GOMAXPROCS(0), runtime.NumCPU())
+	fmt.Printf("%-44s %4s", "configuration", "runs")
+	for _, c := range cols {
+		fmt.Printf(" %12s", c)
+	}
+	fmt.Println()
+	for _, name := range summary.order {
+		runs := summary.runs[name]
+		fmt.Printf("%-44s %4d", name, len(runs))
+		for _, c := range cols {
+			var vs []float64
+			for _, r := range runs {
+				if v, ok := r[c]; ok && !math.IsNaN(v) {
+					vs = append(vs, v)
+				}
+			}
+			if len(vs) == 0 {
+				fmt.Printf(" %12s", "-")
+				continue
+			}
+			sort.Float64s(vs)
+			med := vs[len(vs)/2]
+			if len(vs)%2 == 0 {
+				med = (vs[len(vs)/2-1] + vs[len(vs)/2]) / 2
+			}
+			fmt.Printf(" %12.1f", med)
+		}
+		fmt.Println()
+	}
+}
+
+func TestMain(m *testing.M) {
+	code := m.Run()
+	printSummary()
+	if buildDir != "" {
+		_ = os.RemoveAll(buildDir)
+	}
+	os.Exit(code)
+}
