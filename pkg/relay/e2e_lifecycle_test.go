@@ -106,7 +106,7 @@ func TestE2EStoppedWorkspaces(t *testing.T) {
 		name string
 		// setup returns the second workspace as the relay is configured
 		// with it, and breaks it (before or after the first poll).
-		setup func(w *pipelinetest.World, second moleculetest.Workspace) (configured moleculetest.Workspace, breakAfterSeed func())
+		setup            func(w *pipelinetest.World, second moleculetest.Workspace) (configured moleculetest.Workspace, breakAfterSeed func())
 		stopped          string
 		want             error
 		registrations    int
