@@ -251,6 +251,3 @@ func (f *Function) Close() {
 		f.rt = nil
 	}
 }
-
-// shutdownTimeout bounds the long-running worker's stop.
-const shutdownTimeout = 90 * time.Second
