@@ -17,7 +17,6 @@ import (
 	"log/slog"
 	"os"
 	"sync"
-	"time"
 
 	"github.com/caarlos0/env/v11"
 	"github.com/molecule-ai/molecule-relay/pkg/config"
