@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"net/url"
 	"regexp"
 	"time"
 
@@ -97,6 +98,14 @@ type Config struct {
 	// trusted before it is repeated (a NEW answer is kept for good). If not
 	// set, 10 minutes.
 	ReprobeEvery time.Duration
+	// Push maps a workspace id to the URL it is registered with in push
+	// mode (the platform POSTs its messages there; pkg/ingress receives
+	// them). Such a workspace is registered with that URL once per process
+	// (unless SkipRegister), its feed is never fetched and the generation
+	// probe never stops it (push works on OLD platforms), but its state is
+	// checked and its heartbeat sent as for any other. If nil, every
+	// workspace is polled.
+	Push map[string]string
 	// Logger receives the poller's events. If nil, slog.Default().
 	Logger *slog.Logger
 }
@@ -165,6 +174,14 @@ func (c *Config) Validate() error {
 			return bad("workspace %s configured twice", id)
 		}
 		seen[id] = true
+	}
+	for id, u := range c.Push {
+		if !seen[id] {
+			return bad("push URL for workspace %s, which is not configured", id)
+		}
+		if pu, err := url.Parse(u); err != nil || (pu.Scheme != "http" && pu.Scheme != "https") || pu.Host == "" {
+			return bad("push URL of workspace %s is not an http(s) URL", id)
+		}
 	}
 	switch {
 	case c.PollInterval < 0:

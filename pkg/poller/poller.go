@@ -83,6 +83,11 @@ type workspace struct {
 	paused      bool
 	lastStateAt time.Time
 	ready       bool // generation usable and registered: heartbeats may start
+
+	// pushURL is set for a push-mode workspace (Config.Push): registered
+	// with it, never fetched. pushRegistered: this process registered it.
+	pushURL        string
+	pushRegistered bool
 }
 
 // New returns a Poller publishing with js into topo (from
@@ -106,7 +111,8 @@ func New(js jetstream.JetStream, topo *events.Topology, cfg Config) (*Poller, er
 	}
 	p := &Poller{js: js, topo: topo, cfg: cfg, log: cfg.Logger, start: time.Now()}
 	for _, c := range cfg.Workspaces {
-		p.ws = append(p.ws, &workspace{id: c.WorkspaceID(), c: c, log: cfg.Logger.With("workspace", c.WorkspaceID())})
+		p.ws = append(p.ws, &workspace{id: c.WorkspaceID(), c: c, log: cfg.Logger.With("workspace", c.WorkspaceID()),
+			pushURL: cfg.Push[c.WorkspaceID()]})
 	}
 	return p, nil
 }
@@ -297,7 +303,14 @@ func (p *Poller) cycle(ctx context.Context, w *workspace, o cycleOpts) (res Work
 		}
 	}
 
-	if !p.cfg.SkipRegister && !rec.Registered {
+	// A push workspace registers its URL once per process (the URL may
+	// have changed since the last run); a poll workspace once ever, or
+	// again when it was last registered in push mode.
+	needRegister := !rec.Registered || rec.DeliveryMode == string(molecule.DeliveryPush)
+	if w.pushURL != "" {
+		needRegister = !w.isPushRegistered()
+	}
+	if !p.cfg.SkipRegister && needRegister {
 		if p.register(ctx, w, &res, set) {
 			return res
 		}
@@ -317,6 +330,9 @@ func (p *Poller) cycle(ctx context.Context, w *workspace, o cycleOpts) (res Work
 	if w.isPaused() {
 		res.Paused = true
 		return res
+	}
+	if w.pushURL != "" {
+		return res // push mode: messages arrive through the ingress, not the feed
 	}
 
 	err = p.fetch(ctx, w, &res)
@@ -373,7 +389,7 @@ func (p *Poller) generation(ctx context.Context, w *workspace, rec *statusRecord
 			w.log.Info("poller: platform supports poll mode")
 		}
 	}
-	if gen == molecule.GenerationOld {
+	if gen == molecule.GenerationOld && w.pushURL == "" { // push works on OLD
 		w.log.Error("poller: platform does not support poll mode (since_id ignored); refusing to poll this workspace. Use push ingress (register a public URL) or upgrade the platform")
 		res.Stopped, res.Err = true, oldPlatformError(w.id)
 		set(func(r *statusRecord) { r.Stopped = StoppedOldPlatform })
@@ -436,7 +452,11 @@ func (p *Poller) register(ctx context.Context, w *workspace, res *WorkspaceResul
 	if w.isPaused() {
 		w.log.Warn("poller: registering a paused workspace at its first start; registration un-pauses it")
 	}
-	rr, err := w.c.Register(ctx, molecule.RegisterRequest{Mode: molecule.DeliveryPoll, AgentCard: card})
+	req := molecule.RegisterRequest{Mode: molecule.DeliveryPoll, AgentCard: card}
+	if w.pushURL != "" {
+		req.Mode, req.URL = molecule.DeliveryPush, w.pushURL
+	}
+	rr, err := w.c.Register(ctx, req)
 	if errors.Is(err, molecule.ErrUnauthorized) {
 		p.unauthorized(ctx, w, err, res, set)
 		return true
@@ -445,16 +465,24 @@ func (p *Poller) register(ctx context.Context, w *workspace, res *WorkspaceResul
 		res.Err = fmt.Errorf("poller: register: %w", err)
 		return true
 	}
-	if rr.DeliveryMode != molecule.DeliveryPoll {
-		w.log.Error("poller: the platform did not confirm poll delivery mode at registration; messages may not reach the activity feed",
-			"delivery_mode", string(rr.DeliveryMode), "status", rr.Status)
-	} else {
+	switch {
+	case req.Mode == molecule.DeliveryPush && (rr.DeliveryMode == molecule.DeliveryPush || rr.DeliveryMode == ""):
+		// An OLD platform answers no delivery mode; it only has push.
+		w.log.Info("poller: registered in push mode; messages arrive through the push ingress")
+	case rr.DeliveryMode != req.Mode:
+		w.log.Error("poller: the platform did not confirm the delivery mode asked for at registration; messages may not arrive",
+			"asked", string(req.Mode), "delivery_mode", string(rr.DeliveryMode), "status", rr.Status)
+	default:
 		w.log.Info("poller: registered in poll mode")
 	}
 	res.Registered = true
+	w.setPushRegistered()
 	w.setPaused(false) // a register un-pauses the workspace
 	now := time.Now().UTC()
 	mode := string(rr.DeliveryMode)
+	if mode == "" && req.Mode == molecule.DeliveryPush {
+		mode = string(req.Mode) // OLD platforms do not say
+	}
 	// Remember it at once: a crash later in the cycle must not cause a
 	// second registration.
 	if _, err := p.updateStatus(ctx, w.id, func(r *statusRecord) {
@@ -630,6 +658,18 @@ func (w *workspace) setReady() {
 	w.mu.Lock()
 	w.ready = true
 	w.mu.Unlock()
+}
+
+func (w *workspace) setPushRegistered() {
+	w.mu.Lock()
+	w.pushRegistered = true
+	w.mu.Unlock()
+}
+
+func (w *workspace) isPushRegistered() bool {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.pushRegistered
 }
 
 func (w *workspace) isReady() bool {

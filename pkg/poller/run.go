@@ -18,7 +18,8 @@ import (
 // when the workspace's event stream announces an inbound message; and a
 // heartbeat every HeartbeatInterval that never waits for the rate budget.
 // A workspace that cannot be polled any more (deleted, token rejected, OLD
-// platform) is stopped with an error log while the others go on. Run
+// platform; a push workspace, Config.Push, is not stopped by OLD) is
+// stopped with an error log while the others go on. Run
 // returns when ctx ends or every workspace has stopped; the error joins the
 // reasons workspaces stopped (nil when ctx ended and none stopped).
 func (p *Poller) Run(ctx context.Context) error {
@@ -45,7 +46,7 @@ func (p *Poller) runWorkspace(ctx context.Context, w *workspace) error {
 	defer cancel() // runs before bg.Wait
 
 	wake := make(chan struct{}, 1)
-	if p.cfg.SSE {
+	if p.cfg.SSE && w.pushURL == "" { // a push workspace is never fetched: no wake-ups
 		bg.Add(1)
 		go func() { defer bg.Done(); p.sseLoop(ctx, w, wake) }()
 	}
