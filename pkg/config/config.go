@@ -115,6 +115,16 @@ type Config struct {
 	// MetricsAddr serves /healthz and /metrics for long-running workers
 	// when set, e.g. ":8080".
 	MetricsAddr string `env:"MOLECULE_METRICS_ADDR"`
+
+	// PushListen is the address the push ingress listens on, e.g. ":8081",
+	// for platforms without poll mode (OLD, 2026-04): each workspace is
+	// registered in push mode and the platform POSTs its messages here.
+	// Set together with PushURL. If not set, no push ingress (poll mode).
+	PushListen string `env:"MOLECULE_PUSH_LISTEN"`
+	// PushURL is the public http(s) base URL under which the platform
+	// reaches PushListen, e.g. https://agent.example.com. Set together
+	// with PushListen.
+	PushURL string `env:"MOLECULE_PUSH_URL"`
 }
 
 // Workspace is one configured workspace.
@@ -223,6 +233,19 @@ func (c *Config) Validate(need Requirement) error {
 		return bad("MOLECULE_MAX_HOPS", "%d; must be at least 1", c.MaxHops)
 	case c.Replicas < 1 || c.Replicas > 5:
 		return bad("MOLECULE_STREAM_REPLICAS", "%d is outside 1..5", c.Replicas)
+	}
+	// Push ingress: both variables or neither.
+	switch {
+	case c.PushListen != "" && c.PushURL == "":
+		return bad("MOLECULE_PUSH_URL", "not set although MOLECULE_PUSH_LISTEN is; the public http(s) base URL the platform reaches the push ingress at")
+	case c.PushListen == "" && c.PushURL != "":
+		return bad("MOLECULE_PUSH_LISTEN", "not set although MOLECULE_PUSH_URL is; the address the push ingress listens on, e.g. :8081")
+	case c.PushURL != "":
+		u, err := url.Parse(c.PushURL)
+		if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" || u.RawQuery != "" || u.Fragment != "" {
+			return bad("MOLECULE_PUSH_URL", "%q is not an http(s) base URL", c.PushURL)
+		}
+		c.PushURL = strings.TrimRight(c.PushURL, "/")
 	}
 	if _, err := ParseLevel(c.LogLevel); err != nil {
 		return bad("MOLECULE_LOG_LEVEL", "%v", err)

@@ -95,6 +95,9 @@ func TestValidationNamesTheVariable(t *testing.T) {
 		{"concurrency syntax", append(base, "MOLECULE_CONCURRENCY=many"), "MOLECULE_CONCURRENCY"},
 		{"log level", append(base, "MOLECULE_LOG_LEVEL=loud"), "MOLECULE_LOG_LEVEL"},
 		{"handler", append(base, "MOLECULE_HANDLER= "), "MOLECULE_HANDLER"},
+		{"push listen without url", append(base, "MOLECULE_PUSH_LISTEN=:8081"), "MOLECULE_PUSH_URL"},
+		{"push url without listen", append(base, "MOLECULE_PUSH_URL=https://agent.example.com"), "MOLECULE_PUSH_LISTEN"},
+		{"push url not http", append(base, "MOLECULE_PUSH_LISTEN=:8081", "MOLECULE_PUSH_URL=remote://no-inbound"), "MOLECULE_PUSH_URL"},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
@@ -135,5 +138,19 @@ func TestTokenFileMustBePrivate(t *testing.T) {
 	}
 	if cfg.WorkspaceToken != tokA {
 		t.Fatalf("token %q", cfg.WorkspaceToken)
+	}
+}
+
+func TestPushIngressSettings(t *testing.T) {
+	cfg, err := load(t, []string{"--push-listen", "127.0.0.1:8081"}, "MOLECULE_PLATFORM_URL=http://127.0.0.1:9",
+		"MOLECULE_WORKSPACE_ID="+wsA, "MOLECULE_WORKSPACE_TOKEN="+tokA, "MOLECULE_PUSH_URL=https://agent.example.com/")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cfg.Validate(config.NeedPlatform); err != nil {
+		t.Fatal(err)
+	}
+	if cfg.PushListen != "127.0.0.1:8081" || cfg.PushURL != "https://agent.example.com" {
+		t.Fatalf("push listen %q, url %q", cfg.PushListen, cfg.PushURL)
 	}
 }
