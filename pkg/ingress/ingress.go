@@ -22,7 +22,9 @@ package ingress
 
 import (
 	"context"
+	"crypto/hmac"
 	"crypto/rand"
+	"crypto/sha256"
 	"crypto/subtle"
 	"encoding/base64"
 	"encoding/json"
@@ -131,6 +133,22 @@ func NewSecret() (string, error) {
 		return "", err
 	}
 	return base64.RawURLEncoding.EncodeToString(b), nil
+}
+
+// secretContext is the HMAC message SecretFromToken signs; changing it
+// changes every derived secret (and so every registered URL).
+const secretContext = "molecule-relay push ingress v1"
+
+// SecretFromToken derives a workspace's path secret from its platform
+// token: base64url(HMAC-SHA256(token, "molecule-relay push ingress v1")),
+// 43 characters. It is stable across restarts (the registered URL stays
+// valid while the process is down and comes back unchanged), unguessable
+// without the token, and changes when the token is rotated. The token
+// cannot be recovered from it.
+func SecretFromToken(token string) string {
+	mac := hmac.New(sha256.New, []byte(token))
+	mac.Write([]byte(secretContext))
+	return base64.RawURLEncoding.EncodeToString(mac.Sum(nil))
 }
 
 // URL is the URL to register for push delivery: publicBase (the agent's

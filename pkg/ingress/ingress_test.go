@@ -185,3 +185,21 @@ func TestConfigRefusesWeakSecret(t *testing.T) {
 		}
 	}
 }
+
+// SecretFromToken is stable, 43 characters a Handler accepts, different per
+// token, and does not contain the token.
+func TestSecretFromToken(t *testing.T) {
+	const tokA, tokB = "aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa", "aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaab"
+	a, b := ingress.SecretFromToken(tokA), ingress.SecretFromToken(tokB)
+	if a != ingress.SecretFromToken(tokA) {
+		t.Fatal("not stable")
+	}
+	if a == b || len(a) != 43 || strings.Contains(a, tokA[:8]) {
+		t.Fatalf("secrets %q %q", a, b)
+	}
+	ns := natstest.Start(t)
+	_, js := natstest.Connect(t, ns.ClientURL())
+	if _, err := ingress.New(ingress.Config{JS: js, WorkspaceID: "35637291-d55e-4553-896c-13c2e02fe4f7", Secret: a}); err != nil {
+		t.Fatalf("derived secret refused: %v", err)
+	}
+}
