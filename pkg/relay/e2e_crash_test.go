@@ -389,15 +389,32 @@ func TestE2ENATSRestartMidRun(t *testing.T) {
 	t.Parallel()
 	const n = 30
 	w := pipelinetest.New(t, pipelinetest.Options{Peers: 1})
+	// Each handler run takes a while, so the restart finds some in flight.
+	slow := pipelinetest.NewRecorder(handler.Func(func(ctx context.Context, req *handler.Request) (string, error) {
+		t := time.NewTimer(100 * time.Millisecond)
+		defer t.Stop()
+		select {
+		case <-t.C:
+		case <-ctx.Done():
+			return "", ctx.Err()
+		}
+		return handler.Echo.Handle(ctx, req)
+	}))
 	pl := w.StartPipeline(pipelinetest.PipelineConfig{
-		Poller: poller.Config{OverlapWindow: 30 * time.Second, OverlapEvery: 200 * time.Millisecond},
+		Handler:    slow,
+		Dispatcher: dispatcher.Config{Concurrency: 4},
+		Poller:     poller.Config{OverlapWindow: 30 * time.Second, OverlapEvery: 200 * time.Millisecond},
 	})
+	pl.Recorder = slow
 	w.WaitSeeded(w.Agent.ID)
 	w.SendMixed("before restart", n/2)
-	w.WaitReplies(n/4, 20*time.Second)
+	w.WaitReplies(n/6, 20*time.Second)
 
+	inFlight := slow.Started() - slow.Completions()
+	repliedAtRestart := w.Replies()
 	w.RestartNATS()
 	restarted := time.Now()
+	t.Logf("restart with %d replies posted and %d handler runs in flight", repliedAtRestart, inFlight)
 	w.SendMixed("after restart", n/2)
 	w.WaitReplies(n, 30*time.Second)
 	// Let the poller's overlap re-read run after the restart, so rows

@@ -22,8 +22,7 @@ func TestE2ERuntimeOnceAndRun(t *testing.T) {
 		"MOLECULE_WORKSPACE_ID=" + w.Agent.ID,
 		"MOLECULE_WORKSPACE_TOKEN=" + w.Agent.Token,
 		"MOLECULE_HANDLER=echo",
-		"MOLECULE_POLL_INTERVAL=100ms",
-		"MOLECULE_SSE=false",
+		"MOLECULE_POLL_INTERVAL=10s", // Run must get the messages from SSE wake-ups
 		"NATS_URL=" + w.NATSURL(),
 	})
 	if err != nil {
@@ -71,8 +70,12 @@ func TestE2ERuntimeOnceAndRun(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() { done <- rt.Run(ctx, relay.All) }()
+	pipelinetest.Eventually(t, 10*time.Second, "the poller's event stream", func() bool {
+		return w.Requests("GET", "/workspaces/"+w.Agent.ID+"/events/stream", 0) > 0
+	})
 	w.SendMixed("run", n)
-	w.WaitReplies(2*n, 20*time.Second)
+	// Well inside the 10 s poll interval: SSE wake-ups (on by default).
+	w.WaitReplies(2*n, 8*time.Second)
 	cancel()
 	select {
 	case err := <-done:
