@@ -16,6 +16,7 @@ import (
 	"github.com/molecule-ai/molecule-relay/pkg/handler"
 	"github.com/molecule-ai/molecule-relay/pkg/molecule/moleculetest"
 	"github.com/molecule-ai/molecule-relay/pkg/poller"
+	"github.com/molecule-ai/molecule-relay/pkg/replier"
 )
 
 // checkHandledOnce checks that the handler completed exactly once for every
@@ -51,14 +52,40 @@ func waitDrained(t *testing.T, w *pipelinetest.World, within time.Duration) {
 // own feed, are never answered.
 func TestE2EMixedTrafficExactlyOnce(t *testing.T) {
 	t.Parallel()
+	for _, tc := range []struct {
+		name  string
+		extra int // dispatchers and repliers beyond the first, each its own process
+	}{
+		{"one worker per stage", 0},
+		{"scaled out: three dispatchers and three repliers", 2},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			testMixedTraffic(t, tc.extra)
+		})
+	}
+}
+
+func testMixedTraffic(t *testing.T, extra int) {
 	const n = 60
 	w := pipelinetest.New(t, pipelinetest.Options{Peers: 2})
 	pl := w.StartPipeline(pipelinetest.PipelineConfig{})
+	var extras []*pipelinetest.Running
+	for range extra {
+		extras = append(extras,
+			pipelinetest.Start(t, w.NewDispatcher(w.Proc(), pl.Recorder, dispatcher.Config{}).Run),
+			pipelinetest.Start(t, w.NewReplier(w.Proc(), nil, replier.Config{}).Run))
+	}
 	w.WaitSeeded(w.Agent.ID)
 
 	w.SendMixed("hello", n)
 	w.WaitReplies(n, 30*time.Second)
 	waitDrained(t, w, 10*time.Second)
+	for _, r := range extras {
+		if err := r.Stop(); err != nil {
+			t.Errorf("extra stage: %v", err)
+		}
+	}
 	pl.Stop(t)
 
 	sent := w.Sent()
