@@ -31,6 +31,9 @@ type Runtime struct {
 	Clients []*molecule.Client
 
 	stages running
+	// push is each workspace's push URL while Run serves the push ingress
+	// (ServePush); the poller registers them in push mode.
+	push map[string]string
 }
 
 // Open connects to NATS (starting the embedded server when NATS_URL is
@@ -117,6 +120,7 @@ func (rt *Runtime) Poller() (*poller.Poller, error) {
 		AgentName:     rt.Cfg.AgentName,
 		SkipRegister:  !rt.Cfg.Register,
 		SSE:           rt.Cfg.SSE,
+		Push:          rt.push,
 		Logger:        rt.Log.With("stage", events.StagePoller),
 	})
 }

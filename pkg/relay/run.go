@@ -21,10 +21,20 @@ var All = Stages{Poll: true, Dispatch: true, Reply: true}
 
 // Run runs the selected stages long-running until ctx ends, then lets the
 // dispatcher and replier finish what they hold and returns nil. The first
-// stage that fails stops the others and its error is returned.
+// stage that fails stops the others and its error is returned. With the
+// poll stage and MOLECULE_PUSH_LISTEN set, Run also serves the push ingress
+// (ServePush) and the poller registers the workspaces in push mode.
 func (rt *Runtime) Run(ctx context.Context, s Stages) error {
 	ctx, cancel := context.WithCancelCause(ctx)
 	defer cancel(nil)
+	if s.Poll && rt.Cfg.PushListen != "" {
+		urls, stop, err := rt.ServePush(ctx)
+		if err != nil {
+			return err
+		}
+		defer stop() // after the stages returned
+		rt.push = urls
+	}
 	var wg sync.WaitGroup
 	start := func(name string, run func(context.Context) error) {
 		wg.Add(1)
