@@ -207,8 +207,13 @@ func start(b testing.TB, sc scenario) *pipeline {
 	waitFor(b, "workspace registered in poll mode", 30*time.Second, func() bool {
 		return srv.Status(p.agent.ID).DeliveryMode == "poll"
 	})
-	// The poller seeds its cursor on its first cycle; a message sent before
-	// it is still delivered (empty-seed rule), so warming up is enough.
+	// The poller seeds its cursor on its first cycle, after registering; a
+	// row queued before the seed would be taken as backlog and not
+	// delivered (BacklogWindow 0), so wait for the cursor.
+	waitFor(b, "cursor seeded", 30*time.Second, func() bool {
+		_, err := topoR.Cursors.Get(ctx, p.agent.ID)
+		return err == nil
+	})
 	if _, err := p.inject(ctx, 2, 1, 2); err != nil {
 		b.Fatalf("warm-up: %v", err)
 	}

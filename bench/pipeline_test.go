@@ -96,6 +96,7 @@ func (p *pipeline) throughput(b *testing.B, n int) {
 	ctx := context.Background()
 	load0, cpu0 := loadavg(), p.cpuTime()
 	handled0 := p.handledPerDispatcher()
+	in0, out0 := p.natsMsgs()
 	stopProfile := startProfile(b)
 	b.ResetTimer()
 	t0, err := p.inject(ctx, n, *flagSenders, *flagPeerEvery)
@@ -108,6 +109,7 @@ func (p *pipeline) throughput(b *testing.B, n int) {
 	b.StopTimer()
 	stopProfile()
 	cpu, elapsed := p.cpuTime()-cpu0, time.Since(t0)
+	in1, out1 := p.natsMsgs()
 	res := p.match(n)
 	wall := res.last.Sub(t0)
 	if res.missing > 0 {
@@ -123,6 +125,8 @@ func (p *pipeline) throughput(b *testing.B, n int) {
 		"cpu_cores":    cpu.Seconds() / elapsed.Seconds(),
 		"msg/cpu_s":    float64(res.got) / cpu.Seconds(),
 		"load1":        (load0 + loadavg()) / 2,
+		"nats_in/msg":  float64(in1-in0) / float64(n),
+		"nats_out/msg": float64(out1-out0) / float64(n),
 	}
 	m.report(b)
 	var shares []string
@@ -132,6 +136,16 @@ func (p *pipeline) throughput(b *testing.B, n int) {
 	b.Logf("%d msgs in %.2fs (inject %.2fs); in-process dispatchers handled %s; duplicate replies %d; stage warnings %d %q",
 		res.got, wall.Seconds(), injectDur.Seconds(), strings.Join(shares, " "), res.dups, p.warns.count(), p.warns.first)
 	record(b.Name(), m)
+}
+
+// natsMsgs is the NATS server's count of messages received from and sent
+// to clients (publishes, requests, acks, pull requests, deliveries).
+func (p *pipeline) natsMsgs() (in, out int64) {
+	v, err := p.ns.Varz(nil)
+	if err != nil {
+		return 0, 0
+	}
+	return v.InMsgs, v.OutMsgs
 }
 
 func (p *pipeline) handledPerDispatcher() []uint64 {
