@@ -715,3 +715,28 @@ func TestRequestCountsByStatus(t *testing.T) {
 		t.Fatalf("counts %v; want one 200 and one 503", got)
 	}
 }
+
+func TestTakeBudgetKeepsTheReserve(t *testing.T) {
+	srv := moleculetest.NewServer(moleculetest.WithRateLimit(5, time.Minute))
+	t.Cleanup(srv.Close)
+	ws := srv.CreateWorkspace("budget")
+	c, err := molecule.New(molecule.Config{PlatformURL: srv.URL(), WorkspaceID: ws.ID, Token: ws.Token, MaxRetries: -1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if d := c.TakeBudget(2); d != 0 {
+		t.Fatalf("wait %s before anything is known", d)
+	}
+	if _, err := c.State(context.Background()); err != nil { // the platform says 4 remain
+		t.Fatal(err)
+	}
+	// Two callers may take a request each (4 → 3 → 2) before anyone sends.
+	for i := range 2 {
+		if d := c.TakeBudget(2); d != 0 {
+			t.Fatalf("take %d: wait %s", i, d)
+		}
+	}
+	if d := c.TakeBudget(2); d < 50*time.Second || d > 62*time.Second {
+		t.Fatalf("wait %s at the reserve; want the rest of the 60 s window", d)
+	}
+}

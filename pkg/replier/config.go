@@ -46,6 +46,12 @@ type Config struct {
 	// no reply is fetched unless deadline-now >= NotifyTimeout +
 	// StartMargin. If not set, 2 seconds.
 	StartMargin time.Duration
+	// RateReserve is the number of requests per platform rate-limit window
+	// a post never spends: when the workspace's last answer left this many
+	// or fewer, the post waits for the window to reset, so the heartbeat
+	// (which shares the token's bucket) always gets through. If not set, 3;
+	// negative means 0.
+	RateReserve int
 	// StoreTimeout bounds the record writes and acks around a post. If not
 	// set, 30 seconds.
 	StoreTimeout time.Duration
@@ -101,6 +107,12 @@ func (c *Config) SetDefaults() {
 	}
 	if c.RetryMax == 0 {
 		c.RetryMax = 5 * time.Minute
+	}
+	switch {
+	case c.RateReserve == 0:
+		c.RateReserve = 3
+	case c.RateReserve < 0:
+		c.RateReserve = 0
 	}
 	if c.StartMargin == 0 {
 		c.StartMargin = 2 * time.Second

@@ -235,7 +235,7 @@ func (r *Replier) process(runCtx context.Context, msg jetstream.Msg) {
 		return
 	}
 
-	if !r.roomToPost(runCtx, j) {
+	if !r.waitBudget(runCtx, j) || !r.roomToPost(runCtx, j) {
 		return
 	}
 	rec = dlq.ReplyRecord{State: dlq.StatePosting, Route: j.route, PostingAt: time.Now().UTC(), Attempts: 1}
@@ -254,6 +254,36 @@ func (r *Replier) process(runCtx context.Context, msg jetstream.Msg) {
 		return
 	}
 	r.post(runCtx, j, rec, rev)
+}
+
+// waitBudget holds the reply while the workspace's rate budget is at the
+// reserve (PROTOCOL.md §2: notify and a2a share the token's bucket with the
+// heartbeat). The message is kept alive meanwhile; a stop hands it back.
+// False means the reply was handed back.
+func (r *Replier) waitBudget(runCtx context.Context, j *job) bool {
+	for {
+		d := j.client.TakeBudget(r.cfg.RateReserve)
+		if d <= 0 {
+			return true
+		}
+		if !r.sleepBudget(runCtx, j, d) {
+			return false
+		}
+	}
+}
+
+func (r *Replier) sleepBudget(runCtx context.Context, j *job, d time.Duration) bool {
+	j.log.Debug("replier: rate budget at reserve; waiting for the window to reset", "wait", d.Round(time.Millisecond))
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return true
+	case <-runCtx.Done():
+		r.stats.deferred.Add(1)
+		_ = j.msg.Nak()
+		return false
+	}
 }
 
 // roomToPost applies the start-margin rule to one reply; false means the

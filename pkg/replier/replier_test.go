@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"log/slog"
 	"net/http"
 	"strings"
@@ -40,7 +41,7 @@ func bg(t *testing.T) context.Context {
 	return c
 }
 
-func newEnv(t *testing.T) *env {
+func newEnv(t *testing.T, opts ...moleculetest.Option) *env {
 	t.Helper()
 	tc := events.TopologyConfig{Storage: jetstream.MemoryStorage, ReplierAckWait: time.Second}
 	srv := natstest.Start(t)
@@ -49,7 +50,7 @@ func newEnv(t *testing.T) *env {
 	if err != nil {
 		t.Fatal(err)
 	}
-	plat := moleculetest.NewServer()
+	plat := moleculetest.NewServer(opts...)
 	t.Cleanup(plat.Close)
 	e := &env{srv: srv, js: js, topo: topo, tc: tc, plat: plat, a: plat.CreateWorkspace("A"), b: plat.CreateWorkspace("B")}
 	e.clients = map[string]*molecule.Client{e.a.ID: e.client(t, e.a)}
@@ -499,5 +500,40 @@ func TestConfigValidation(t *testing.T) {
 	if c := r.Config(); c.Concurrency != 16 || c.NotifyTimeout != 30*time.Second || c.A2ATimeout != 10*time.Minute ||
 		c.ProgressInterval != time.Second/3 || c.RetryBase != 2*time.Second || c.RetryMax != 5*time.Minute {
 		t.Errorf("defaults = %+v", c)
+	}
+}
+
+// Posts keep the rate budget's reserve for the heartbeat, even when they run
+// concurrently: with a limit of 5 a window and a reserve of 3, four replies
+// are posted at most one per window and a heartbeat right after the drain
+// still gets through (PROTOCOL.md §2).
+func TestPostsKeepTheHeartbeatsRateReserve(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, moleculetest.WithRateLimit(5, 3*time.Second))
+	// One request to learn the budget, as the poller's would.
+	if _, err := e.clients[e.a.ID].State(bg(t)); err != nil {
+		t.Fatal(err)
+	}
+	for i := range 4 {
+		e.publish(t, e.canvasReply(fmt.Sprintf("act-%d", i), fmt.Sprintf("reply %d", i)))
+	}
+	r := e.replier(t, e.js, e.topo, replier.Config{RateReserve: 3})
+	// A short idle, so the heartbeat below lands in the window of the last
+	// post (a replier that spent the reserve leaves it nothing).
+	st, err := r.Drain(bg(t), 100*time.Millisecond)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if st.Notified != 4 {
+		t.Fatalf("stats = %+v", st)
+	}
+	for _, req := range e.plat.Requests() {
+		if req.Status == 429 {
+			t.Fatalf("%s %s got 429: the replier spent the reserve", req.Method, req.Path)
+		}
+	}
+	hb, err := e.clients[e.a.ID].Heartbeat(bg(t), molecule.Heartbeat{})
+	if err != nil || hb.Status != "ok" {
+		t.Fatalf("heartbeat after the burst: %+v %v", hb, err)
 	}
 }
