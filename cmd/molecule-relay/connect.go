@@ -82,6 +82,11 @@ func runStages(ctx context.Context, env *cliEnv, name string, args []string, sta
 	if err != nil {
 		return err
 	}
+	if sf.once && stages.Poll && cfg.PushListen != "" {
+		// The push ingress must be listening when the platform pushes; a
+		// bounded run cannot receive anything.
+		return usageError{fmt.Errorf("--once cannot be used with MOLECULE_PUSH_LISTEN (--push-listen): push mode needs a long-running %s", name)}
+	}
 	log := cfg.NewLogger(env.stderr)
 	rt, err := relay.Open(ctx, cfg, log)
 	if err != nil {
