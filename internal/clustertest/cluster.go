@@ -158,6 +158,9 @@ type Cluster struct {
 	Nodes []*Node
 	t     testing.TB
 	bin   string
+	// clients collects the asynchronous errors (permission violations,
+	// disconnects) of every connection made by Connect.
+	clients lockedBuffer
 }
 
 // Start starts the three nodes from the files in infra/nats and waits
@@ -188,6 +191,7 @@ func Start(t testing.TB) *Cluster {
 			for _, n := range c.Nodes {
 				t.Logf("clustertest: log of %s:\n%s", n.Name, n.out.String())
 			}
+			t.Logf("clustertest: client errors:\n%s", c.clients.String())
 		}
 	})
 	for _, n := range c.Nodes {
@@ -344,10 +348,18 @@ func Options(user string, extra ...nats.Option) []nats.Option {
 }
 
 // Connect connects user to the cluster (every node's URL); the connection
-// is closed at test cleanup.
+// is closed at test cleanup. Its asynchronous errors are logged if the test
+// fails, unless extra sets its own error handler.
 func (c *Cluster) Connect(t testing.TB, user string, extra ...nats.Option) (*nats.Conn, jetstream.JetStream) {
 	t.Helper()
-	nc, err := nats.Connect(c.URLs(), Options(user, extra...)...)
+	logErr := nats.ErrorHandler(func(_ *nats.Conn, sub *nats.Subscription, err error) {
+		subj := ""
+		if sub != nil {
+			subj = sub.Subject
+		}
+		fmt.Fprintf(&c.clients, "%s %s: %v (subscription %q)\n", time.Now().Format(time.StampMilli), user, err, subj)
+	})
+	nc, err := nats.Connect(c.URLs(), Options(user, append([]nats.Option{logErr}, extra...)...)...)
 	if err != nil {
 		t.Fatalf("clustertest: connect as %s: %v", user, err)
 	}

@@ -143,6 +143,11 @@ func TestClusterFormsAndTopology(t *testing.T) {
 
 func ensureTopology(t *testing.T, js jetstream.JetStream) *events.Topology {
 	t.Helper()
+	return ensureTopologyConfig(t, js, events.TopologyConfig{Replicas: 3})
+}
+
+func ensureTopologyConfig(t *testing.T, js jetstream.JetStream, cfg events.TopologyConfig) *events.Topology {
+	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	var topo *events.Topology
@@ -150,7 +155,7 @@ func ensureTopology(t *testing.T, js jetstream.JetStream) *events.Topology {
 	// "JetStream system temporarily unavailable": retry briefly.
 	op := func() error {
 		var err error
-		topo, err = events.EnsureTopology(ctx, js, events.TopologyConfig{Replicas: 3})
+		topo, err = events.EnsureTopology(ctx, js, cfg)
 		return err
 	}
 	if err := backoff.Retry(op, backoff.WithContext(backoff.NewConstantBackOff(200*time.Millisecond), ctx)); err != nil {
