@@ -213,9 +213,11 @@ func TestE2ECursorLost410(t *testing.T) {
 }
 
 // Guarantee 5, 429: a small rate limit shared by the poller, the replier
-// and the heartbeat (one token, one bucket). The poller backs off and
-// keeps running, the replier retries after Retry-After, every message is
-// answered once, and heartbeats keep getting through.
+// and the heartbeat (one token, one bucket), which both stages pace
+// themselves by, plus 429 answers injected on the feed and on notify so
+// that backing off is exercised whatever the pacing achieves. The poller
+// backs off and keeps running, the replier retries after Retry-After,
+// every message is answered once, and heartbeats keep getting through.
 func TestE2ERateLimited429(t *testing.T) {
 	t.Parallel()
 	const n = 10
@@ -227,6 +229,11 @@ func TestE2ERateLimited429(t *testing.T) {
 		Poller: poller.Config{PollInterval: 50 * time.Millisecond, RateReserve: 3, HeartbeatInterval: 300 * time.Millisecond},
 	})
 	w.WaitSeeded(w.Agent.ID)
+	retryAfter := http.Header{"Retry-After": []string{"1"}}
+	for _, p := range []string{"/workspaces/" + w.Agent.ID + "/activity", "/workspaces/" + w.Agent.ID + "/notify"} {
+		w.Plat.InjectFault(moleculetest.Fault{PathPrefix: p, Status: http.StatusTooManyRequests, Header: retryAfter,
+			Body: `{"error":"rate limit exceeded","retry_after":1}`, Count: 2})
+	}
 	w.SendMixed("limited", n)
 	w.WaitReplies(n, 30*time.Second)
 	waitDrained(t, w, 15*time.Second)
@@ -249,8 +256,8 @@ func TestE2ERateLimited429(t *testing.T) {
 			beatsAfter429++
 		}
 	}
-	if limited == 0 {
-		t.Fatal("the agent's token never met a 429; the rate limit was not exercised")
+	if limitedPaths["GET /workspaces/:self/activity"] < 2 || limitedPaths["POST /workspaces/:self/notify"] < 2 {
+		t.Fatalf("the injected 429s were not all met: %v", limitedPaths)
 	}
 	start := time.Now()
 	pipelinetest.Eventually(t, 10*time.Second, "a heartbeat accepted after the 429s", func() bool {
