@@ -325,6 +325,11 @@ func (c *Cluster) URLs() string {
 	return strings.Join(urls, ",")
 }
 
+// ClientErrors returns the asynchronous errors (permission violations,
+// disconnects) every connection made by Connect has reported so far, one a
+// line.
+func (c *Cluster) ClientErrors() string { return c.clients.String() }
+
 // Node returns the node with the given server name.
 func (c *Cluster) Node(name string) *Node {
 	for _, n := range c.Nodes {

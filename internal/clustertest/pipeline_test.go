@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"os"
 	"sort"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -245,6 +246,10 @@ func TestPipelineSurvivesNodeKill(t *testing.T) {
 	}
 	if len(texts) != total {
 		t.Errorf("%d notifications for %d messages: %v", len(texts), total, texts)
+	}
+	// The stages did all of it within their users' permissions.
+	if errs := c.ClientErrors(); strings.Contains(errs, "permissions violation") {
+		t.Errorf("a stage was refused something it needs:\n%s", errs)
 	}
 	dlq, err := topo.DLQ.Info(ctx)
 	if err != nil {
