@@ -115,6 +115,8 @@ func TestTemplateGlobals(t *testing.T) {
 		{[]string{"Parameters", "Architecture", "Default"}, "arm64"},
 		{[]string{"Parameters", "Architecture", "AllowedValues"}, []any{"arm64", "x86_64"}},
 		{[]string{"Globals", "Function", "LoggingConfig", "LogFormat"}, "JSON"},
+		// Secrets are read through the Parameters and Secrets extension.
+		{[]string{"Globals", "Function", "Layers"}, []any{ref("SecretsExtensionLayerArn")}},
 		{[]string{"Globals", "Function", "Environment", "Variables", "NATS_URL"}, ref("NatsUrl")},
 		{[]string{"Globals", "Function", "Environment", "Variables", "NATS_CREDS_SECRET"}, ref("NatsCredsSecretArn")},
 		{[]string{"Globals", "Function", "Environment", "Variables", "MOLECULE_PLATFORM_URL"}, ref("PlatformUrl")},
