@@ -194,6 +194,8 @@ func ignoredSinceID(page *molecule.ActivityPage, cursor string) error {
 //   - cold start: rows newer than BacklogWindow (none if it is 0);
 //   - empty seed (the feed was empty when seeded at UpdatedAt): every row
 //     created since then, plus the overlap slack for late commits;
+//   - cold start right after this process registered the workspace: at
+//     least every row created since the registration was asked for;
 //   - lost cursor: every row created since the cursor was last saved, plus
 //     the overlap slack (any newer row would have advanced it, so these are
 //     undelivered), and at least BacklogWindow.
@@ -201,12 +203,21 @@ func (p *Poller) seed(ctx context.Context, w *workspace, cur *cursorEntry, lost 
 	cold := cur.UpdatedAt.IsZero() // no cursor, or an unreadable one
 	window := p.cfg.BacklogWindow
 	v := cursorValue{Floor: cur.Floor, FloorID: cur.FloorID, Generation: res.Generation.String()}
+	if reg := w.registeredSince(); cold && !reg.IsZero() {
+		// This process registered the workspace moments ago: whatever was
+		// queued since it asked was sent to a poll-mode agent — us — and is
+		// not backlog, whatever the backlog window says. (The edge is our
+		// clock against the platform's created_at: a platform clock behind
+		// ours by more than the request's latency could still exclude a
+		// message queued in that first instant.)
+		window = max(window, time.Since(reg))
+	}
 	if !cold {
 		window = max(window, time.Since(cur.UpdatedAt)+max(p.cfg.OverlapWindow, 0))
 	} else if window > 0 {
-		// Rows older than the backlog window are not ours to deliver, not
-		// even by a later overlap re-read. (Poller clock: a clock skew with
-		// the platform shifts this edge by the skew.)
+		// Rows older than the window are not ours to deliver, not even by a
+		// later overlap re-read. (Poller clock: a clock skew with the
+		// platform shifts this edge by the skew.)
 		v.Floor, v.FloorID = time.Now().Add(-window).UTC(), ""
 	}
 	var newest *molecule.ActivityRow

@@ -88,6 +88,23 @@ type workspace struct {
 	// with it, never fetched. pushRegistered: this process registered it.
 	pushURL        string
 	pushRegistered bool
+
+	// registeringAt is when this process last asked the platform to
+	// register the workspace: from then on messages queue for us, so a cold
+	// start must not count them as old backlog.
+	registeringAt time.Time
+}
+
+func (w *workspace) noteRegistering(t time.Time) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.registeringAt = t
+}
+
+func (w *workspace) registeredSince() time.Time {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.registeringAt
 }
 
 // New returns a Poller publishing with js into topo (from
@@ -456,6 +473,7 @@ func (p *Poller) register(ctx context.Context, w *workspace, res *WorkspaceResul
 	if w.pushURL != "" {
 		req.Mode, req.URL = molecule.DeliveryPush, w.pushURL
 	}
+	w.noteRegistering(time.Now())
 	rr, err := w.c.Register(ctx, req)
 	if errors.Is(err, molecule.ErrUnauthorized) {
 		p.unauthorized(ctx, w, err, res, set)

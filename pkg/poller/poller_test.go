@@ -383,9 +383,11 @@ func TestMalformedRowIsDeadLetteredAndPassed(t *testing.T) {
 	e := newEnv(t)
 	p := e.poller(poller.Config{})
 	e.runOnce(p) // empty feed: seeded
+	// Both rows are newer than the registration (the first run's), as real
+	// rows sent to a registered poll-mode agent are.
 	now := time.Now().UTC()
 	bad := fmt.Sprintf(`{"id":"bad-row-1","activity_type":"a2a_receive","source_id":null,"method":"message/send","request_body":{"params":{"message":{"parts":"not an array"}}},"created_at":%q}`,
-		now.Add(-time.Second).Format(time.RFC3339Nano))
+		now.Add(-time.Millisecond).Format(time.RFC3339Nano))
 	good := fmt.Sprintf(`{"id":"11111111-2222-4333-8444-555555555555","workspace_id":%q,"activity_type":"a2a_receive","source_id":null,"target_id":%q,"method":"message/send","summary":"s","status":"ok","request_body":{"params":{"message":{"role":"user","messageId":"m1","parts":[{"kind":"text","text":"fine"}]}}},"created_at":%q}`,
 		e.ws.ID, e.ws.ID, now.Format(time.RFC3339Nano))
 	e.plat.InjectFault(moleculetest.Fault{
@@ -474,4 +476,24 @@ func TestResultJSONShowsErrorAndGeneration(t *testing.T) {
 	if s := string(b); !strings.Contains(s, `"Err":"boom"`) || !strings.Contains(s, `"Generation":"old"`) || !strings.Contains(s, `"WorkspaceID":"w"`) {
 		t.Fatalf("json: %s", b)
 	}
+}
+
+// A message queued between the poller's registration and its first cursor
+// seed was sent to a poll-mode agent — us — and must be delivered even with
+// a backlog window of 0 (it used to be taken for old backlog).
+func TestColdStartDeliversWhatArrivedSinceRegistration(t *testing.T) {
+	e := newEnv(t)
+	// Slow down the probe and the seed read so a message can arrive between
+	// the registration and the seed.
+	e.plat.InjectFault(moleculetest.Fault{Method: "GET", PathPrefix: "/workspaces/" + e.ws.ID + "/activity", Latency: 300 * time.Millisecond, Count: 2})
+	p := e.poller(poller.Config{})
+	done := make(chan poller.WorkspaceResult, 1)
+	go func() { done <- e.runOnce(p) }()
+	waitFor(t, 10*time.Second, "registration", func() bool { return e.plat.Status(e.ws.ID).DeliveryMode == "poll" })
+	e.sendCanvas(e.ws.ID, "right after registration")
+	r := <-done
+	if r.Published != 1 {
+		t.Fatalf("result %+v; the message queued after registration was not delivered", r)
+	}
+	assertExactlyOnce(t, e.inbound(), e.messageRowIDs(e.ws.ID))
 }
