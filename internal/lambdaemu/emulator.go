@@ -27,6 +27,7 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -149,7 +150,9 @@ type environment struct {
 	inflight *invocation
 	calledNx bool          // the runtime called /next at least once
 	shutdown chan struct{} // closed to release extension event/next
-	onKill   func()        // destroys the environment's process (timeout)
+	// shutdownEvent: an extension registered for the SHUTDOWN event.
+	shutdownEvent bool
+	onKill        func() // destroys the environment's process (timeout)
 }
 
 // Emulator is a Lambda Runtime API server on 127.0.0.1.
@@ -455,15 +458,33 @@ func (e *Emulator) serve(w http.ResponseWriter, r *http.Request) {
 		}
 		e.answer(w, r, env, id, kind == "error")
 	case r.Method == http.MethodPost && rest == "/"+extensionAPIVersion+"/extension/register":
-		_, _ = io.Copy(io.Discard, r.Body)
+		var reg struct {
+			Events []string `json:"events"`
+		}
+		_ = json.NewDecoder(r.Body).Decode(&reg)
+		if slices.Contains(reg.Events, "SHUTDOWN") {
+			e.mu.Lock()
+			env.shutdownEvent = true
+			e.mu.Unlock()
+		}
 		w.Header().Set(HeaderExtensionID, newID())
 		w.Header().Set("Content-Type", "application/json")
 		_, _ = io.WriteString(w, `{"functionName":"`+e.opts.FunctionName+`","functionVersion":"$LATEST","handler":"bootstrap"}`)
 	case r.Method == http.MethodGet && rest == "/"+extensionAPIVersion+"/extension/event/next":
+		// An extension registered for no events (aws-lambda-go's SIGTERM
+		// enabler) is never answered; one registered for SHUTDOWN gets it
+		// when the environment ends.
+		e.mu.Lock()
+		wants := env.shutdownEvent
+		e.mu.Unlock()
+		if !wants {
+			<-r.Context().Done()
+			return
+		}
 		select {
 		case <-env.shutdown:
 			w.Header().Set("Content-Type", "application/json")
-			fmt.Fprintf(w, `{"eventType":"SHUTDOWN","shutdownReason":"spindown","deadlineMs":%d}`, time.Now().Add(2*time.Second).UnixMilli())
+			fmt.Fprintf(w, `{"eventType":"SHUTDOWN","shutdownReason":"spindown","deadlineMs":%d}`, time.Now().Add(ShutdownGrace).UnixMilli())
 		case <-r.Context().Done():
 		}
 	default:

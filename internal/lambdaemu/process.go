@@ -12,11 +12,11 @@ import (
 	"time"
 )
 
-// ShutdownGrace is how long Stop waits between SIGTERM and SIGKILL. Lambda
-// gives a runtime with an internal extension (lambda.WithEnableSIGTERM)
-// about 500 ms; the emulator is more patient so a slow CI machine does not
-// turn a clean drain into a kill.
-const ShutdownGrace = 3 * time.Second
+// ShutdownGrace is how long Stop waits between SIGTERM and SIGKILL: what
+// Lambda gives a function whose only extension is internal (as
+// lambda.WithEnableSIGTERM registers), 500 ms. Lambda does not wait for
+// the process to exit by itself either; a SIGTERM handler has this long.
+const ShutdownGrace = 500 * time.Millisecond
 
 // Process is a bootstrap binary running as one Lambda execution environment
 // against an Emulator. After a timed-out invocation the emulator destroys
@@ -216,7 +216,9 @@ func (p *Process) stopCurrent() {
 	select {
 	case <-exited:
 	case <-time.After(ShutdownGrace):
-		fmt.Fprintf(&p.out, "--- lambdaemu: no exit %s after SIGTERM, SIGKILL ---\n", ShutdownGrace)
+		// The normal end of an execution environment whose runtime does
+		// not exit on SIGTERM (aws-lambda-go only runs the handlers).
+		fmt.Fprintf(&p.out, "--- lambdaemu: SIGKILL %s after SIGTERM ---\n", ShutdownGrace)
 		_ = cmd.Process.Kill()
 		<-exited
 	}

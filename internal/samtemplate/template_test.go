@@ -209,6 +209,18 @@ func TestTemplateFunctions(t *testing.T) {
 	if v, _ := samtemplate.Path(fns["DispatcherFunction"], "Properties", "Environment", "Variables", "MOLECULE_HANDLER"); !equal(v, ref("Handler")) {
 		t.Errorf("dispatcher MOLECULE_HANDLER = %#v", v)
 	}
+	// A drain must have room for one handler run (and the replier for one
+	// notify): the stage cores start no work that cannot finish before the
+	// deadline less their start margin (2 s) and the drain margin (3 s).
+	params := tp.get(t, "Parameters").(map[string]any)
+	drainMin, _ := samtemplate.Path(params, "DrainTimeout", "MinValue")
+	handlerDefault, _ := samtemplate.Path(params, "HandlerTimeout", "Default")
+	if dm, hd := drainMin.(int), handlerDefault.(int); hd+5 >= dm || 30+5 >= dm {
+		t.Errorf("DrainTimeout MinValue %d leaves no room for HandlerTimeout %d (or the 30 s notify) + 5 s margins", dm, hd)
+	}
+	if v, _ := samtemplate.Path(fns["DispatcherFunction"], "Properties", "Environment", "Variables", "MOLECULE_HANDLER_TIMEOUT"); !equal(v, ref("HandlerTimeout")) {
+		t.Errorf("dispatcher MOLECULE_HANDLER_TIMEOUT = %#v", v)
+	}
 	// Least privilege: only the functions that talk to the platform can
 	// read the workspace tokens.
 	for id, wantTokens := range map[string]bool{"PollerFunction": true, "DispatcherFunction": false, "ReplierFunction": true} {
