@@ -88,7 +88,7 @@ func runStages(ctx context.Context, env *cliEnv, name string, args []string, sta
 		return usageError{fmt.Errorf("--once cannot be used with MOLECULE_PUSH_LISTEN (--push-listen): push mode needs a long-running %s", name)}
 	}
 	log := cfg.NewLogger(env.stderr)
-	rt, err := relay.Open(ctx, cfg, log)
+	rt, err := relay.OpenStages(ctx, cfg, log, stages)
 	if err != nil {
 		return err
 	}

@@ -107,6 +107,11 @@ type Config struct {
 	NATS broker.Config
 	// Replicas of streams and buckets (3 on a cluster). Default 1.
 	Replicas int `env:"MOLECULE_STREAM_REPLICAS" envDefault:"1"`
+	// Topology: "ensure" creates or updates the streams, consumers and
+	// buckets at start-up; "lookup" only finds them, for stage users of a
+	// least-privilege cluster that may not create anything (an admin ran
+	// `molecule-relay status` first). Default ensure.
+	Topology string `env:"MOLECULE_TOPOLOGY" envDefault:"ensure"`
 
 	// LogLevel: debug, info, warn, error. Default info.
 	LogLevel string `env:"MOLECULE_LOG_LEVEL" envDefault:"info"`
@@ -246,6 +251,9 @@ func (c *Config) Validate(need Requirement) error {
 			return bad("MOLECULE_PUSH_URL", "%q is not an http(s) base URL", c.PushURL)
 		}
 		c.PushURL = strings.TrimRight(c.PushURL, "/")
+	}
+	if c.Topology != "ensure" && c.Topology != "lookup" {
+		return bad("MOLECULE_TOPOLOGY", "%q; use ensure or lookup", c.Topology)
 	}
 	if _, err := ParseLevel(c.LogLevel); err != nil {
 		return bad("MOLECULE_LOG_LEVEL", "%v", err)

@@ -154,3 +154,19 @@ func TestPushIngressSettings(t *testing.T) {
 		t.Fatalf("push listen %q, url %q", cfg.PushListen, cfg.PushURL)
 	}
 }
+
+func TestTopologyMode(t *testing.T) {
+	base := []string{"MOLECULE_PLATFORM_URL=http://127.0.0.1:9", "MOLECULE_WORKSPACE_ID=" + wsA, "MOLECULE_WORKSPACE_TOKEN=" + tokA}
+	cfg, err := load(t, nil, base...)
+	if err != nil || cfg.Topology != "ensure" {
+		t.Fatalf("default topology mode %q (%v)", cfg.Topology, err)
+	}
+	cfg, _ = load(t, []string{"--topology", "lookup"}, base...)
+	if err := cfg.Validate(config.NeedPlatform); err != nil || cfg.Topology != "lookup" {
+		t.Fatalf("lookup: %q %v", cfg.Topology, err)
+	}
+	cfg, _ = load(t, nil, append(base, "MOLECULE_TOPOLOGY=create")...)
+	if err := cfg.Validate(config.NeedPlatform); err == nil || !strings.Contains(err.Error(), "MOLECULE_TOPOLOGY") {
+		t.Fatalf("bad mode accepted: %v", err)
+	}
+}

@@ -214,3 +214,67 @@ func ReplierConsumerConfig(cfg TopologyConfig) jetstream.ConsumerConfig {
 		FilterSubject: SubjectReplyPrefix + ".>",
 	}
 }
+
+// LookupTopology finds the existing topology without creating or changing
+// anything: what a stage does on a least-privilege cluster, where only an
+// admin may create streams, consumers and buckets (infra/nats). It looks up
+// only what the named stages (StagePoller, StageDispatcher, StageReplier)
+// use — a stage's user may not even read the rest — or everything when no
+// stage is named. cfg supplies the values stages read from Topology.Config.
+func LookupTopology(ctx context.Context, js jetstream.JetStream, cfg TopologyConfig, stages ...string) (*Topology, error) {
+	cfg.SetDefaults()
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	want := map[string]bool{}
+	for _, s := range stages {
+		want[s] = true
+	}
+	all := len(stages) == 0
+	t := &Topology{Config: cfg}
+	var err error
+	stream := func(dst *jetstream.Stream, name string) {
+		if err == nil {
+			if *dst, err = js.Stream(ctx, name); err != nil {
+				err = fmt.Errorf("events: look up stream %s: %w (create the topology first, as an admin: molecule-relay status)", name, err)
+			}
+		}
+	}
+	consumer := func(dst *jetstream.Consumer, s, name string) {
+		if err == nil {
+			if *dst, err = js.Consumer(ctx, s, name); err != nil {
+				err = fmt.Errorf("events: look up consumer %s on %s: %w (create the topology first, as an admin: molecule-relay status)", name, s, err)
+			}
+		}
+	}
+	bucket := func(dst *jetstream.KeyValue, name string) {
+		if err == nil {
+			if *dst, err = js.KeyValue(ctx, name); err != nil {
+				err = fmt.Errorf("events: look up bucket %s: %w (create the topology first, as an admin: molecule-relay status)", name, err)
+			}
+		}
+	}
+	if all || want[StagePoller] || want[StageDispatcher] {
+		stream(&t.Inbound, StreamInbound)
+		consumer(&t.Dispatcher, StreamInbound, ConsumerDispatcher)
+	}
+	if all || want[StagePoller] {
+		bucket(&t.Cursors, BucketCursors)
+		bucket(&t.Status, BucketPollerStatus)
+	}
+	if all || want[StageDispatcher] {
+		bucket(&t.Handled, BucketHandled)
+	}
+	if all || want[StageReplier] {
+		stream(&t.Reply, StreamReply)
+		consumer(&t.Replier, StreamReply, ConsumerReplier)
+		bucket(&t.Replies, BucketReplies)
+	}
+	if all {
+		stream(&t.DLQ, StreamDLQ)
+	}
+	if err != nil {
+		return nil, err
+	}
+	return t, nil
+}

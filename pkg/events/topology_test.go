@@ -346,3 +346,40 @@ func TestInboundDuplicateWindowLostOnRestart(t *testing.T) {
 		t.Fatal("the server now keeps de-duplication state of consumed messages across restarts; update this test and the design notes")
 	}
 }
+
+func TestLookupTopologyFindsWithoutCreating(t *testing.T) {
+	srv := natstest.Start(t)
+	_, js := natstest.Connect(t, srv.ClientURL())
+	ctx := context.Background()
+	if _, err := events.LookupTopology(ctx, js, events.TopologyConfig{}, events.StageDispatcher); err == nil {
+		t.Fatal("lookup succeeded before anything was created")
+	}
+	if _, err := js.Stream(ctx, events.StreamInbound); err == nil {
+		t.Fatal("lookup created the inbound stream")
+	}
+	if _, err := events.EnsureTopology(ctx, js, events.TopologyConfig{}); err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		stages []string
+		check  func(*events.Topology) bool
+	}{
+		{[]string{events.StagePoller}, func(tp *events.Topology) bool {
+			return tp.Inbound != nil && tp.Dispatcher != nil && tp.Cursors != nil && tp.Status != nil && tp.Replies == nil
+		}},
+		{[]string{events.StageDispatcher}, func(tp *events.Topology) bool {
+			return tp.Inbound != nil && tp.Dispatcher != nil && tp.Handled != nil && tp.Cursors == nil
+		}},
+		{[]string{events.StageReplier}, func(tp *events.Topology) bool {
+			return tp.Reply != nil && tp.Replier != nil && tp.Replies != nil && tp.Inbound == nil
+		}},
+		{nil, func(tp *events.Topology) bool {
+			return tp.Inbound != nil && tp.Reply != nil && tp.DLQ != nil && tp.Handled != nil && tp.Replies != nil && tp.Status != nil
+		}},
+	} {
+		tp, err := events.LookupTopology(ctx, js, events.TopologyConfig{}, tc.stages...)
+		if err != nil || !tc.check(tp) {
+			t.Fatalf("lookup %v: %+v %v", tc.stages, tp, err)
+		}
+	}
+}

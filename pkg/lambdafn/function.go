@@ -170,7 +170,7 @@ func (f *Function) connect(ctx context.Context, res *Result) error {
 			res.Redialled = true
 		}
 	}
-	rt, err := relay.Open(ctx, f.cfg, f.log)
+	rt, err := relay.OpenStages(ctx, f.cfg, f.log, f.stage.stages())
 	if err != nil {
 		return &ConnectError{err}
 	}

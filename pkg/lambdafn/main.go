@@ -76,7 +76,7 @@ func worker(ctx context.Context, stage Stage, args, environ []string, stdout, st
 		return 2
 	}
 	log := cfg.NewLogger(stderr).With("stage", string(stage))
-	rt, err := relay.Open(ctx, cfg, log)
+	rt, err := relay.OpenStages(ctx, cfg, log, stage.stages())
 	if err != nil {
 		fmt.Fprintf(stderr, "%s: %v\n", stage, err)
 		return 1

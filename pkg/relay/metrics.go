@@ -121,6 +121,9 @@ func (rt *Runtime) collectJetStream(ctx context.Context) []metrics.Family {
 	defer cancel()
 	var out []metrics.Family
 	for _, s := range []jetstream.Stream{rt.Topo.Inbound, rt.Topo.Reply, rt.Topo.DLQ} {
+		if s == nil { // not looked up by this process (MOLECULE_TOPOLOGY=lookup)
+			continue
+		}
 		info, err := s.Info(ctx)
 		if err != nil {
 			continue
@@ -131,6 +134,9 @@ func (rt *Runtime) collectJetStream(ctx context.Context) []metrics.Family {
 			counter("molecule_relay_stream_published_total", "Messages ever stored in the stream (its last sequence); for the inbound stream, messages polled and published.", info.State.LastSeq, l))
 	}
 	for _, c := range []jetstream.Consumer{rt.Topo.Dispatcher, rt.Topo.Replier} {
+		if c == nil {
+			continue
+		}
 		info, err := c.Info(ctx)
 		if err != nil {
 			continue

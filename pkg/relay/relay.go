@@ -37,15 +37,23 @@ type Runtime struct {
 }
 
 // Open connects to NATS (starting the embedded server when NATS_URL is
-// empty), ensures the topology and builds one client per configured
-// workspace. cfg must have been validated.
+// empty), ensures (or, with MOLECULE_TOPOLOGY=lookup, finds) the whole
+// topology and builds one client per configured workspace. cfg must have
+// been validated.
 func Open(ctx context.Context, cfg *config.Config, log *slog.Logger) (*Runtime, error) {
+	return OpenStages(ctx, cfg, log, All)
+}
+
+// OpenStages is Open for a process that runs only the given stages: with
+// MOLECULE_TOPOLOGY=lookup it looks up only what they use, which is all a
+// least-privilege stage user may see.
+func OpenStages(ctx context.Context, cfg *config.Config, log *slog.Logger, s Stages) (*Runtime, error) {
 	conn, err := broker.Connect(ctx, cfg.NATS, log)
 	if err != nil {
 		return nil, err
 	}
 	rt := &Runtime{Cfg: cfg, Log: log, Conn: conn}
-	if err := rt.ensureTopology(ctx); err != nil {
+	if err := rt.ensureTopology(ctx, s); err != nil {
 		conn.Close()
 		return nil, err
 	}
@@ -66,12 +74,33 @@ func Open(ctx context.Context, cfg *config.Config, log *slog.Logger) (*Runtime, 
 	return rt, nil
 }
 
-// EnsureTopology (re)creates the streams, consumers and buckets; Open calls
-// it, and the Lambda functions call it again after redialling.
-func (rt *Runtime) ensureTopology(ctx context.Context) error {
+// ensureTopology creates (or looks up) the streams, consumers and buckets
+// the stages s use.
+func (rt *Runtime) ensureTopology(ctx context.Context, s Stages) error {
 	tctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()
-	topo, err := events.EnsureTopology(tctx, rt.Conn.JS, events.TopologyConfig{Replicas: rt.Cfg.Replicas})
+	tc := events.TopologyConfig{Replicas: rt.Cfg.Replicas}
+	if rt.Cfg.Topology == "lookup" {
+		var names []string
+		if s != All {
+			if s.Poll {
+				names = append(names, events.StagePoller)
+			}
+			if s.Dispatch {
+				names = append(names, events.StageDispatcher)
+			}
+			if s.Reply {
+				names = append(names, events.StageReplier)
+			}
+		}
+		topo, err := events.LookupTopology(tctx, rt.Conn.JS, tc, names...)
+		if err != nil {
+			return err
+		}
+		rt.Topo = topo
+		return nil
+	}
+	topo, err := events.EnsureTopology(tctx, rt.Conn.JS, tc)
 	if err != nil {
 		return fmt.Errorf("JetStream topology on %s: %w (is JetStream enabled on the server, and may this user create streams?)", rt.Conn.URL(), err)
 	}

@@ -160,6 +160,9 @@ func (rt *Runtime) Once(ctx context.Context, s Stages, idle time.Duration) (*Onc
 
 func (rt *Runtime) queued(c jetstream.Consumer) func(context.Context) (uint64, error) {
 	return func(ctx context.Context) (uint64, error) {
+		if c == nil {
+			return 0, nil
+		}
 		info, err := c.Info(ctx)
 		if err != nil {
 			return 0, fmt.Errorf("consumer info: %w", err)
