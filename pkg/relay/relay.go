@@ -6,10 +6,10 @@ package relay
 
 import (
 	"context"
-	"net/http"
 	"errors"
 	"fmt"
 	"log/slog"
+	"net/http"
 	"time"
 
 	"github.com/molecule-ai/molecule-relay/pkg/broker"
