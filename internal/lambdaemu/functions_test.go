@@ -147,6 +147,8 @@ func TestFunctionsEndToEnd(t *testing.T) {
 	if r := poller.mustInvoke(t, 20*time.Second); r.Warm {
 		t.Errorf("first poller invocation reported a warm connection")
 	}
+	t.Logf("poller cold start (process start → first response: NATS dial, topology, register, first poll): %s",
+		time.Since(poller.proc.StartedAt()).Round(time.Millisecond))
 	clients := ns.NumClients()
 
 	sent := []string{}
@@ -205,11 +207,21 @@ func TestFunctionsEndToEnd(t *testing.T) {
 
 	// NATS restarts under the warm environments: each finds its connection
 	// dead at the start of the next invocation and redials.
-	ns = ns.Restart(t)
+	restarted := ns.Restart(t)
 	send(2)
 	p, d, r = cycle(2)
-	if !p.Redialled && !d.Redialled && !r.Redialled && (!p.Warm || !d.Warm || !r.Warm) {
-		t.Errorf("after a NATS restart: poller %+v, dispatcher %+v, replier %+v", p, d, r)
+	// The poller runs right after the restart, while its connection is
+	// still down, so it redials; the later ones may find theirs already
+	// reconnected by the client. Either way each environment keeps one
+	// connection.
+	if !p.Redialled {
+		t.Errorf("first invocation after a NATS restart did not redial: %+v", p)
+	}
+	if (!d.Redialled && !d.Warm) || (!r.Redialled && !r.Warm) {
+		t.Errorf("after a NATS restart: dispatcher %+v, replier %+v", d, r)
+	}
+	if got := restarted.NumClients(); got != clients+2 {
+		t.Errorf("%d NATS clients after the restart, want %d (one per execution environment)", got, clients+2)
 	}
 
 	t.Run("drain respects a short deadline", func(t *testing.T) {
