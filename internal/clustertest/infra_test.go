@@ -114,6 +114,9 @@ func TestInfraYAML(t *testing.T) {
 				t.Errorf("%s: no liveness probe", tc.name)
 			}
 			env := containerEnv(c)
+			if env["MOLECULE_TOPOLOGY"] != "lookup" {
+				t.Errorf("%s: MOLECULE_TOPOLOGY %v, want lookup (its user may not create the topology)", tc.name, env["MOLECULE_TOPOLOGY"])
+			}
 			if env["NATS_USER"] != tc.user {
 				t.Errorf("%s: NATS_USER %v, want its own user %s", tc.name, env["NATS_USER"], tc.user)
 			}
@@ -136,8 +139,8 @@ func TestInfraYAML(t *testing.T) {
 		if !slices.Contains(args, any("--once")) {
 			t.Errorf("poller args %v lack --once", args)
 		}
-		if u := containerEnv(c)["NATS_USER"]; u != clustertest.UserPoller {
-			t.Errorf("poller NATS_USER %v", u)
+		if env := containerEnv(c); env["NATS_USER"] != clustertest.UserPoller || env["MOLECULE_TOPOLOGY"] != "lookup" {
+			t.Errorf("poller NATS_USER %v, MOLECULE_TOPOLOGY %v", env["NATS_USER"], env["MOLECULE_TOPOLOGY"])
 		}
 	})
 
@@ -227,6 +230,13 @@ func TestInfraYAML(t *testing.T) {
 		for svc, user := range map[string]string{"dispatcher": clustertest.UserDispatcher, "replier": clustertest.UserReplier, "poller": clustertest.UserPoller, "topology": clustertest.UserAdmin} {
 			if u := path(c, "services", svc, "environment", "NATS_USER"); u != user {
 				t.Errorf("compose %s runs as %v, want %s", svc, u, user)
+			}
+			want := "lookup"
+			if user == clustertest.UserAdmin {
+				want = "ensure"
+			}
+			if m := path(c, "services", svc, "environment", "MOLECULE_TOPOLOGY"); m != want {
+				t.Errorf("compose %s MOLECULE_TOPOLOGY %v, want %s", svc, m, want)
 			}
 		}
 		if r, _ := path(c, "services", "dispatcher", "deploy", "replicas").(int); r < 2 {

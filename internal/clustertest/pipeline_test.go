@@ -25,45 +25,16 @@ import (
 )
 
 // stageTopology looks up, as a stage's own user, the part of the topology
-// that stage uses. The stage users may not create or update anything
-// (accounts.conf), so an admin created it; this is what a stage does on a
-// least-privilege cluster instead of events.EnsureTopology.
+// that stage uses (events.LookupTopology, MOLECULE_TOPOLOGY=lookup). The
+// stage users may not create or update anything (accounts.conf): an admin
+// created it.
 func stageTopology(t *testing.T, js jetstream.JetStream, stage string, cfg events.TopologyConfig) *events.Topology {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	cfg.SetDefaults()
-	topo := &events.Topology{Config: cfg}
-	var err error
-	must := func(what string) {
-		if err != nil {
-			t.Fatalf("%s: look up %s: %v", stage, what, err)
-		}
-	}
-	switch stage {
-	case events.StagePoller:
-		topo.Inbound, err = js.Stream(ctx, events.StreamInbound)
-		must(events.StreamInbound)
-		topo.Dispatcher, err = js.Consumer(ctx, events.StreamInbound, events.ConsumerDispatcher)
-		must(events.ConsumerDispatcher)
-		topo.Cursors, err = js.KeyValue(ctx, events.BucketCursors)
-		must(events.BucketCursors)
-		topo.Status, err = js.KeyValue(ctx, events.BucketPollerStatus)
-		must(events.BucketPollerStatus)
-	case events.StageDispatcher:
-		topo.Inbound, err = js.Stream(ctx, events.StreamInbound)
-		must(events.StreamInbound)
-		topo.Dispatcher, err = js.Consumer(ctx, events.StreamInbound, events.ConsumerDispatcher)
-		must(events.ConsumerDispatcher)
-		topo.Handled, err = js.KeyValue(ctx, events.BucketHandled)
-		must(events.BucketHandled)
-	case events.StageReplier:
-		topo.Reply, err = js.Stream(ctx, events.StreamReply)
-		must(events.StreamReply)
-		topo.Replier, err = js.Consumer(ctx, events.StreamReply, events.ConsumerReplier)
-		must(events.ConsumerReplier)
-		topo.Replies, err = js.KeyValue(ctx, events.BucketReplies)
-		must(events.BucketReplies)
+	topo, err := events.LookupTopology(ctx, js, cfg, stage)
+	if err != nil {
+		t.Fatalf("%s: look up the topology: %v", stage, err)
 	}
 	return topo
 }
