@@ -17,6 +17,7 @@ import (
 	"log/slog"
 	"os"
 	"sync"
+	"time"
 
 	"github.com/caarlos0/env/v11"
 	"github.com/molecule-ai/molecule-relay/pkg/config"
@@ -195,6 +196,12 @@ func (f *Function) Invoke(ctx context.Context, _ json.RawMessage) (*Result, erro
 		var cancel context.CancelFunc
 		ctx, cancel = context.WithDeadline(ctx, dl.Add(-f.set.Margin.D()))
 		defer cancel()
+		// A dispatcher never starts a handler that cannot finish before the
+		// deadline; say so when the configuration makes that every handler.
+		if f.stage == Dispatcher && time.Until(dl)-f.set.Margin.D() < f.cfg.HandlerTimeout.D() {
+			f.log.Warn("MOLECULE_HANDLER_TIMEOUT does not fit in this invocation: no handler will start; lower it below the function timeout minus MOLECULE_DRAIN_MARGIN",
+				"handler_timeout", f.cfg.HandlerTimeout.D(), "remaining", time.Until(dl).Round(time.Second), "margin", f.set.Margin.D())
+		}
 	}
 	switch f.stage {
 	case Poller:

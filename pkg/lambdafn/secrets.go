@@ -30,8 +30,11 @@ const (
 	// MOLECULE_WORKSPACE_IDS / MOLECULE_WORKSPACE_ID) or a bare token for a
 	// single MOLECULE_WORKSPACE_ID.
 	EnvTokensSecret = "MOLECULE_WORKSPACE_TOKENS_SECRET"
-	// EnvNATSCredsSecret names a secret holding a NATS credentials file's
-	// content; it is written to a 0600 file and used as NATS_CREDS.
+	// EnvNATSCredsSecret names a secret holding either a NATS credentials
+	// file's content (JWT and seed; written to a 0600 file and used as
+	// NATS_CREDS) or a JSON object {"user": "...", "password": "..."}
+	// (used as NATS_USER and NATS_PASSWORD, as the infra/nats accounts
+	// expect).
 	EnvNATSCredsSecret = "NATS_CREDS_SECRET"
 	// EnvExtensionPort overrides the extension's port (the extension's own
 	// variable). If not set, 2773.
@@ -127,6 +130,17 @@ func resolveSecrets(ctx context.Context, environ map[string]string, dir string) 
 		v, err := s.get(ctx, credsID)
 		if err != nil {
 			return err
+		}
+		if strings.HasPrefix(strings.TrimSpace(v), "{") {
+			var up struct {
+				User     string `json:"user"`
+				Password string `json:"password"`
+			}
+			if err := json.Unmarshal([]byte(v), &up); err != nil || up.User == "" || up.Password == "" {
+				return fmt.Errorf("%w %s: a JSON NATS secret must be {\"user\": \"...\", \"password\": \"...\"}", ErrSecret, credsID)
+			}
+			environ["NATS_USER"], environ["NATS_PASSWORD"] = up.User, up.Password
+			return nil
 		}
 		f, err := os.CreateTemp(dir, "nats-*.creds")
 		if err != nil {

@@ -59,7 +59,8 @@ func TestResolveSecrets(t *testing.T) {
 	)
 	port := extension(t,
 		map[string]string{"arn:aws:secretsmanager:eu-west-1:1:secret:tokens": `{"` + a + `":"tok-a","` + b + `":"tok-b"}`,
-			"single": "tok-single\n", "creds": "-----BEGIN NATS USER JWT-----\nx\n"},
+			"single": "tok-single\n", "creds": "-----BEGIN NATS USER JWT-----\nx\n",
+			"userpass": `{"user":"dispatcher","password":"pw-1"}`, "badjson": `{"user":""}`},
 		map[string]string{"/relay/tokens": `{"` + a + `":"tok-a"}`})
 	base := func(kv ...string) map[string]string {
 		m := map[string]string{EnvExtensionPort: port, "AWS_SESSION_TOKEN": "session-token"}
@@ -80,6 +81,14 @@ func TestResolveSecrets(t *testing.T) {
 	fi, err := os.Stat(m["NATS_CREDS"])
 	if err != nil || fi.Mode().Perm() != 0o600 {
 		t.Fatalf("creds file %v mode %v", err, fi.Mode())
+	}
+
+	m = base(EnvNATSCredsSecret, "userpass")
+	if err := resolveSecrets(ctx, m, t.TempDir()); err != nil || m["NATS_USER"] != "dispatcher" || m["NATS_PASSWORD"] != "pw-1" || m["NATS_CREDS"] != "" {
+		t.Fatalf("user/password NATS secret: %v %v", err, m)
+	}
+	if err := resolveSecrets(ctx, base(EnvNATSCredsSecret, "badjson"), t.TempDir()); !errors.Is(err, ErrSecret) {
+		t.Fatalf("incomplete user/password secret: %v", err)
 	}
 
 	m = base("MOLECULE_WORKSPACE_ID", a, EnvTokensSecret, "single")
