@@ -100,16 +100,8 @@ func (d *Dispatcher) poolConfig() workpool.Config {
 // the dead-letter stream while it runs. It returns an error only if the
 // NATS connection is closed under it.
 func (d *Dispatcher) Run(ctx context.Context) error {
-	sweepCtx, stopSweep := context.WithCancel(ctx)
-	sweepDone := make(chan struct{})
-	go func() {
-		defer close(sweepDone)
-		_ = dlq.SweepMaxDeliveries(sweepCtx, d.js, dlq.DispatcherTarget(d.topo), d.cfg.SweepInterval, d.log)
-	}()
-	err := workpool.Run(ctx, d.js, d.topo.Dispatcher, d.poolConfig(), workpool.Options{MaxWait: d.admitWait(ctx)},
+	err := d.swept().Serve(ctx, d.poolConfig(), workpool.Options{MaxWait: d.admitWait(ctx)},
 		func(msg jetstream.Msg) { d.process(ctx, msg) })
-	stopSweep()
-	<-sweepDone
 	if err != nil {
 		return fmt.Errorf("dispatcher: %w", err)
 	}
@@ -128,22 +120,18 @@ func (d *Dispatcher) Drain(ctx context.Context, idle time.Duration) (Stats, erro
 		idle = time.Second
 	}
 	before := d.stats.snapshot()
-	target := dlq.DispatcherTarget(d.topo)
-	if n, err := dlq.SweepOnce(ctx, d.js, target); err != nil && ctx.Err() == nil {
-		d.log.Warn("dispatcher: sweep of max-delivered messages failed", "error", err)
-	} else if n > 0 {
-		d.log.Warn("dispatcher: moved max-delivered messages to the dead-letter stream", "count", n)
-	}
-	if sw, err := dlq.StartSweeper(d.js, target, d.log); err == nil {
-		defer sw.Stop()
-	}
-	err := workpool.Run(ctx, d.js, d.topo.Dispatcher, d.poolConfig(), workpool.Options{Idle: idle, MaxWait: d.admitWait(ctx)},
+	err := d.swept().Drain(ctx, d.poolConfig(), workpool.Options{Idle: idle, MaxWait: d.admitWait(ctx)},
 		func(msg jetstream.Msg) { d.process(ctx, msg) })
 	stats := d.stats.snapshot().sub(before)
 	if err != nil {
 		return stats, fmt.Errorf("dispatcher: %w", err)
 	}
 	return stats, nil
+}
+
+func (d *Dispatcher) swept() workpool.Swept {
+	return workpool.Swept{JS: d.js, Consumer: d.topo.Dispatcher, Target: dlq.DispatcherTarget(d.topo),
+		Interval: d.cfg.SweepInterval, Stage: "dispatcher", Log: d.log}
 }
 
 // admitWait implements the start-margin rule for the pool: with a ctx

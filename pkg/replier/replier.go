@@ -109,16 +109,8 @@ func (r *Replier) poolConfig() workpool.Config {
 // unacknowledged are swept to the dead-letter stream while it runs. It
 // returns an error only if the NATS connection is closed under it.
 func (r *Replier) Run(ctx context.Context) error {
-	sweepCtx, stopSweep := context.WithCancel(ctx)
-	sweepDone := make(chan struct{})
-	go func() {
-		defer close(sweepDone)
-		_ = dlq.SweepMaxDeliveries(sweepCtx, r.js, dlq.ReplierTarget(r.topo), r.cfg.SweepInterval, r.log)
-	}()
-	err := workpool.Run(ctx, r.js, r.topo.Replier, r.poolConfig(), workpool.Options{MaxWait: r.admitWait(ctx)},
+	err := r.swept().Serve(ctx, r.poolConfig(), workpool.Options{MaxWait: r.admitWait(ctx)},
 		func(msg jetstream.Msg) { r.process(ctx, msg) })
-	stopSweep()
-	<-sweepDone
 	if err != nil {
 		return fmt.Errorf("replier: %w", err)
 	}
@@ -135,22 +127,18 @@ func (r *Replier) Drain(ctx context.Context, idle time.Duration) (Stats, error) 
 		idle = time.Second
 	}
 	before := r.stats.snapshot()
-	target := dlq.ReplierTarget(r.topo)
-	if n, err := dlq.SweepOnce(ctx, r.js, target); err != nil && ctx.Err() == nil {
-		r.log.Warn("replier: sweep of max-delivered replies failed", "error", err)
-	} else if n > 0 {
-		r.log.Warn("replier: moved max-delivered replies to the dead-letter stream", "count", n)
-	}
-	if sw, err := dlq.StartSweeper(r.js, target, r.log); err == nil {
-		defer sw.Stop()
-	}
-	err := workpool.Run(ctx, r.js, r.topo.Replier, r.poolConfig(), workpool.Options{Idle: idle, MaxWait: r.admitWait(ctx)},
+	err := r.swept().Drain(ctx, r.poolConfig(), workpool.Options{Idle: idle, MaxWait: r.admitWait(ctx)},
 		func(msg jetstream.Msg) { r.process(ctx, msg) })
 	stats := r.stats.snapshot().sub(before)
 	if err != nil {
 		return stats, fmt.Errorf("replier: %w", err)
 	}
 	return stats, nil
+}
+
+func (r *Replier) swept() workpool.Swept {
+	return workpool.Swept{JS: r.js, Consumer: r.topo.Replier, Target: dlq.ReplierTarget(r.topo),
+		Interval: r.cfg.SweepInterval, Stage: "replier", Log: r.log}
 }
 
 func (r *Replier) admitWait(ctx context.Context) func() time.Duration {
