@@ -53,7 +53,7 @@ func TestRegisterNew(t *testing.T) {
 	}{
 		{"no mode no url (stored push)", bearerH(a.Token), `{"id":"` + a.ID + `","agent_card":{"name":"ext-A"}}`, 400, `{"error":"url is required for push-mode workspaces"}`, ""},
 		{"no bearer", nil, `{"id":"` + a.ID + `","delivery_mode":"poll","agent_card":{}}`, 401, `{"error":"missing workspace auth token"}`, ""},
-		{"wrong bearer", bearerH("x" + a.Token[1:]), `{"id":"` + a.ID + `","delivery_mode":"poll","agent_card":{}}`, 401, `{"error":"invalid workspace auth token"}`, ""},
+		{"wrong bearer", bearerH(otherToken(a.Token)), `{"id":"` + a.ID + `","delivery_mode":"poll","agent_card":{}}`, 401, `{"error":"invalid workspace auth token"}`, ""},
 		{"bad mode", bearerH(a.Token), `{"id":"` + a.ID + `","delivery_mode":"pull","agent_card":{}}`, 400, `{"error":"delivery_mode must be 'push' or 'poll'"}`, ""},
 		{"poll no url", bearerH(a.Token), `{"id":"` + a.ID + `","delivery_mode":"poll","agent_card":{"name":"ext-A","description":"poll agent A"}}`, 200, ok, ""},
 		{"same again", bearerH(a.Token), `{"id":"` + a.ID + `","delivery_mode":"poll","agent_card":{"name":"ext-A","description":"poll agent A"}}`, 200, ok, ""},
@@ -599,4 +599,14 @@ func TestRateLimitDefault(t *testing.T) {
 	if r.header.Get("X-RateLimit-Limit") != "600" || r.header.Get("X-RateLimit-Remaining") != "599" {
 		t.Errorf("headers %v", r.header)
 	}
+}
+
+// otherToken is tok with its first character changed: a valid-looking token
+// that is certainly not tok (a fixed replacement letter would equal tok's
+// own first letter one time in 64).
+func otherToken(tok string) string {
+	if tok[0] == 'x' {
+		return "y" + tok[1:]
+	}
+	return "x" + tok[1:]
 }
