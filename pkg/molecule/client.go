@@ -558,23 +558,33 @@ func isJSONArray(b []byte) bool {
 	return strings.HasPrefix(s, "[")
 }
 
-// decodeActivityRow reads id and created_at, leaving them empty when the
-// row is not an object or they are not strings.
+// decodeActivityRow reads id, created_at and method, leaving them empty
+// when the row is not an object or they are not strings. It decodes into a
+// struct of three fields rather than a map of all of them: the poller reads
+// every row of every page.
 func decodeActivityRow(raw json.RawMessage) ActivityRow {
 	row := ActivityRow{JSON: raw}
-	var fields map[string]json.RawMessage
-	if json.Unmarshal(raw, &fields) != nil {
+	var f struct {
+		ID        json.RawMessage `json:"id"`
+		CreatedAt json.RawMessage `json:"created_at"`
+		Method    json.RawMessage `json:"method"`
+	}
+	if json.Unmarshal(raw, &f) != nil {
 		return row
 	}
 	var s string
-	if json.Unmarshal(fields["id"], &s) == nil {
+	if json.Unmarshal(f.ID, &s) == nil {
 		row.ID = s
 	}
 	s = ""
-	if json.Unmarshal(fields["created_at"], &s) == nil {
+	if json.Unmarshal(f.CreatedAt, &s) == nil {
 		if t, err := time.Parse(time.RFC3339Nano, s); err == nil {
 			row.CreatedAt = t
 		}
+	}
+	s = ""
+	if json.Unmarshal(f.Method, &s) == nil {
+		row.Method = s
 	}
 	return row
 }

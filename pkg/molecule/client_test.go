@@ -740,3 +740,30 @@ func TestTakeBudgetKeepsTheReserve(t *testing.T) {
 		t.Fatalf("wait %s at the reserve; want the rest of the 60 s window", d)
 	}
 }
+
+func TestActivityRowsCarryTheirMethod(t *testing.T) {
+	srv := moleculetest.NewServer()
+	t.Cleanup(srv.Close)
+	ws := srv.CreateWorkspace("methods")
+	c, err := molecule.New(molecule.Config{PlatformURL: srv.URL(), WorkspaceID: ws.ID, Token: ws.Token})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	if _, err := c.Register(ctx, molecule.RegisterRequest{}); err != nil {
+		t.Fatal(err)
+	}
+	if code, _, err := srv.SendCanvas(ctx, ws.ID, "hi"); err != nil || code != 200 {
+		t.Fatalf("send: %d %v", code, err)
+	}
+	if _, err := c.Notify(ctx, "hello", nil); err != nil {
+		t.Fatal(err)
+	}
+	page, err := c.Activity(ctx, molecule.ActivityQuery{Type: "a2a_receive"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(page.Rows) != 2 || page.Rows[0].Method != "message/send" || page.Rows[1].Method != "notify" {
+		t.Fatalf("rows %+v", page.Rows)
+	}
+}

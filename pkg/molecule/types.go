@@ -189,7 +189,10 @@ type ActivityQuery struct {
 type ActivityRow struct {
 	ID        string
 	CreatedAt time.Time
-	JSON      json.RawMessage
+	// Method is the row's method ("" when absent or not a string), so a
+	// caller can pass over its own "notify" rows without parsing them.
+	Method string
+	JSON   json.RawMessage
 }
 
 // ActivityPage is one answer of GET /activity, rows oldest first whatever

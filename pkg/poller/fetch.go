@@ -378,6 +378,12 @@ func (p *Poller) deliver(ctx context.Context, w *workspace, rows []molecule.Acti
 			res.Skipped[SkipBeforeSeed]++
 			continue
 		}
+		if row.Method == "notify" && row.ID != "" {
+			// Our own replies (half of a busy feed): skipped without the full
+			// parse, as ParseRow would classify them (KindOwnNotify).
+			res.Skipped[SkipOwnNotify]++
+			continue
+		}
 		m, perr := molecule.ParseRow(row.JSON, w.id)
 		if perr != nil {
 			res.Malformed++
