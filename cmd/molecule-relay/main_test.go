@@ -9,6 +9,7 @@ import (
 	"strings"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/molecule-ai/molecule-relay/internal/natstest"
 	"github.com/molecule-ai/molecule-relay/pkg/molecule/moleculetest"
@@ -189,5 +190,53 @@ func TestDevOnce(t *testing.T) {
 	if r.code != exitOK || !strings.Contains(r.stdout, "← reply to canvas: echo: hello from the canvas") ||
 		!strings.Contains(r.stdout, "← reply to peer") {
 		t.Fatalf("dev --once: exit %d\n%s\n%s", r.code, r.stdout, r.stderr)
+	}
+}
+
+// connect runs until its context ends (SIGINT/SIGTERM in main), finishes
+// what it holds and exits 0.
+func TestConnectLongRunningStopsCleanly(t *testing.T) {
+	srv := moleculetest.NewServer()
+	t.Cleanup(srv.Close)
+	ws := srv.CreateWorkspace("long-running")
+	nats := natstest.Start(t)
+	environ := []string{"MOLECULE_PLATFORM_URL=" + srv.URL(), "MOLECULE_WORKSPACE_ID=" + ws.ID, "MOLECULE_WORKSPACE_TOKEN=" + ws.Token,
+		"NATS_URL=" + nats.ClientURL(), "MOLECULE_POLL_INTERVAL=200ms", "MOLECULE_LOG_LEVEL=warn"}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	var out, errb bytes.Buffer
+	done := make(chan int, 1)
+	go func() {
+		done <- run(ctx, &cliEnv{stdin: strings.NewReader(""), stdout: &out, stderr: &errb, environ: environ}, []string{"connect"})
+	}()
+	waitUntil(t, func() bool { return srv.Status(ws.ID).DeliveryMode == "poll" })
+	if code, _, err := srv.SendCanvas(context.Background(), ws.ID, "still there?"); err != nil || code != 200 {
+		t.Fatalf("send: %d %v", code, err)
+	}
+	waitUntil(t, func() bool { return len(srv.Notifications(ws.ID)) == 1 })
+	cancel()
+	select {
+	case code := <-done:
+		if code != exitOK {
+			t.Fatalf("exit %d after the stop; stderr:\n%s", code, errb.String())
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatal("connect did not stop within 30 s of its context ending")
+	}
+	if n := srv.Notifications(ws.ID); len(n) != 1 || n[0].Message != "echo: still there?" {
+		t.Fatalf("notifications %+v", n)
+	}
+}
+
+func waitUntil(t *testing.T, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(20 * time.Second)
+	tick := time.NewTicker(10 * time.Millisecond)
+	defer tick.Stop()
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatal("condition not met within 20 s")
+		}
+		<-tick.C
 	}
 }
