@@ -461,16 +461,40 @@ func (c *Cluster) WaitMetaLeader(t testing.TB, timeout time.Duration) string {
 // on a running node is current (caught up), seen by js.
 func WaitStreamCurrent(t testing.TB, c *Cluster, js jetstream.JetStream, stream string, timeout time.Duration) {
 	t.Helper()
+	waitCurrent(t, c, "stream "+stream, timeout, func(ctx context.Context) (*jetstream.ClusterInfo, error) {
+		s, err := js.Stream(ctx, stream)
+		if err != nil {
+			return nil, err
+		}
+		return s.CachedInfo().Cluster, nil
+	})
+}
+
+// WaitConsumerCurrent is WaitStreamCurrent for a durable consumer: after a
+// node restart its leader election is separate from the stream's, and an
+// info or fetch request meets no answer until it is done.
+func WaitConsumerCurrent(t testing.TB, c *Cluster, js jetstream.JetStream, stream, consumer string, timeout time.Duration) {
+	t.Helper()
+	waitCurrent(t, c, "consumer "+stream+"/"+consumer, timeout, func(ctx context.Context) (*jetstream.ClusterInfo, error) {
+		cons, err := js.Consumer(ctx, stream, consumer)
+		if err != nil {
+			return nil, err
+		}
+		return cons.CachedInfo().Cluster, nil
+	})
+}
+
+func waitCurrent(t testing.TB, c *Cluster, what string, timeout time.Duration, info func(context.Context) (*jetstream.ClusterInfo, error)) {
+	t.Helper()
 	var last string
 	err := poll(timeout, nil, func() (bool, error) {
 		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 		defer cancel()
-		s, err := js.Stream(ctx, stream)
+		ci, err := info(ctx)
 		if err != nil {
 			last = err.Error()
 			return false, nil
 		}
-		ci := s.CachedInfo().Cluster
 		if ci == nil || ci.Leader == "" {
 			last = "no leader"
 			return false, nil
@@ -490,7 +514,7 @@ func WaitStreamCurrent(t testing.TB, c *Cluster, js jetstream.JetStream, stream 
 		return true, nil
 	})
 	if err != nil {
-		t.Fatalf("clustertest: stream %s not current: %v (%s)", stream, err, last)
+		t.Fatalf("clustertest: %s not current: %v (%s)", what, err, last)
 	}
 }
 
