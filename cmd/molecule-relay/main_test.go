@@ -186,7 +186,9 @@ func TestConnectOnceFailsOnDeadLetterAndReplayWorks(t *testing.T) {
 }
 
 func TestDevOnce(t *testing.T) {
-	r := runCLI(t, []string{"MOLECULE_LOG_LEVEL=warn"}, "dev", "--once", "--timeout", "30s")
+	// The embedded server's store goes to a temporary directory, not the
+	// default .molecule-relay/nats under the package's source directory.
+	r := runCLI(t, []string{"MOLECULE_LOG_LEVEL=warn", "NATS_STORE_DIR=" + t.TempDir()}, "dev", "--once", "--timeout", "30s")
 	if r.code != exitOK || !strings.Contains(r.stdout, "← reply to canvas: echo: hello from the canvas") ||
 		!strings.Contains(r.stdout, "← reply to peer") {
 		t.Fatalf("dev --once: exit %d\n%s\n%s", r.code, r.stdout, r.stderr)

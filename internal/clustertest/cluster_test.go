@@ -141,6 +141,45 @@ func TestClusterFormsAndTopology(t *testing.T) {
 	ensureTopology(t, js)
 }
 
+// TestBucketsReadTheirWrites: on R3 buckets a Get right after a Create
+// sees the Create, looked up by the stage user that relies on it. With
+// direct gets (nats.go's default for key-value buckets) a follower may
+// answer first and say "key not found" (nats-server#6557); CI met it once.
+func TestBucketsReadTheirWrites(t *testing.T) {
+	c := clustertest.Start(t)
+	_, admin := c.Connect(t, clustertest.UserAdmin)
+	ensureTopology(t, admin)
+	_, js := c.Connect(t, clustertest.UserDispatcher)
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	topo, err := events.LookupTopology(ctx, js, events.TopologyConfig{Replicas: 3}, events.StageDispatcher)
+	if err != nil {
+		t.Fatal(err)
+	}
+	st, err := topo.Handled.Status(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if st.(*jetstream.KeyValueBucketStatus).StreamInfo().Config.AllowDirect {
+		t.Error("R3 handled bucket allows direct gets")
+	}
+	const n = 300
+	stale := 0
+	for i := range n {
+		key := "read-your-write-" + strconv.Itoa(i)
+		if _, err := topo.Handled.Create(ctx, key, []byte("x")); err != nil {
+			t.Fatalf("create %s: %v", key, err)
+		}
+		if _, err := topo.Handled.Get(ctx, key); err != nil {
+			stale++
+			t.Logf("get %s right after its create: %v", key, err)
+		}
+	}
+	if stale > 0 {
+		t.Errorf("%d of %d reads missed the write just acknowledged", stale, n)
+	}
+}
+
 func ensureTopology(t *testing.T, js jetstream.JetStream) *events.Topology {
 	t.Helper()
 	return ensureTopologyConfig(t, js, events.TopologyConfig{Replicas: 3})

@@ -140,13 +140,61 @@ func EnsureTopology(ctx context.Context, js jetstream.JetStream, cfg TopologyCon
 	} {
 		b.cfg.Replicas = cfg.Replicas
 		b.cfg.Storage = cfg.Storage
-		kv, err := js.CreateOrUpdateKeyValue(ctx, b.cfg)
-		if err != nil {
+		if _, err := js.CreateOrUpdateStream(ctx, BucketStreamConfig(b.cfg)); err != nil {
 			return nil, fmt.Errorf("events: create bucket %s: %w", b.cfg.Bucket, err)
+		}
+		kv, err := js.KeyValue(ctx, b.cfg.Bucket)
+		if err != nil {
+			return nil, fmt.Errorf("events: bind bucket %s: %w", b.cfg.Bucket, err)
 		}
 		*b.kv = kv
 	}
 	return t, nil
+}
+
+// BucketStreamConfig is the stream behind a key-value bucket: what nats.go's
+// CreateKeyValue would make of cfg (the fields we use), except that a
+// replicated bucket does not allow direct gets.
+//
+// A direct get may be answered by any replica, and a follower can answer
+// before it has applied a write the leader already acknowledged
+// (nats-server#6557): on a three-node cluster a Create followed at once by
+// a Get was seen to return "key not found". Every decision the stages make
+// on a record (handled? sent? which cursor?) must see the latest write, so
+// replicated buckets route Get through the stream leader
+// ($JS.API.STREAM.MSG.GET). A single replica is its own leader; it keeps the
+// faster direct get.
+func BucketStreamConfig(cfg jetstream.KeyValueConfig) jetstream.StreamConfig {
+	history := int64(cfg.History)
+	if history < 1 {
+		history = 1
+	}
+	replicas := cfg.Replicas
+	if replicas < 1 {
+		replicas = 1
+	}
+	dup := 2 * time.Minute
+	if cfg.TTL > 0 && cfg.TTL < dup {
+		dup = cfg.TTL
+	}
+	return jetstream.StreamConfig{
+		Name:              "KV_" + cfg.Bucket,
+		Description:       cfg.Description,
+		Subjects:          []string{"$KV." + cfg.Bucket + ".>"},
+		MaxMsgsPerSubject: history,
+		MaxBytes:          -1,
+		MaxAge:            cfg.TTL,
+		MaxMsgSize:        -1,
+		Storage:           cfg.Storage,
+		Replicas:          replicas,
+		AllowRollup:       true,
+		DenyDelete:        true,
+		Duplicates:        dup,
+		MaxMsgs:           -1,
+		MaxConsumers:      -1,
+		AllowDirect:       replicas == 1,
+		Discard:           jetstream.DiscardNew,
+	}
 }
 
 // InboundStreamConfig is the inbound stream's configuration.

@@ -3,6 +3,7 @@ package events_test
 import (
 	"context"
 	"errors"
+	"reflect"
 	"strings"
 	"sync"
 	"testing"
@@ -382,4 +383,70 @@ func TestLookupTopologyFindsWithoutCreating(t *testing.T) {
 			t.Fatalf("lookup %v: %+v %v", tc.stages, tp, err)
 		}
 	}
+}
+
+// TestBucketStreamConfigMatchesNATSKeyValue pins BucketStreamConfig to what
+// nats.go's CreateKeyValue makes of the same settings, so a bucket we
+// create stays a key-value bucket every nats tool understands; the one
+// intended difference is AllowDirect on replicated buckets.
+func TestBucketStreamConfigMatchesNATSKeyValue(t *testing.T) {
+	ctx := ctxT(t)
+	s := natstest.Start(t)
+	_, js := natstest.Connect(t, s.ClientURL())
+
+	for _, kvc := range []jetstream.KeyValueConfig{
+		{Description: "plain"},
+		{Description: "history", History: 5},
+		{Description: "ttl", TTL: 7 * 24 * time.Hour},
+		{Description: "short ttl", TTL: 30 * time.Second, Storage: jetstream.MemoryStorage},
+	} {
+		theirs := kvc
+		theirs.Bucket = "theirs"
+		if _, err := js.CreateKeyValue(ctx, theirs); err != nil {
+			t.Fatal(err)
+		}
+		ours := kvc
+		ours.Bucket = "ours"
+		if _, err := js.CreateStream(ctx, events.BucketStreamConfig(ours)); err != nil {
+			t.Fatal(err)
+		}
+		kv, err := js.KeyValue(ctx, "ours")
+		if err != nil {
+			t.Fatalf("%s: bind our bucket: %v", kvc.Description, err)
+		}
+		if _, err := kv.Create(ctx, "k", []byte("v")); err != nil {
+			t.Fatalf("%s: create: %v", kvc.Description, err)
+		}
+		if e, err := kv.Get(ctx, "k"); err != nil || string(e.Value()) != "v" {
+			t.Fatalf("%s: get: %v %v", kvc.Description, e, err)
+		}
+		got := streamConfig(ctx, t, js, "KV_ours")
+		want := streamConfig(ctx, t, js, "KV_theirs")
+		got.Name, got.Subjects = want.Name, want.Subjects
+		if !reflect.DeepEqual(got, want) {
+			t.Errorf("%s:\n ours   %+v\n theirs %+v", kvc.Description, got, want)
+		}
+		for _, name := range []string{"theirs", "ours"} {
+			if err := js.DeleteKeyValue(ctx, name); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+
+	r3 := events.BucketStreamConfig(jetstream.KeyValueConfig{Bucket: "b", Replicas: 3})
+	if r3.AllowDirect || r3.Replicas != 3 {
+		t.Errorf("replicated bucket: AllowDirect %v replicas %d; want leader-only reads", r3.AllowDirect, r3.Replicas)
+	}
+	if r1 := events.BucketStreamConfig(jetstream.KeyValueConfig{Bucket: "b"}); !r1.AllowDirect {
+		t.Error("single-replica bucket should keep direct gets")
+	}
+}
+
+func streamConfig(ctx context.Context, t *testing.T, js jetstream.JetStream, name string) jetstream.StreamConfig {
+	t.Helper()
+	st, err := js.Stream(ctx, name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return st.CachedInfo().Config
 }
