@@ -148,10 +148,18 @@ func TestClusterFormsAndTopology(t *testing.T) {
 func TestBucketsReadTheirWrites(t *testing.T) {
 	c := clustertest.Start(t)
 	_, admin := c.Connect(t, clustertest.UserAdmin)
-	ensureTopology(t, admin)
-	_, js := c.Connect(t, clustertest.UserDispatcher)
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
+	// A bucket made the nats.go way (direct gets on) is converted by ensure.
+	c.WaitMetaLeader(t, 30*time.Second)
+	if err := backoff.Retry(func() error {
+		_, err := admin.CreateKeyValue(ctx, jetstream.KeyValueConfig{Bucket: events.BucketHandled, Replicas: 3})
+		return err
+	}, backoff.WithContext(backoff.NewConstantBackOff(200*time.Millisecond), ctx)); err != nil {
+		t.Fatal(err)
+	}
+	ensureTopology(t, admin)
+	_, js := c.Connect(t, clustertest.UserDispatcher)
 	topo, err := events.LookupTopology(ctx, js, events.TopologyConfig{Replicas: 3}, events.StageDispatcher)
 	if err != nil {
 		t.Fatal(err)
