@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"reflect"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -394,23 +395,26 @@ func TestBucketStreamConfigMatchesNATSKeyValue(t *testing.T) {
 	s := natstest.Start(t)
 	_, js := natstest.Connect(t, s.ClientURL())
 
-	for _, kvc := range []jetstream.KeyValueConfig{
+	for i, kvc := range []jetstream.KeyValueConfig{
 		{Description: "plain"},
 		{Description: "history", History: 5},
 		{Description: "ttl", TTL: 7 * 24 * time.Hour},
 		{Description: "short ttl", TTL: 30 * time.Second, Storage: jetstream.MemoryStorage},
 	} {
+		// Fresh names each round: re-creating a stream right after deleting
+		// it can meet the old store still being removed ("error creating
+		// store for stream").
 		theirs := kvc
-		theirs.Bucket = "theirs"
+		theirs.Bucket = "theirs_" + strconv.Itoa(i)
 		if _, err := js.CreateKeyValue(ctx, theirs); err != nil {
 			t.Fatal(err)
 		}
 		ours := kvc
-		ours.Bucket = "ours"
+		ours.Bucket = "ours_" + strconv.Itoa(i)
 		if _, err := js.CreateStream(ctx, events.BucketStreamConfig(ours)); err != nil {
 			t.Fatal(err)
 		}
-		kv, err := js.KeyValue(ctx, "ours")
+		kv, err := js.KeyValue(ctx, ours.Bucket)
 		if err != nil {
 			t.Fatalf("%s: bind our bucket: %v", kvc.Description, err)
 		}
@@ -420,16 +424,11 @@ func TestBucketStreamConfigMatchesNATSKeyValue(t *testing.T) {
 		if e, err := kv.Get(ctx, "k"); err != nil || string(e.Value()) != "v" {
 			t.Fatalf("%s: get: %v %v", kvc.Description, e, err)
 		}
-		got := streamConfig(ctx, t, js, "KV_ours")
-		want := streamConfig(ctx, t, js, "KV_theirs")
+		got := streamConfig(ctx, t, js, "KV_"+ours.Bucket)
+		want := streamConfig(ctx, t, js, "KV_"+theirs.Bucket)
 		got.Name, got.Subjects = want.Name, want.Subjects
 		if !reflect.DeepEqual(got, want) {
 			t.Errorf("%s:\n ours   %+v\n theirs %+v", kvc.Description, got, want)
-		}
-		for _, name := range []string{"theirs", "ours"} {
-			if err := js.DeleteKeyValue(ctx, name); err != nil {
-				t.Fatal(err)
-			}
 		}
 	}
 
