@@ -10,12 +10,14 @@ import (
 	"runtime"
 	"slices"
 	"strconv"
+	"strings"
 	"sync"
 	"testing"
 	"time"
 
 	"github.com/molecule-ai/molecule-relay/internal/lambdaemu"
 	"github.com/molecule-ai/molecule-relay/internal/natstest"
+	"github.com/molecule-ai/molecule-relay/pkg/molecule"
 	"github.com/molecule-ai/molecule-relay/pkg/molecule/moleculetest"
 )
 
@@ -242,6 +244,44 @@ func TestFunctionsEndToEnd(t *testing.T) {
 		}
 		if got := len(plat.Notifications(ws.ID)); got != len(sent) {
 			t.Errorf("%d notifications for %d messages", got, len(sent))
+		}
+	})
+
+	// A peer's message is answered through /a2a within one replier
+	// invocation: the X-Timeout (10 min by default) is shortened to fit the
+	// invocation instead of the reply being handed back until it is
+	// dead-lettered.
+	t.Run("a peer is answered through a2a", func(t *testing.T) {
+		peer := plat.CreateWorkspace("lambda-peer")
+		pc, err := molecule.New(molecule.Config{PlatformURL: plat.URL(), WorkspaceID: peer.ID, Token: peer.Token})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := pc.Register(context.Background(), molecule.RegisterRequest{}); err != nil {
+			t.Fatal(err)
+		}
+		if st, body, err := plat.SendPeer(context.Background(), peer, ws.ID, "hello from a peer"); err != nil || st != 200 {
+			t.Fatalf("peer send: %d %s %v", st, body, err)
+		}
+		if p := poller.mustInvoke(t, 20*time.Second); p.Published != 1 {
+			t.Fatalf("published %d, want 1", p.Published)
+		}
+		if d := disp.mustInvoke(t, 20*time.Second); d.Handled != 1 {
+			t.Fatalf("handled %d, want 1", d.Handled)
+		}
+		if r := repl.mustInvoke(t, replierTimeout); r.Replied != 1 || r.DeadLettered != 0 {
+			t.Fatalf("replier: %+v; want the peer reply posted", r)
+		}
+		calls := plat.A2ACalls(peer.ID)
+		if len(calls) != 1 || calls[0].CallerID != ws.ID || !strings.Contains(string(calls[0].Body), "echo: hello from a peer") {
+			t.Fatalf("a2a calls to the peer: %+v", calls)
+		}
+		for _, rq := range plat.Requests() {
+			if rq.Path == "/workspaces/"+peer.ID+"/a2a" {
+				if xt, err := strconv.Atoi(rq.Header.Get("X-Timeout")); err != nil || xt < 5 || xt >= int(replierTimeout/time.Second) {
+					t.Errorf("X-Timeout %q; want it to fit the %s invocation", rq.Header.Get("X-Timeout"), replierTimeout)
+				}
+			}
 		}
 	})
 }

@@ -93,6 +93,10 @@ type Config struct {
 	Concurrency int `env:"MOLECULE_CONCURRENCY" envDefault:"16"`
 	// ReplyConcurrency is how many replies are posted at once. Default 16.
 	ReplyConcurrency int `env:"MOLECULE_REPLY_CONCURRENCY" envDefault:"16"`
+	// A2ATimeout is the X-Timeout of a reply to a peer: how long the
+	// platform waits for a push-mode peer before queueing the message.
+	// Default 10m; 5s..30m (the platform's own ceiling is 30 minutes).
+	A2ATimeout Seconds `env:"MOLECULE_A2A_TIMEOUT" envDefault:"10m"`
 	// ReplyToReplies lets the handler answer messages that are themselves
 	// replies (agent-to-agent conversations). Default false.
 	ReplyToReplies bool `env:"MOLECULE_REPLY_TO_REPLIES"`
@@ -234,6 +238,8 @@ func (c *Config) Validate(need Requirement) error {
 		return bad("MOLECULE_CONCURRENCY", "%d is outside 1..4096", c.Concurrency)
 	case c.ReplyConcurrency < 1 || c.ReplyConcurrency > 4096:
 		return bad("MOLECULE_REPLY_CONCURRENCY", "%d is outside 1..4096", c.ReplyConcurrency)
+	case c.A2ATimeout.D() < 5*time.Second || c.A2ATimeout.D() > 30*time.Minute:
+		return bad("MOLECULE_A2A_TIMEOUT", "%s is outside 5s..30m", c.A2ATimeout)
 	case c.MaxHops < 1:
 		return bad("MOLECULE_MAX_HOPS", "%d; must be at least 1", c.MaxHops)
 	case c.Replicas < 1 || c.Replicas > 5:

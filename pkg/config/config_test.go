@@ -95,6 +95,8 @@ func TestValidationNamesTheVariable(t *testing.T) {
 		{"concurrency syntax", append(base, "MOLECULE_CONCURRENCY=many"), "MOLECULE_CONCURRENCY"},
 		{"log level", append(base, "MOLECULE_LOG_LEVEL=loud"), "MOLECULE_LOG_LEVEL"},
 		{"handler", append(base, "MOLECULE_HANDLER= "), "MOLECULE_HANDLER"},
+		{"a2a timeout too short", append(base, "MOLECULE_A2A_TIMEOUT=2s"), "MOLECULE_A2A_TIMEOUT"},
+		{"a2a timeout over the platform's ceiling", append(base, "MOLECULE_A2A_TIMEOUT=1h"), "MOLECULE_A2A_TIMEOUT"},
 		{"push listen without url", append(base, "MOLECULE_PUSH_LISTEN=:8081"), "MOLECULE_PUSH_URL"},
 		{"push url without listen", append(base, "MOLECULE_PUSH_URL=https://agent.example.com"), "MOLECULE_PUSH_LISTEN"},
 		{"push url not http", append(base, "MOLECULE_PUSH_LISTEN=:8081", "MOLECULE_PUSH_URL=remote://no-inbound"), "MOLECULE_PUSH_URL"},

@@ -185,6 +185,7 @@ func (rt *Runtime) Dispatcher(h handler.Handler) (*dispatcher.Dispatcher, error)
 func (rt *Runtime) Replier() (*replier.Replier, error) {
 	return replier.New(rt.Conn.JS, rt.Topo, rt.ClientMap(), replier.Config{
 		Concurrency: rt.Cfg.ReplyConcurrency,
+		A2ATimeout:  rt.Cfg.A2ATimeout.D(),
 		Logger:      rt.Log.With("stage", events.StageReplier),
 	})
 }

@@ -28,9 +28,11 @@ type Config struct {
 	FetchWait time.Duration
 	// NotifyTimeout bounds one POST /notify. If not set, 30 seconds.
 	NotifyTimeout time.Duration
-	// A2ATimeout bounds one POST /a2a to a peer and is sent as X-Timeout
-	// (a push-mode peer holds the call until its agent answers). If not
-	// set, 10 minutes.
+	// A2ATimeout is sent as X-Timeout on a POST /a2a to a peer: how long
+	// the platform waits for a push-mode peer's agent before it queues the
+	// message and answers 202. The replier itself waits A2AGrace longer,
+	// so the platform's answer, not our timeout, ends the call. Under a
+	// run deadline it is shortened to fit. If not set, 10 minutes.
 	A2ATimeout time.Duration
 	// RetryBase and RetryMax shape the redelivery delay after a retryable
 	// failure: min(RetryMax, RetryBase*2^(delivery-1)), ±20% jitter, or the
@@ -43,8 +45,8 @@ type Config struct {
 	// AckWait.
 	ProgressInterval time.Duration
 	// StartMargin: when the context has a deadline (a Lambda invocation),
-	// no reply is fetched unless deadline-now >= NotifyTimeout +
-	// StartMargin. If not set, 2 seconds.
+	// no reply is fetched unless deadline-now >= StartMargin + the longer
+	// of NotifyTimeout and MinA2ATimeout + A2AGrace. If not set, 2 seconds.
 	StartMargin time.Duration
 	// RateReserve is the number of requests per platform rate-limit window
 	// a post never spends: when the workspace's last answer left this many

@@ -119,8 +119,8 @@ func (r *Replier) Run(ctx context.Context) error {
 
 // Drain posts replies until the queue has stayed empty for idle (if not
 // set, 1 second) with nothing in flight, or ctx ends, or — when ctx has a
-// deadline — the deadline leaves no room for a notify (NotifyTimeout +
-// StartMargin). It waits for the posts in flight and returns the counts of
+// deadline — the deadline leaves no room for a post (the longer of
+// NotifyTimeout and MinA2ATimeout + A2AGrace, plus StartMargin). It waits for the posts in flight and returns the counts of
 // this drain. It first sweeps replies that exhausted their deliveries.
 func (r *Replier) Drain(ctx context.Context, idle time.Duration) (Stats, error) {
 	if idle <= 0 {
@@ -147,8 +147,15 @@ func (r *Replier) admitWait(ctx context.Context) func() time.Duration {
 		if !ok {
 			return r.cfg.FetchWait
 		}
-		return time.Until(dl) - r.cfg.NotifyTimeout - r.cfg.StartMargin
+		return time.Until(dl) - r.minPostWindow() - r.cfg.StartMargin
 	}
+}
+
+// minPostWindow is the least time a post of either route needs: a notify
+// its NotifyTimeout, a peer reply MinA2ATimeout plus A2AGrace. A drain
+// under a deadline takes no reply it could not start (roomToPost).
+func (r *Replier) minPostWindow() time.Duration {
+	return max(r.cfg.NotifyTimeout, MinA2ATimeout+A2AGrace)
 }
 
 func (r *Replier) opContext(runCtx context.Context) (context.Context, context.CancelFunc) {
@@ -164,6 +171,9 @@ type job struct {
 	key    string
 	route  string
 	log    *slog.Logger
+	// xTimeout is the X-Timeout of this job's next /a2a post, set by
+	// roomToPost.
+	xTimeout time.Duration
 }
 
 func (r *Replier) process(runCtx context.Context, msg jetstream.Msg) {
@@ -274,11 +284,37 @@ func (r *Replier) sleepBudget(runCtx context.Context, j *job, d time.Duration) b
 	}
 }
 
+// A2AGrace is how long after its X-Timeout the replier still waits for
+// the platform's answer to an /a2a post. The platform stops dispatching at
+// X-Timeout and answers 202 queued (a success); were our own timeout to
+// fire first, the outcome would be unknown and posting again would deliver
+// the message twice (PROTOCOL.md Part 1 §6).
+const A2AGrace = 10 * time.Second
+
+// MinA2ATimeout is the shortest X-Timeout an /a2a post is started with
+// when the run's deadline forces a shorter one than Config.A2ATimeout.
+const MinA2ATimeout = 5 * time.Second
+
 // roomToPost applies the start-margin rule to one reply; false means the
-// reply was handed back.
+// reply was handed back. Under a deadline (a Lambda invocation) a peer
+// reply's X-Timeout is shortened to what is left, down to MinA2ATimeout:
+// a push peer that takes longer gets the message from the platform's
+// queue, which de-duplicates on messageId.
 func (r *Replier) roomToPost(runCtx context.Context, j *job) bool {
+	j.xTimeout = r.cfg.A2ATimeout
 	dl, ok := runCtx.Deadline()
-	if !ok || time.Until(dl) >= r.postTimeout(j)+r.cfg.StartMargin {
+	if !ok {
+		return true
+	}
+	left := time.Until(dl) - r.cfg.StartMargin
+	if j.route == dlq.RouteA2A {
+		if fit := (left - A2AGrace).Truncate(time.Second); fit < j.xTimeout {
+			j.xTimeout = fit
+		}
+		if j.xTimeout >= MinA2ATimeout {
+			return true
+		}
+	} else if left >= r.cfg.NotifyTimeout {
 		return true
 	}
 	r.stats.deferred.Add(1)
@@ -286,9 +322,11 @@ func (r *Replier) roomToPost(runCtx context.Context, j *job) bool {
 	return false
 }
 
+// postTimeout bounds one post of j: the notify timeout, or the /a2a
+// X-Timeout (in whole seconds, as sent) plus A2AGrace.
 func (r *Replier) postTimeout(j *job) time.Duration {
 	if j.route == dlq.RouteA2A {
-		return r.cfg.A2ATimeout
+		return (j.xTimeout + time.Second - 1).Truncate(time.Second) + A2AGrace
 	}
 	return r.cfg.NotifyTimeout
 }
@@ -403,7 +441,7 @@ func (r *Replier) send(ctx context.Context, j *job) error {
 		InReplyTo:   j.rep.ActivityID,
 		Metadata:    map[string]any{"relay_hops": j.rep.Hops},
 		Attachments: toAttachments(j.rep.Attachments),
-		Timeout:     r.cfg.A2ATimeout,
+		Timeout:     j.xTimeout,
 	})
 	if err == nil && !res.Queued {
 		// A push-mode peer answered synchronously; its answer reaches us

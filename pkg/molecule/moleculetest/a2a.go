@@ -88,6 +88,13 @@ func (s *Server) handleA2A(w http.ResponseWriter, r *http.Request, id string, bo
 		writeJSON(w, http.StatusOK, map[string]string{"delivery_mode": "poll", "method": method, "status": "queued"})
 		return
 	}
+	// X-Timeout (seconds) replaces the absolute ceiling of the dispatch;
+	// the double's one dispatch timeout is the shorter of the two.
+	if secs, err := strconv.Atoi(r.Header.Get("X-Timeout")); err == nil && secs > 0 {
+		if xt := time.Duration(secs) * time.Second; idle <= 0 && xt < s.pushTimeout || idle > 0 && xt < idle {
+			idle = xt
+		}
+	}
 	s.push(w, id, name, source, agentURL, status, idle, f, m, method)
 }
 

@@ -314,6 +314,27 @@ func TestPushIdleTimeoutFromHeartbeat(t *testing.T) {
 	}
 }
 
+// X-Timeout bounds the dispatch: the platform gives up on the agent after
+// that many seconds and queues the message (202), as on its idle timeout.
+func TestPushXTimeout(t *testing.T) {
+	s := newServer(t, moleculetest.WithGeneration(moleculetest.Old), moleculetest.WithPushTimeout(time.Hour))
+	release := make(chan struct{})
+	hang := newAgent(t, func(w http.ResponseWriter, r *http.Request, _ []byte) {
+		select {
+		case <-r.Context().Done():
+		case <-release:
+		}
+	})
+	t.Cleanup(func() { close(release) })
+	a, b := s.CreateWorkspace("ext-agent-A"), s.CreateWorkspace("ext-agent-B")
+	registerOld(t, s, a, hang.localhostURL("/"))
+	start := time.Now()
+	r := call(t, s, "POST", "/workspaces/"+a.ID+"/a2a", hdr("Authorization", "Bearer "+b.Token, "X-Workspace-ID", b.ID, "X-Timeout", "1"), canvasMsg)
+	if d := time.Since(start); r.status != 202 || d < time.Second || d > 10*time.Second {
+		t.Errorf("%d after %v; want 202 after the 1 s X-Timeout", r.status, d)
+	}
+}
+
 func TestPushModeOnNew(t *testing.T) {
 	s := newServer(t)
 	ag := newAgent(t, echoReply)
