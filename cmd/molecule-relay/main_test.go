@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"net/http"
 	"net/http/httptest"
+	"os"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -33,6 +34,9 @@ func runCLI(t *testing.T, environ []string, args ...string) result {
 }
 
 func TestUsageErrorsExit2(t *testing.T) {
+	// Run where a store would show: a usage error must be refused before
+	// anything (an embedded NATS server with its store) is started.
+	t.Chdir(t.TempDir())
 	for _, args := range [][]string{nil, {"nope"}, {"connect", "--no-such-flag"}, {"connect", "extra"}, {"dlq"}, {"dlq", "show"}, {"dlq", "show", "x"}, {"dlq", "frob"}} {
 		if r := runCLI(t, nil, args...); r.code != exitUsage {
 			t.Errorf("%v: exit %d, want %d; stderr %s", args, r.code, exitUsage, r.stderr)
@@ -40,6 +44,9 @@ func TestUsageErrorsExit2(t *testing.T) {
 	}
 	if r := runCLI(t, nil, "help"); r.code != exitOK || !strings.Contains(r.stderr, "connect") {
 		t.Errorf("help: %d %q", r.code, r.stderr)
+	}
+	if entries, err := os.ReadDir("."); err != nil || len(entries) != 0 {
+		t.Errorf("usage errors left %v behind (%v)", entries, err)
 	}
 }
 

@@ -154,6 +154,12 @@ func runDLQ(ctx context.Context, env *cliEnv, args []string) error {
 		return usageError{errors.New("dlq needs a subcommand: list | show SEQ | replay SEQ | purge")}
 	}
 	sub, rest := args[0], args[1:]
+	switch sub {
+	case "list", "show", "replay", "purge":
+	default:
+		// Refused before anything is opened (an embedded server included).
+		return usageError{fmt.Errorf("unknown dlq subcommand %q: list | show SEQ | replay SEQ | purge", sub)}
+	}
 	var (
 		f      dlq.Filter
 		asJSON bool
@@ -237,9 +243,8 @@ func runDLQ(ctx context.Context, env *cliEnv, args []string) error {
 		}
 		fmt.Fprintf(env.stdout, "purged %d dead letter(s)\n", n)
 		return nil
-	default:
-		return usageError{fmt.Errorf("unknown dlq subcommand %q: list | show SEQ | replay SEQ | purge", sub)}
 	}
+	panic("unreachable: subcommand checked above")
 }
 
 func oneLine(s string, n int) string {
