@@ -98,7 +98,8 @@ type Config struct {
 	// Default 10m; 5s..30m (the platform's own ceiling is 30 minutes).
 	A2ATimeout Seconds `env:"MOLECULE_A2A_TIMEOUT" envDefault:"10m"`
 	// ReplyToReplies lets the handler answer messages that are themselves
-	// replies (agent-to-agent conversations). Default false.
+	// replies (in_reply_to set, or a peer's role "agent" message):
+	// agent-to-agent conversations. Default false.
 	ReplyToReplies bool `env:"MOLECULE_REPLY_TO_REPLIES"`
 	// MaxHops caps relay replies in one conversation. Default 3.
 	MaxHops int `env:"MOLECULE_MAX_HOPS" envDefault:"3"`

@@ -37,8 +37,11 @@ type Config struct {
 	// reply (loop guard). If not set, 3.
 	MaxHops int
 	// ReplyToReplies lets the dispatcher reply to a message that is itself
-	// a reply (InReplyTo set). If not set, false: such a message is handled
-	// but its reply is dropped, so two auto-replying agents cannot loop.
+	// a reply: InReplyTo set, or a peer's message with role "agent" (how
+	// other SDKs mark their answers, without our metadata, so the hop count
+	// cannot follow them; PROTOCOL.md Part 2 §17.12). If not set, false:
+	// such a message is handled but its reply is dropped, so two
+	// auto-replying agents cannot loop.
 	ReplyToReplies bool
 	// RetryBase and RetryMax shape the redelivery delay after a retryable
 	// handler error: min(RetryMax, RetryBase*2^(delivery-1)), ±20% jitter.

@@ -315,6 +315,8 @@ func (d *Dispatcher) loopGuard(in *events.Inbound) string {
 	switch {
 	case in.InReplyTo != "" && !d.cfg.ReplyToReplies:
 		return "message is itself a reply"
+	case in.Role == "agent" && in.Source == events.SourcePeerAgent && !d.cfg.ReplyToReplies:
+		return "message is a peer agent's answer (role agent)"
 	case in.Hops >= d.cfg.MaxHops:
 		return "hop limit reached"
 	}

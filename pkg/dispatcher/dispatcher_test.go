@@ -431,21 +431,26 @@ func TestLoopGuard(t *testing.T) {
 		name           string
 		inReplyTo      string
 		hops           int
+		role           string
 		replyToReplies bool
 		wantReply      bool
 	}{
-		{"plain peer message", "", 0, false, true},
-		{"reply refused by default", "act-mine", 1, false, false},
-		{"reply allowed when configured", "act-mine", 1, true, true},
-		{"hop cap", "act-mine", 3, true, false},
-		{"hop cap without in_reply_to", "", 3, false, false},
+		{"plain peer message", "", 0, "user", false, true},
+		{"peer message without role", "", 0, "", false, true},
+		{"reply refused by default", "act-mine", 1, "agent", false, false},
+		{"reply allowed when configured", "act-mine", 1, "agent", true, true},
+		{"hop cap", "act-mine", 3, "agent", true, false},
+		{"hop cap without in_reply_to", "", 3, "user", false, false},
+		// Another SDK's answer: role agent, none of our metadata.
+		{"unmarked agent answer refused by default", "", 0, "agent", false, false},
+		{"unmarked agent answer allowed when configured", "", 0, "agent", true, true},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
 			e := newEnv(t, events.TopologyConfig{})
 			in := inbound(1)
-			in.Source, in.SourceWorkspaceID, in.InReplyTo, in.Hops = events.SourcePeerAgent, peer, tc.inReplyTo, tc.hops
+			in.Source, in.SourceWorkspaceID, in.InReplyTo, in.Hops, in.Role = events.SourcePeerAgent, peer, tc.inReplyTo, tc.hops, tc.role
 			e.publish(t, in)
 			var c calls
 			d := newDispatcher(t, e.js, e.topo, echo(&c), dispatcher.Config{ReplyToReplies: tc.replyToReplies})
