@@ -57,12 +57,14 @@ func (p *Poller) runWorkspace(ctx context.Context, w *workspace) error {
 		// State is read at most once per poll interval: an SSE wake-up goes
 		// straight to the fetch.
 		res := p.cycle(ctx, w, cycleOpts{checkState: w.stateAge() >= p.cfg.PollInterval})
-		if ctx.Err() != nil {
-			return nil
-		}
+		// A stop is reported even when ctx ended meanwhile: the status
+		// already says so, and the caller must learn why.
 		if res.Stopped {
 			w.log.Error("poller: stopped polling this workspace", "error", res.Err)
 			return res.Err
+		}
+		if ctx.Err() != nil {
+			return nil
 		}
 		if !heartbeating && w.isReady() {
 			heartbeating = true
