@@ -120,8 +120,9 @@ func (r *Replier) Run(ctx context.Context) error {
 // Drain posts replies until the queue has stayed empty for idle (if not
 // set, 1 second) with nothing in flight, or ctx ends, or — when ctx has a
 // deadline — the deadline leaves no room for a post (the longer of
-// NotifyTimeout and MinA2ATimeout + A2AGrace, plus StartMargin). It waits for the posts in flight and returns the counts of
-// this drain. It first sweeps replies that exhausted their deliveries.
+// NotifyTimeout and MinA2ATimeout + A2AGrace, plus StartMargin). It waits
+// for the posts in flight and returns the counts of this drain. It first
+// sweeps replies that exhausted their deliveries.
 func (r *Replier) Drain(ctx context.Context, idle time.Duration) (Stats, error) {
 	if idle <= 0 {
 		idle = time.Second
