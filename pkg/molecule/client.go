@@ -76,6 +76,14 @@ type Config struct {
 	DiscoverTTL time.Duration
 	// UserAgent is sent on every request. If not set, "molecule-relay".
 	UserAgent string
+	// RateBudget is the view of the platform's rate-limit bucket this
+	// client's requests count in. Clients whose requests share one bucket
+	// (the same X-Molecule-Org-Id on NEW, the same source IP on OLD)
+	// should share one RateBudget, so that what one spends the others see
+	// at once and TakeBudget keeps a reserve for every member's heartbeat.
+	// If nil, the client has a budget of its own (NEW keys a bucket by
+	// token when no org id is sent).
+	RateBudget *RateBudget
 	// Logger receives debug and warning events. If nil, slog.Default().
 	Logger *slog.Logger
 }
@@ -152,8 +160,7 @@ type Client struct {
 	hc   *http.Client
 	log  *slog.Logger
 
-	rlMu sync.Mutex
-	rl   RateLimit
+	budget *RateBudget
 
 	discMu sync.Mutex
 	disc   map[string]discEntry
@@ -168,12 +175,18 @@ func New(cfg Config) (*Client, error) {
 	if err != nil {
 		return nil, err
 	}
+	budget := cfg.RateBudget
+	if budget == nil {
+		budget = NewRateBudget()
+	}
+	budget.join()
 	return &Client{
-		cfg:  cfg,
-		base: base,
-		hc:   cfg.HTTPClient,
-		log:  cfg.Logger,
-		disc: make(map[string]discEntry),
+		cfg:    cfg,
+		base:   base,
+		hc:     cfg.HTTPClient,
+		log:    cfg.Logger,
+		budget: budget,
+		disc:   make(map[string]discEntry),
 	}, nil
 }
 
@@ -182,11 +195,7 @@ func (c *Client) WorkspaceID() string { return c.cfg.WorkspaceID }
 
 // RateLimit returns what the platform last said about the rate budget. A
 // platform without a limiter reports Limit and Remaining RateUnlimited.
-func (c *Client) RateLimit() RateLimit {
-	c.rlMu.Lock()
-	defer c.rlMu.Unlock()
-	return c.rl
-}
+func (c *Client) RateLimit() RateLimit { return c.budget.get() }
 
 // selfPath is /workspaces/<self><suffix>.
 func (c *Client) selfPath(suffix string) string {

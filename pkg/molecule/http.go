@@ -286,13 +286,9 @@ const RateUnlimited = 1<<31 - 1
 
 // recordRateLimit stores the X-RateLimit-* headers of a platform answer.
 func (c *Client) recordRateLimit(h http.Header) {
-	rl, ok := parseRateLimit(h, time.Now())
-	if !ok {
-		return
+	if rl, ok := parseRateLimit(h, time.Now()); ok {
+		c.budget.record(rl)
 	}
-	c.rlMu.Lock()
-	c.rl = rl
-	c.rlMu.Unlock()
 }
 
 // parseRateLimit reads X-RateLimit-Limit/-Remaining/-Reset (Reset in

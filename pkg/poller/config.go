@@ -80,10 +80,12 @@ type Config struct {
 	// the fact is remembered in the status bucket so that one-shot runs do
 	// not re-register every run (each register un-pauses the workspace).
 	SkipRegister bool
-	// RateReserve is the number of requests per rate-limit window always
-	// left for heartbeats (and the replier's notifies): when the platform
-	// says fewer remain, activity fetches wait for the window to reset.
-	// If not set, 10; negative means 0.
+	// RateReserve is the number of requests per rate-limit window and per
+	// workspace always left for heartbeats (and the replier's notifies):
+	// when taking one more would leave RateReserve × the workspaces sharing
+	// the bucket (molecule.Config.RateBudget) or fewer, state and activity
+	// requests wait for the window to reset. If not set, 10; negative
+	// means 0.
 	RateReserve int
 	// SSE holds each workspace's event stream in Run and polls at once on
 	// an inbound ACTIVITY_LOGGED. RunOnce ignores it. If false, off.

@@ -31,38 +31,32 @@ const (
 	defaultRetryAfter = time.Second
 	// maxRetryAfter caps one wait after a 429.
 	maxRetryAfter = 65 * time.Second
-	// resetPad is added to the advertised window reset: X-RateLimit-Reset
-	// is whole seconds, and an early request would start eating the
-	// reserve of the old window.
-	resetPad = time.Second
 )
 
-// pace blocks until the workspace may send its next activity request: not
-// before a 429's Retry-After, and not while the platform's remaining budget
-// is at or below RateReserve (until its window resets). Heartbeats never
-// call it.
+// pace blocks until the workspace may send its next request: not before a
+// 429's Retry-After, and not while taking one would leave the shared rate
+// budget at RateReserve per workspace or below (molecule.Client.TakeBudget;
+// until the window resets). Heartbeats never call it.
 func (p *Poller) pace(ctx context.Context, w *workspace) error {
-	until := w.getNotBefore()
-	if rl := w.c.RateLimit(); rl.Known && rl.Limit > 0 && rl.Remaining <= p.cfg.RateReserve {
-		// Once the window has reset, this observation is in the past and
-		// costs no wait.
-		if r := rl.ResetAt().Add(resetPad); r.After(until) && r.After(time.Now()) {
-			until = r
+	for {
+		until := w.getNotBefore()
+		if time.Until(until) <= 0 {
+			wait := w.c.TakeBudget(p.cfg.RateReserve)
+			if wait <= 0 {
+				return nil
+			}
+			// Once the window has reset, the observation is in the past.
+			until = time.Now().Add(wait)
 			w.log.Debug("poller: rate budget at reserve; waiting for the window to reset",
-				"remaining", rl.Remaining, "reserve", p.cfg.RateReserve, "wait", time.Until(r).Round(time.Millisecond))
+				"remaining", w.c.RateLimit().Remaining, "reserve", p.cfg.RateReserve, "wait", time.Until(until).Round(time.Millisecond))
 		}
-	}
-	d := time.Until(until)
-	if d <= 0 {
-		return nil
-	}
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-t.C:
-		return nil
-	case <-ctx.Done():
-		return ctx.Err()
+		t := time.NewTimer(time.Until(until))
+		select {
+		case <-t.C:
+		case <-ctx.Done():
+			t.Stop()
+			return ctx.Err()
+		}
 	}
 }
 

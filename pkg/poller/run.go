@@ -94,10 +94,24 @@ func (p *Poller) heartbeatLoop(ctx context.Context, w *workspace) {
 		if _, serr := p.updateStatus(ctx, w.id, heartbeatSetter(status, err)); serr != nil && ctx.Err() == nil {
 			w.log.Warn("poller: could not record the heartbeat", "error", serr)
 		}
+		// A refused heartbeat is sent again after the platform's
+		// Retry-After rather than a whole interval later: a workspace
+		// without heartbeats goes offline.
+		next := t.C
+		if errors.Is(err, molecule.ErrRateLimited) {
+			d := molecule.RetryAfterOf(err)
+			if d <= 0 {
+				d = defaultRetryAfter
+			}
+			if d < p.cfg.HeartbeatInterval {
+				w.log.Warn("poller: heartbeat rate-limited; sending it again after the platform's Retry-After", "retry_after", d)
+				next = time.After(d)
+			}
+		}
 		select {
 		case <-ctx.Done():
 			return
-		case <-t.C:
+		case <-next:
 		}
 	}
 }

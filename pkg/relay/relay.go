@@ -59,6 +59,14 @@ func OpenStages(ctx context.Context, cfg *config.Config, log *slog.Logger, s Sta
 		return nil, err
 	}
 	hc := platformHTTPClient(cfg)
+	// With an org id every request counts in the org's bucket (NEW; OLD
+	// counts by source IP, which this process's workspaces share too), so
+	// the workspaces share one rate budget. Without one NEW keeps a bucket
+	// per token, and each client keeps its own view.
+	var shared *molecule.RateBudget
+	if cfg.OrgID != "" {
+		shared = molecule.NewRateBudget()
+	}
 	for _, w := range cfg.Workspaces() {
 		c, err := molecule.New(molecule.Config{
 			PlatformURL: cfg.PlatformURL,
@@ -67,6 +75,7 @@ func OpenStages(ctx context.Context, cfg *config.Config, log *slog.Logger, s Sta
 			OrgID:       cfg.OrgID,
 			HTTPClient:  hc,
 			Logger:      log.With("workspace", w.ID),
+			RateBudget:  shared,
 		})
 		if err != nil {
 			conn.Close()

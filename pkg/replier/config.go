@@ -49,10 +49,10 @@ type Config struct {
 	// of NotifyTimeout and MinA2ATimeout + A2AGrace. If not set, 2 seconds.
 	StartMargin time.Duration
 	// RateReserve is the number of requests per platform rate-limit window
-	// a post never spends: when the workspace's last answer left this many
-	// or fewer, the post waits for the window to reset, so the heartbeat
-	// (which shares the token's bucket) always gets through. If not set, 3;
-	// negative means 0.
+	// and per workspace sharing the bucket that a post never spends
+	// (molecule.Client.TakeBudget): at the reserve the post waits for the
+	// window to reset, so the heartbeats (which share the bucket) always
+	// get through. If not set, 3; negative means 0.
 	RateReserve int
 	// StoreTimeout bounds the record writes and acks around a post. If not
 	// set, 30 seconds.
