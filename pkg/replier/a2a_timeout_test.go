@@ -13,6 +13,7 @@ import (
 
 	"github.com/molecule-ai/molecule-relay/pkg/dlq"
 	"github.com/molecule-ai/molecule-relay/pkg/molecule"
+	"github.com/molecule-ai/molecule-relay/pkg/molecule/moleculetest"
 	"github.com/molecule-ai/molecule-relay/pkg/replier"
 )
 
@@ -33,11 +34,7 @@ func TestA2APostWaitsForThePlatformPastXTimeout(t *testing.T) {
 		_ = json.NewEncoder(w).Encode(map[string]any{"jsonrpc": "2.0", "id": "1", "result": map[string]any{"kind": "message", "role": "agent"}})
 	}))
 	t.Cleanup(agent.Close)
-	u, _ := url.Parse(agent.URL)
-	p := e.plat.CreateWorkspace("P")
-	if _, err := e.client(t, p).Register(bg(t), molecule.RegisterRequest{Mode: molecule.DeliveryPush, URL: "http://localhost:" + u.Port() + "/"}); err != nil {
-		t.Fatal(err)
-	}
+	p := e.pushPeer(t, agent)
 	rep := e.peerReply("act-1", "to a slow push agent")
 	rep.TargetWorkspaceID = p.ID
 	e.publish(t, rep)
@@ -112,4 +109,19 @@ func TestA2AXTimeoutShrinksToTheRunDeadline(t *testing.T) {
 			}
 		})
 	}
+}
+
+// pushPeer creates a workspace registered in push mode at agent's URL
+// ("localhost" by name: the platform refuses loopback IP literals).
+func (e *env) pushPeer(t *testing.T, agent *httptest.Server) moleculetest.Workspace {
+	t.Helper()
+	u, err := url.Parse(agent.URL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := e.plat.CreateWorkspace("P")
+	if _, err := e.client(t, p).Register(bg(t), molecule.RegisterRequest{Mode: molecule.DeliveryPush, URL: "http://localhost:" + u.Port() + "/"}); err != nil {
+		t.Fatal(err)
+	}
+	return p
 }

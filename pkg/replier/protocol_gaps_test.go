@@ -14,7 +14,6 @@ import (
 	"encoding/json"
 	"net/http"
 	"net/http/httptest"
-	"net/url"
 	"strings"
 	"sync"
 	"testing"
@@ -22,7 +21,6 @@ import (
 
 	"github.com/molecule-ai/molecule-relay/pkg/dlq"
 	"github.com/molecule-ai/molecule-relay/pkg/events"
-	"github.com/molecule-ai/molecule-relay/pkg/molecule"
 	"github.com/molecule-ai/molecule-relay/pkg/molecule/moleculetest"
 	"github.com/molecule-ai/molecule-relay/pkg/replier"
 )
@@ -197,11 +195,7 @@ func TestGapA2APushPeer202QueuedIsSuccess(t *testing.T) {
 	}))
 	t.Cleanup(agent.Close)
 	t.Cleanup(func() { once.Do(func() { close(hold) }) }) // before agent.Close
-	u, _ := url.Parse(agent.URL)
-	p := e.plat.CreateWorkspace("P")
-	if _, err := e.client(t, p).Register(bg(t), molecule.RegisterRequest{Mode: molecule.DeliveryPush, URL: "http://localhost:" + u.Port() + "/"}); err != nil {
-		t.Fatal(err)
-	}
+	p := e.pushPeer(t, agent)
 	rep := e.peerReply("act-1", "to a busy push agent")
 	rep.TargetWorkspaceID = p.ID
 	e.publish(t, rep)

@@ -218,14 +218,7 @@ func TestPushDeliveryOld(t *testing.T) {
 
 func TestPushFailuresOld(t *testing.T) {
 	s := newServer(t, moleculetest.WithGeneration(moleculetest.Old), moleculetest.WithPushTimeout(200*time.Millisecond))
-	release := make(chan struct{})
-	hang := newAgent(t, func(w http.ResponseWriter, r *http.Request, _ []byte) {
-		select {
-		case <-r.Context().Done():
-		case <-release:
-		}
-	})
-	t.Cleanup(func() { close(release) })
+	hang := hangingAgent(t)
 
 	closed := s.CreateWorkspace("ext-agent-D")
 	registerOld(t, s, closed, "http://localhost:"+strconv.Itoa(closedPort(t)))
@@ -296,14 +289,7 @@ func TestPushFailuresOld(t *testing.T) {
 
 func TestPushIdleTimeoutFromHeartbeat(t *testing.T) {
 	s := newServer(t, moleculetest.WithGeneration(moleculetest.Old), moleculetest.WithPushTimeout(time.Hour))
-	release := make(chan struct{})
-	hang := newAgent(t, func(w http.ResponseWriter, r *http.Request, _ []byte) {
-		select {
-		case <-r.Context().Done():
-		case <-release:
-		}
-	})
-	t.Cleanup(func() { close(release) })
+	hang := hangingAgent(t)
 	a := s.CreateWorkspace("ext-agent-A")
 	registerOld(t, s, a, hang.localhostURL("/"))
 	call(t, s, "POST", "/registry/heartbeat", bearerH(a.Token), `{"workspace_id":"`+a.ID+`","runtime_metadata":{"capabilities":{"heartbeat":true},"idle_timeout_seconds":1}}`)
@@ -318,14 +304,7 @@ func TestPushIdleTimeoutFromHeartbeat(t *testing.T) {
 // that many seconds and queues the message (202), as on its idle timeout.
 func TestPushXTimeout(t *testing.T) {
 	s := newServer(t, moleculetest.WithGeneration(moleculetest.Old), moleculetest.WithPushTimeout(time.Hour))
-	release := make(chan struct{})
-	hang := newAgent(t, func(w http.ResponseWriter, r *http.Request, _ []byte) {
-		select {
-		case <-r.Context().Done():
-		case <-release:
-		}
-	})
-	t.Cleanup(func() { close(release) })
+	hang := hangingAgent(t)
 	a, b := s.CreateWorkspace("ext-agent-A"), s.CreateWorkspace("ext-agent-B")
 	registerOld(t, s, a, hang.localhostURL("/"))
 	start := time.Now()
@@ -380,4 +359,18 @@ func TestSendHelpers(t *testing.T) {
 	if msg["role"] != "user" || msg["parts"].([]any)[0].(map[string]any)["kind"] != "text" {
 		t.Errorf("canvas body %v", m)
 	}
+}
+
+// hangingAgent is a push agent that never answers (until the test ends).
+func hangingAgent(t *testing.T) *agent {
+	t.Helper()
+	release := make(chan struct{})
+	a := newAgent(t, func(w http.ResponseWriter, r *http.Request, _ []byte) {
+		select {
+		case <-r.Context().Done():
+		case <-release:
+		}
+	})
+	t.Cleanup(func() { close(release) })
+	return a
 }
