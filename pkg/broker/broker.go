@@ -208,10 +208,10 @@ func isAuthError(err error) bool {
 		errors.Is(err, nats.ErrAuthRevoked) || errors.Is(err, nats.ErrPermissionViolation)
 }
 
-// URL is the URL other clients can connect to: the embedded server's client
-// URL (nats://127.0.0.1:<port>) or the configured one (which may hold
-// credentials; log it through RedactURL).
-func (c *Conn) URL() string { return c.url }
+// URL is the server's URL for people: the embedded server's client URL
+// (nats://127.0.0.1:<port>) or the configured one with any credentials
+// redacted (RedactURL). Safe to log or print.
+func (c *Conn) URL() string { return RedactURL(c.url) }
 
 // Embedded reports whether c runs its own server.
 func (c *Conn) Embedded() bool { return c.Server != nil }

@@ -210,7 +210,9 @@ func (c *Config) Validate(need Requirement) error {
 				name = "MOLECULE_WORKSPACE_ID"
 			}
 			if !isUUID(w.ID) {
-				return bad(name, "%q is not a workspace UUID", w.ID)
+				// Not echoed: a token pasted here (or swapped lists)
+				// would end up in CI logs.
+				return bad(name, "entry %d (%d characters) is not a workspace UUID; are the ids and tokens swapped?", i+1, len(w.ID))
 			}
 			if seen[w.ID] {
 				return bad(name, "workspace %s is configured twice", w.ID)

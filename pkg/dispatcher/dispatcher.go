@@ -258,15 +258,19 @@ func (d *Dispatcher) runHandler(runCtx context.Context, meta *jetstream.MsgMetad
 }
 
 func (d *Dispatcher) handlerFailed(runCtx context.Context, msg jetstream.Msg, meta *jetstream.MsgMetadata, in *events.Inbound, herr error, log *slog.Logger) {
+	// The handler's answer or stderr may quote the message: whole only at
+	// debug level (and in the dead letter, which holds the message anyway).
+	log.Debug("dispatcher: handler error in full", "error", herr)
+	brief := handler.Brief(herr)
 	switch {
 	case errors.Is(herr, handler.ErrPermanent):
-		log.Warn("dispatcher: handler failed permanently", "error", herr)
+		log.Warn("dispatcher: handler failed permanently", "error", brief)
 		d.deadLetter(runCtx, msg, meta, in, events.ReasonPermanent, herr)
 	case d.maxDeliver > 0 && meta.NumDelivered >= uint64(d.maxDeliver):
-		log.Warn("dispatcher: handler failed on the last allowed delivery", "error", herr, "max_deliver", d.maxDeliver)
+		log.Warn("dispatcher: handler failed on the last allowed delivery", "error", brief, "max_deliver", d.maxDeliver)
 		d.deadLetter(runCtx, msg, meta, in, events.ReasonMaxDeliveries, herr)
 	default:
-		log.Warn("dispatcher: handler failed; will retry", "error", herr)
+		log.Warn("dispatcher: handler failed; will retry", "error", brief)
 		d.retry(msg, meta)
 	}
 }

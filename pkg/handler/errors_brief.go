@@ -1,0 +1,26 @@
+package handler
+
+import (
+	"errors"
+	"fmt"
+	"net/http"
+)
+
+// Brief is err's text for logs above debug level: without what the
+// handler's server answered (a *StatusError's Message) or its program wrote
+// to stderr (an *ExitError's Stderr), which may quote the user's message (a
+// FastAPI 422 echoes the request). Other errors are returned whole: a Go
+// handler's errors are its author's to word.
+func Brief(err error) string {
+	var se *StatusError
+	if errors.As(err, &se) {
+		return fmt.Sprintf("handler: POST %s: %d %s (the answer's body is logged at debug level)", se.URL, se.Code, http.StatusText(se.Code))
+	}
+	var ee *ExitError
+	if errors.As(err, &ee) {
+		c := *ee
+		c.Stderr = ""
+		return c.Error() + " (its stderr is logged at debug level)"
+	}
+	return err.Error()
+}
