@@ -172,8 +172,8 @@ func TestExternalReconnectsAndLogs(t *testing.T) {
 	if c.Embedded() || c.Server != nil {
 		t.Fatal("external connection reports an embedded server")
 	}
-	if c.URL() != url {
-		t.Fatalf("URL() = %q, want the configured %q", c.URL(), url)
+	if want := "nats://redacted@127.0.0.1:" + strconv.Itoa(ns.Port); c.URL() != want {
+		t.Fatalf("URL() = %q, want the configured URL without its credentials, %q", c.URL(), want)
 	}
 	ctx := context.Background()
 	if err := c.Healthy(ctx, time.Second); err != nil {
