@@ -161,10 +161,16 @@ func resolveSecrets(ctx context.Context, environ map[string]string, dir string) 
 // applyTokens sets the token variables from a secret value.
 func applyTokens(environ map[string]string, v string) error {
 	if !strings.HasPrefix(v, "{") {
-		if environ["MOLECULE_WORKSPACE_ID"] == "" {
-			return errors.New("holds a single token, but MOLECULE_WORKSPACE_ID is not set (use a JSON object {\"<workspace id>\": \"<token>\"} for MOLECULE_WORKSPACE_IDS)")
+		// A bare token, for one workspace: MOLECULE_WORKSPACE_ID, or a
+		// MOLECULE_WORKSPACE_IDS of one id (template.yaml's WorkspaceIds).
+		switch ids := strings.Split(environ["MOLECULE_WORKSPACE_IDS"], ","); {
+		case environ["MOLECULE_WORKSPACE_ID"] != "":
+			environ["MOLECULE_WORKSPACE_TOKEN"] = v
+		case len(ids) == 1 && strings.TrimSpace(ids[0]) != "":
+			environ["MOLECULE_WORKSPACE_TOKENS"] = v
+		default:
+			return errors.New("holds a single token, but names no single workspace (set MOLECULE_WORKSPACE_ID, or use a JSON object {\"<workspace id>\": \"<token>\"} for several MOLECULE_WORKSPACE_IDS)")
 		}
-		environ["MOLECULE_WORKSPACE_TOKEN"] = v
 		return nil
 	}
 	var m map[string]string

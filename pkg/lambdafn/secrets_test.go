@@ -103,7 +103,7 @@ func TestResolveSecrets(t *testing.T) {
 	for name, m := range map[string]map[string]string{
 		"missing secret":   base("MOLECULE_WORKSPACE_ID", a, EnvTokensSecret, "nope"),
 		"id not in secret": base("MOLECULE_WORKSPACE_IDS", a+",c0000000-0000-4000-8000-000000000003", EnvTokensSecret, "arn:aws:secretsmanager:eu-west-1:1:secret:tokens"),
-		"bare token, ids":  base("MOLECULE_WORKSPACE_IDS", a, EnvTokensSecret, "single"),
+		"bare token, ids":  base("MOLECULE_WORKSPACE_IDS", a+",c0000000-0000-4000-8000-000000000003", EnvTokensSecret, "single"),
 		"bad session":      {EnvExtensionPort: port, "AWS_SESSION_TOKEN": "wrong", EnvTokensSecret: "single", "MOLECULE_WORKSPACE_ID": a},
 		"no extension":     {EnvExtensionPort: "1", EnvTokensSecret: "single", "MOLECULE_WORKSPACE_ID": a},
 	} {
