@@ -114,6 +114,10 @@ type Function struct {
 	cfg *config.Config
 	set lambdaSettings
 	rt  *relay.Runtime
+	// secrets are the raw secret values cfg was built from; a change (a
+	// rotated token or NATS credential) rebuilds cfg and the connection.
+	secrets   secretValues
+	credsFile string // the NATS creds file written for cfg, if any
 }
 
 // New builds a Function; nothing is read or dialled until the first
@@ -122,13 +126,35 @@ func New(stage Stage, environ []string, log *slog.Logger) *Function {
 	return &Function{stage: stage, environ: environ, log: log}
 }
 
-// load reads configuration and secrets once per execution environment.
+// load reads the configuration once per execution environment, and the
+// secrets at every invocation (the extension caches them): when a secret
+// changed since the configuration was built the configuration is rebuilt:
+// a rotated workspace token gets new platform clients on the same
+// connection, a rotated NATS credential a new connection, so a warm
+// environment never keeps using a revoked value. If the secrets
+// cannot be read on a warm invocation, the loaded ones are kept.
 func (f *Function) load(ctx context.Context) error {
-	if f.cfg != nil {
-		return nil
-	}
 	m := env.ToMap(f.environ)
-	if err := resolveSecrets(ctx, m, os.TempDir()); err != nil {
+	sv, err := fetchSecrets(ctx, m)
+	if f.cfg != nil {
+		switch {
+		case err != nil:
+			f.log.Warn("secrets not re-read; keeping the ones loaded", "error", err)
+			return nil
+		case sv == f.secrets:
+			return nil
+		}
+		f.log.Info("a secret changed; reloading the configuration", "nats_credentials_changed", sv.creds != f.secrets.creds)
+		if f.rt != nil && sv.creds != f.secrets.creds {
+			f.rt.Close()
+			f.rt = nil
+		}
+		f.cfg = nil
+	}
+	if err != nil {
+		return &ConfigError{err}
+	}
+	if err := applySecrets(m, sv, os.TempDir()); err != nil {
 		return &ConfigError{err}
 	}
 	var environ []string
@@ -154,7 +180,19 @@ func (f *Function) load(ctx context.Context) error {
 	if err := env.ParseWithOptions(&set, env.Options{Environment: m}); err != nil {
 		return &ConfigError{err}
 	}
-	f.cfg, f.set = cfg, set
+	if f.credsFile != "" && f.credsFile != m["NATS_CREDS"] {
+		_ = os.Remove(f.credsFile)
+	}
+	if f.rt != nil {
+		// Only the tokens changed: same connection, new clients.
+		if err := f.rt.Reconfigure(cfg); err != nil {
+			return &ConfigError{err}
+		}
+	}
+	f.cfg, f.set, f.secrets = cfg, set, sv
+	if m[EnvNATSCredsSecret] != "" {
+		f.credsFile = m["NATS_CREDS"]
+	}
 	return nil
 }
 

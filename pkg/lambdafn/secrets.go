@@ -108,29 +108,54 @@ func (s *secretStore) get(ctx context.Context, id string) (string, error) {
 	return *sv.SecretString, nil
 }
 
+// secretValues are the raw values of the configured secrets ("" for one
+// not configured).
+type secretValues struct{ tokens, creds string }
+
+// fetchSecrets reads the secrets environ names. The extension caches them
+// (300 s by default), so a warm environment may call it every invocation.
+func fetchSecrets(ctx context.Context, environ map[string]string) (secretValues, error) {
+	var v secretValues
+	tokID, credsID := environ[EnvTokensSecret], environ[EnvNATSCredsSecret]
+	if tokID == "" && credsID == "" {
+		return v, nil
+	}
+	s := newSecretStore(environ)
+	var err error
+	if tokID != "" {
+		if v.tokens, err = s.get(ctx, tokID); err != nil {
+			return v, err
+		}
+	}
+	if credsID != "" {
+		if v.creds, err = s.get(ctx, credsID); err != nil {
+			return v, err
+		}
+	}
+	return v, nil
+}
+
 // resolveSecrets replaces the *_SECRET variables of environ by the values
 // they name: MOLECULE_WORKSPACE_TOKEN(S) and NATS_CREDS (a 0600 file in
 // dir). It changes nothing when no secret is configured.
 func resolveSecrets(ctx context.Context, environ map[string]string, dir string) error {
-	tokID, credsID := environ[EnvTokensSecret], environ[EnvNATSCredsSecret]
-	if tokID == "" && credsID == "" {
-		return nil
+	v, err := fetchSecrets(ctx, environ)
+	if err != nil {
+		return err
 	}
-	s := newSecretStore(environ)
+	return applySecrets(environ, v, dir)
+}
+
+// applySecrets sets the variables of fetched secret values in environ.
+func applySecrets(environ map[string]string, sv secretValues, dir string) error {
+	tokID, credsID := environ[EnvTokensSecret], environ[EnvNATSCredsSecret]
 	if tokID != "" {
-		v, err := s.get(ctx, tokID)
-		if err != nil {
-			return err
-		}
-		if err := applyTokens(environ, strings.TrimSpace(v)); err != nil {
+		if err := applyTokens(environ, strings.TrimSpace(sv.tokens)); err != nil {
 			return fmt.Errorf("%w %s: %w", ErrSecret, tokID, err)
 		}
 	}
 	if credsID != "" {
-		v, err := s.get(ctx, credsID)
-		if err != nil {
-			return err
-		}
+		v := sv.creds
 		if strings.HasPrefix(strings.TrimSpace(v), "{") {
 			var up struct {
 				User     string `json:"user"`

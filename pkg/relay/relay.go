@@ -58,6 +58,29 @@ func OpenStages(ctx context.Context, cfg *config.Config, log *slog.Logger, s Sta
 		conn.Close()
 		return nil, err
 	}
+	if rt.Clients, err = newClients(cfg, log); err != nil {
+		conn.Close()
+		return nil, err
+	}
+	return rt, nil
+}
+
+// Reconfigure replaces the runtime's configuration and rebuilds its
+// platform clients (say, after a workspace token was rotated), keeping the
+// NATS connection and the topology. cfg must have been validated and name
+// the same NATS server. Stages built before keep their old clients: build
+// them again.
+func (rt *Runtime) Reconfigure(cfg *config.Config) error {
+	clients, err := newClients(cfg, rt.Log)
+	if err != nil {
+		return err
+	}
+	rt.Cfg, rt.Clients = cfg, clients
+	return nil
+}
+
+// newClients builds one platform client per configured workspace.
+func newClients(cfg *config.Config, log *slog.Logger) ([]*molecule.Client, error) {
 	hc := platformHTTPClient(cfg)
 	// With an org id every request counts in the org's bucket (NEW; OLD
 	// counts by source IP, which this process's workspaces share too), so
@@ -67,6 +90,7 @@ func OpenStages(ctx context.Context, cfg *config.Config, log *slog.Logger, s Sta
 	if cfg.OrgID != "" {
 		shared = molecule.NewRateBudget()
 	}
+	var clients []*molecule.Client
 	for _, w := range cfg.Workspaces() {
 		c, err := molecule.New(molecule.Config{
 			PlatformURL: cfg.PlatformURL,
@@ -78,12 +102,11 @@ func OpenStages(ctx context.Context, cfg *config.Config, log *slog.Logger, s Sta
 			RateBudget:  shared,
 		})
 		if err != nil {
-			conn.Close()
 			return nil, fmt.Errorf("workspace %s: %w", w.ID, err)
 		}
-		rt.Clients = append(rt.Clients, c)
+		clients = append(clients, c)
 	}
-	return rt, nil
+	return clients, nil
 }
 
 // ensureTopology creates (or looks up) the streams, consumers and buckets
