@@ -730,11 +730,18 @@ func TestTakeBudgetKeepsTheReserve(t *testing.T) {
 	if _, err := c.State(context.Background()); err != nil { // the platform says 4 remain
 		t.Fatal(err)
 	}
-	// Two callers may take a request each (4 → 3 → 2) before anyone sends.
+	// Two callers may take a request each (4 → 3 → 2) before anyone sends;
+	// asking BudgetWait spends nothing.
 	for i := range 2 {
+		if d := c.BudgetWait(2); d != 0 {
+			t.Fatalf("budget wait before take %d: %s", i, d)
+		}
 		if d := c.TakeBudget(2); d != 0 {
 			t.Fatalf("take %d: wait %s", i, d)
 		}
+	}
+	if d := c.BudgetWait(2); d < 50*time.Second || d > 62*time.Second {
+		t.Fatalf("budget wait %s at the reserve; want the rest of the 60 s window", d)
 	}
 	if d := c.TakeBudget(2); d < 50*time.Second || d > 62*time.Second {
 		t.Fatalf("wait %s at the reserve; want the rest of the 60 s window", d)

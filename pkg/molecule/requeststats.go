@@ -92,9 +92,15 @@ func absDur(d time.Duration) time.Duration {
 // platform's next answer says otherwise, so concurrent callers cannot all
 // take the last one), else how long to wait for the window to reset before
 // asking again. With no limit known it returns 0.
-func (c *Client) TakeBudget(reserve int) time.Duration { return c.budget.take(reserve) }
+func (c *Client) TakeBudget(reserve int) time.Duration { return c.budget.take(reserve, true) }
 
-func (b *RateBudget) take(reserve int) time.Duration {
+// BudgetWait is TakeBudget without the taking: 0 when TakeBudget(reserve)
+// would succeed now, else how long until the window resets. It spends
+// nothing, so the answer is a forecast: concurrent takers may spend what it
+// saw.
+func (c *Client) BudgetWait(reserve int) time.Duration { return c.budget.take(reserve, false) }
+
+func (b *RateBudget) take(reserve int, spend bool) time.Duration {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	rl := &b.rl
@@ -107,7 +113,9 @@ func (b *RateBudget) take(reserve int) time.Duration {
 		return 0
 	}
 	if rl.Remaining > reserve*max(b.members, 1) {
-		rl.Remaining--
+		if spend {
+			rl.Remaining--
+		}
 		return 0
 	}
 	return time.Until(reset)

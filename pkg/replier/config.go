@@ -46,13 +46,16 @@ type Config struct {
 	ProgressInterval time.Duration
 	// StartMargin: when the context has a deadline (a Lambda invocation),
 	// no reply is fetched unless deadline-now >= StartMargin + the longer
-	// of NotifyTimeout and MinA2ATimeout + A2AGrace. If not set, 2 seconds.
+	// of NotifyTimeout and MinA2ATimeout + A2AGrace (plus the wait until
+	// some workspace's rate budget allows a post). If not set, 2 seconds.
 	StartMargin time.Duration
 	// RateReserve is the number of requests per platform rate-limit window
 	// and per workspace sharing the bucket that a post never spends
 	// (molecule.Client.TakeBudget): at the reserve the post waits for the
 	// window to reset, so the heartbeats (which share the bucket) always
-	// get through. If not set, 3; negative means 0.
+	// get through; under a deadline that the reset leaves no room for a
+	// post, the reply is handed back until the reset instead. If not set,
+	// 3; negative means 0.
 	RateReserve int
 	// StoreTimeout bounds the record writes and acks around a post. If not
 	// set, 30 seconds.

@@ -120,9 +120,10 @@ func (r *Replier) Run(ctx context.Context) error {
 // Drain posts replies until the queue has stayed empty for idle (if not
 // set, 1 second) with nothing in flight, or ctx ends, or — when ctx has a
 // deadline — the deadline leaves no room for a post (the longer of
-// NotifyTimeout and MinA2ATimeout + A2AGrace, plus StartMargin). It waits
-// for the posts in flight and returns the counts of this drain. It first
-// sweeps replies that exhausted their deliveries.
+// NotifyTimeout and MinA2ATimeout + A2AGrace, plus StartMargin), counting
+// the wait for the first workspace whose rate budget allows one (see
+// admitWait). It waits for the posts in flight and returns the counts of
+// this drain. It first sweeps replies that exhausted their deliveries.
 func (r *Replier) Drain(ctx context.Context, idle time.Duration) (Stats, error) {
 	if idle <= 0 {
 		idle = time.Second
@@ -142,14 +143,42 @@ func (r *Replier) swept() workpool.Swept {
 		Interval: r.cfg.SweepInterval, Stage: "replier", Log: r.log}
 }
 
+// admitWait implements the start-margin rule for the pool: with a ctx
+// deadline, a pull may only wait until the last moment a post can still be
+// started, and none is made when no client's rate budget allows a post
+// before that moment (every reply taken would be handed back unposted,
+// spending a delivery). One durable consumer carries the replies of all
+// workspaces, so a pull cannot pick them by workspace: while any budget
+// allows a post, replies are taken, and one whose own budget does not is
+// handed back by waitBudget until its window resets.
 func (r *Replier) admitWait(ctx context.Context) func() time.Duration {
 	return func() time.Duration {
 		dl, ok := ctx.Deadline()
 		if !ok {
 			return r.cfg.FetchWait
 		}
-		return time.Until(dl) - r.minPostWindow() - r.cfg.StartMargin
+		left := time.Until(dl) - r.minPostWindow() - r.cfg.StartMargin
+		if left > 0 && r.budgetWait() > left {
+			return 0
+		}
+		return left
 	}
+}
+
+// budgetWait is how long until some client's rate budget allows a post
+// (the least molecule.Client.BudgetWait); it spends nothing.
+func (r *Replier) budgetWait() time.Duration {
+	least := time.Duration(-1)
+	for _, c := range r.clients {
+		d := c.BudgetWait(r.cfg.RateReserve)
+		if d <= 0 {
+			return 0
+		}
+		if least < 0 || d < least {
+			least = d
+		}
+	}
+	return least
 }
 
 // minPostWindow is the least time a post of either route needs: a notify
@@ -258,12 +287,20 @@ func (r *Replier) process(runCtx context.Context, msg jetstream.Msg) {
 // waitBudget holds the reply while the workspace's rate budget is at the
 // reserve (PROTOCOL.md §2: notify and a2a share the token's bucket with the
 // heartbeat). The message is kept alive meanwhile; a stop hands it back.
-// False means the reply was handed back.
+// Under a deadline, a reply whose budget resets too late for a post to fit
+// is handed back at once, delayed until the reset, instead of holding it
+// (and the run) to the deadline. False means the reply was handed back.
 func (r *Replier) waitBudget(runCtx context.Context, j *job) bool {
 	for {
 		d := j.client.TakeBudget(r.cfg.RateReserve)
 		if d <= 0 {
 			return true
+		}
+		if _, ok := r.postFits(runCtx, j, d); !ok {
+			j.log.Debug("replier: rate budget at reserve until past the deadline; handing the reply back", "wait", d.Round(time.Millisecond))
+			r.stats.deferred.Add(1)
+			_ = j.msg.NakWithDelay(d)
+			return false
 		}
 		if !r.sleepBudget(runCtx, j, d) {
 			return false
@@ -302,25 +339,31 @@ const MinA2ATimeout = 5 * time.Second
 // a push peer that takes longer gets the message from the platform's
 // queue, which de-duplicates on messageId.
 func (r *Replier) roomToPost(runCtx context.Context, j *job) bool {
-	j.xTimeout = r.cfg.A2ATimeout
-	dl, ok := runCtx.Deadline()
-	if !ok {
-		return true
-	}
-	left := time.Until(dl) - r.cfg.StartMargin
-	if j.route == dlq.RouteA2A {
-		if fit := (left - A2AGrace).Truncate(time.Second); fit < j.xTimeout {
-			j.xTimeout = fit
-		}
-		if j.xTimeout >= MinA2ATimeout {
-			return true
-		}
-	} else if left >= r.cfg.NotifyTimeout {
+	var ok bool
+	if j.xTimeout, ok = r.postFits(runCtx, j, 0); ok {
 		return true
 	}
 	r.stats.deferred.Add(1)
 	_ = j.msg.Nak()
 	return false
+}
+
+// postFits says whether a post of j started after a wait of after still
+// meets the start-margin rule, and with which /a2a X-Timeout.
+func (r *Replier) postFits(runCtx context.Context, j *job, after time.Duration) (xTimeout time.Duration, ok bool) {
+	xTimeout = r.cfg.A2ATimeout
+	dl, ok := runCtx.Deadline()
+	if !ok {
+		return xTimeout, true
+	}
+	left := time.Until(dl) - after - r.cfg.StartMargin
+	if j.route == dlq.RouteA2A {
+		if fit := (left - A2AGrace).Truncate(time.Second); fit < xTimeout {
+			xTimeout = fit
+		}
+		return xTimeout, xTimeout >= MinA2ATimeout
+	}
+	return xTimeout, left >= r.cfg.NotifyTimeout
 }
 
 // postTimeout bounds one post of j: the notify timeout, or the /a2a

@@ -60,8 +60,9 @@ type Options struct {
 	// Idle, when positive, makes Run a drain: it stops fetching once no
 	// message arrived for Idle and nothing is in flight.
 	Idle time.Duration
-	// MaxWait, when set, is asked before each pull how long the pull may
-	// wait; a value <= 0 stops fetching (used for the start-margin rule).
+	// MaxWait, when set, is asked right before each pull (after the free
+	// slots for it were taken) how long the pull may wait; a value <= 0
+	// stops fetching (used for the start-margin rule).
 	MaxWait func() time.Duration
 }
 
@@ -94,26 +95,6 @@ func Run(ctx context.Context, js jetstream.JetStream, cons jetstream.Consumer, c
 
 loop:
 	for ctx.Err() == nil {
-		wait := cfg.FetchWait
-		if opts.Idle > 0 && opts.Idle < wait {
-			wait = opts.Idle
-		}
-		if opts.MaxWait != nil {
-			mw := opts.MaxWait()
-			if mw <= 0 {
-				break
-			}
-			wait = min(wait, mw)
-		}
-		if dl, ok := ctx.Deadline(); ok {
-			rem := time.Until(dl) - 10*time.Millisecond
-			if rem <= 0 {
-				break
-			}
-			wait = min(wait, rem)
-		}
-		wait = max(wait, time.Millisecond)
-
 		// Take one slot (blocking), then every free one up to FetchBatch.
 		select {
 		case sem <- struct{}{}:
@@ -129,6 +110,13 @@ loop:
 			default:
 				break grab
 			}
+		}
+		// Only now, with the slots held, is it known how long the pull
+		// may wait: the wait for a slot can outlast the admission cut-off.
+		wait, ok := pullWait(ctx, cfg, opts)
+		if !ok {
+			release(n)
+			break
 		}
 
 		batch, err := cons.Fetch(n, jetstream.FetchMaxWait(wait))
@@ -192,6 +180,31 @@ loop:
 		cancel()
 	}
 	return runErr
+}
+
+// pullWait is how long the next pull may wait, or false when fetching
+// must stop (MaxWait says so, or ctx's deadline is at hand). It must be
+// asked right before the pull.
+func pullWait(ctx context.Context, cfg Config, opts Options) (time.Duration, bool) {
+	wait := cfg.FetchWait
+	if opts.Idle > 0 && opts.Idle < wait {
+		wait = opts.Idle
+	}
+	if opts.MaxWait != nil {
+		mw := opts.MaxWait()
+		if mw <= 0 {
+			return 0, false
+		}
+		wait = min(wait, mw)
+	}
+	if dl, ok := ctx.Deadline(); ok {
+		rem := time.Until(dl) - 10*time.Millisecond
+		if rem <= 0 {
+			return 0, false
+		}
+		wait = min(wait, rem)
+	}
+	return max(wait, time.Millisecond), true
 }
 
 func backoffDelay(failures int) time.Duration {
