@@ -33,22 +33,33 @@ const (
 	maxRetryAfter = 65 * time.Second
 )
 
+// ErrRateWaitPastDeadline: the next request had to wait (for the rate
+// budget's window to reset, or for a 429's Retry-After) until after the
+// context's deadline, so it was not sent. pace returns it at once rather
+// than sleeping until the deadline.
+var ErrRateWaitPastDeadline = errors.New("poller: the rate-limit wait ends after the deadline")
+
 // pace blocks until the workspace may send its next request: not before a
 // 429's Retry-After, and not while taking one would leave the shared rate
 // budget at RateReserve per workspace or below (molecule.Client.TakeBudget;
-// until the window resets). Heartbeats never call it.
+// until the window resets). When that wait would end after ctx's deadline
+// it returns ErrRateWaitPastDeadline at once. Heartbeats never call it.
 func (p *Poller) pace(ctx context.Context, w *workspace) error {
 	for {
-		until := w.getNotBefore()
+		until, why := w.getNotBefore(), "the platform's Retry-After"
 		if time.Until(until) <= 0 {
 			wait := w.c.TakeBudget(p.cfg.RateReserve)
 			if wait <= 0 {
 				return nil
 			}
 			// Once the window has reset, the observation is in the past.
-			until = time.Now().Add(wait)
+			until, why = time.Now().Add(wait), "the rate budget is at its reserve until the window resets"
 			w.log.Debug("poller: rate budget at reserve; waiting for the window to reset",
 				"remaining", w.c.RateLimit().Remaining, "reserve", p.cfg.RateReserve, "wait", time.Until(until).Round(time.Millisecond))
+		}
+		if dl, ok := ctx.Deadline(); ok && until.After(dl) {
+			return fmt.Errorf("%w: %s (in %s; the deadline is in %s)", ErrRateWaitPastDeadline, why,
+				time.Until(until).Round(time.Millisecond), time.Until(dl).Round(time.Millisecond))
 		}
 		t := time.NewTimer(time.Until(until))
 		select {
@@ -188,8 +199,9 @@ func ignoredSinceID(page *molecule.ActivityPage, cursor string) error {
 //   - cold start: rows newer than BacklogWindow (none if it is 0);
 //   - empty seed (the feed was empty when seeded at UpdatedAt): every row
 //     created since then, plus the overlap slack for late commits;
-//   - cold start right after this process registered the workspace: at
-//     least every row created since the registration was asked for;
+//   - cold start after this relay registered the workspace in poll mode
+//     (this process, or an earlier run that ended before its first seed):
+//     at least every row created since the registration was asked for;
 //   - lost cursor: every row created since the cursor was last saved, plus
 //     the overlap slack (any newer row would have advanced it, so these are
 //     undelivered), and at least BacklogWindow.
@@ -197,14 +209,20 @@ func (p *Poller) seed(ctx context.Context, w *workspace, cur *cursorEntry, lost 
 	cold := cur.UpdatedAt.IsZero() // no cursor, or an unreadable one
 	window := p.cfg.BacklogWindow
 	v := cursorValue{Floor: cur.Floor, FloorID: cur.FloorID, Generation: res.Generation.String()}
-	if reg := w.registeredSince(); cold && !reg.IsZero() {
-		// This process registered the workspace moments ago: whatever was
-		// queued since it asked was sent to a poll-mode agent — us — and is
-		// not backlog, whatever the backlog window says. (The edge is our
-		// clock against the platform's created_at: a platform clock behind
-		// ours by more than the request's latency could still exclude a
-		// message queued in that first instant.)
-		window = max(window, time.Since(reg))
+	if cold {
+		// Whatever was queued since this relay asked to register the
+		// workspace was sent to a poll-mode agent — us — and is not backlog,
+		// whatever the backlog window says. (The edge is our clock against
+		// the platform's created_at: a platform clock behind ours by more
+		// than the request's latency could still exclude a message queued
+		// in that first instant.)
+		reg, err := p.registeredAt(ctx, w)
+		if err != nil {
+			return nil, err
+		}
+		if !reg.IsZero() {
+			window = max(window, time.Since(reg))
+		}
 	}
 	if !cold {
 		window = max(window, time.Since(cur.UpdatedAt)+max(p.cfg.OverlapWindow, 0))
@@ -251,6 +269,24 @@ func (p *Poller) seed(ctx context.Context, w *workspace, cur *cursorEntry, lost 
 	}
 	res.Cursor = ncur.Cursor
 	return ncur, nil
+}
+
+// registeredAt is when this relay last asked the platform to register w:
+// this process's own registration, else the poll-mode registration the
+// status bucket records (a one-shot run or Lambda invocation that ended
+// before its first seed; the next one is a new Poller). Zero if none.
+func (p *Poller) registeredAt(ctx context.Context, w *workspace) (time.Time, error) {
+	if t := w.registeredSince(); !t.IsZero() {
+		return t, nil
+	}
+	rec, _, err := loadStatus(ctx, p.topo.Status, w.id)
+	if err != nil {
+		return time.Time{}, err
+	}
+	if !rec.Registered || rec.DeliveryMode != string(molecule.DeliveryPoll) {
+		return time.Time{}, nil
+	}
+	return rec.RegisteredAt, nil
 }
 
 // window reads every row created in the last d (since_secs queries answer

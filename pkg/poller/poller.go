@@ -91,7 +91,8 @@ type workspace struct {
 
 	// registeringAt is when this process last asked the platform to
 	// register the workspace: from then on messages queue for us, so a cold
-	// start must not count them as old backlog.
+	// start must not count them as old backlog. The status record keeps it
+	// (RegisteredAt) for the next process.
 	registeringAt time.Time
 }
 
@@ -225,11 +226,16 @@ func (p *Poller) Status(ctx context.Context) ([]WorkspaceStatus, error) {
 }
 
 // RunOnce runs one bounded unit of work: for every workspace, concurrently
-// (Config.Concurrency at a time), probe the generation if unknown, register
-// if never registered, send one heartbeat, check the state, fetch every new
-// row (pages until a short one), run the overlap re-read when due, publish
-// and advance the cursor. The error is non-nil only when ctx ended;
-// per-workspace failures are in Result (Result.Err).
+// (Config.Concurrency at a time), send one heartbeat, probe the generation
+// if unknown, check the state, register if never registered, fetch every
+// new row (pages until a short one), run the overlap re-read when due,
+// publish and advance the cursor. The heartbeat goes first, before any
+// request that waits for the rate budget, once an earlier run found the
+// workspace ready; on its first run it follows the registration. A request
+// whose budget wait would end after ctx's deadline is not waited for: the
+// workspace's cycle ends at once with ErrRateWaitPastDeadline. The error
+// is non-nil only when ctx ended; per-workspace failures are in Result
+// (Result.Err).
 func (p *Poller) RunOnce(ctx context.Context) (Result, error) {
 	res := Result{Workspaces: make([]WorkspaceResult, len(p.ws))}
 	sem := make(chan struct{}, p.cfg.Concurrency)
@@ -308,6 +314,28 @@ func (p *Poller) cycle(ctx context.Context, w *workspace, o cycleOpts) (res Work
 		}
 	}
 
+	// RunOnce's heartbeat (o.heartbeat) must not queue behind the requests
+	// that wait for the rate budget (probe, state read, fetch): a run
+	// ending at its deadline in such a wait would leave the workspace
+	// without a heartbeat. So once an earlier run found the workspace ready
+	// (rec.heartbeating) it goes first. Until then it follows the probe,
+	// the state read and the registration, as the workspace is not ours to
+	// report present before (and registering marks it online itself).
+	beat := func() (end bool) {
+		ok, status, herr := p.heartbeat(ctx, w)
+		res.Heartbeat = ok
+		if errors.Is(herr, molecule.ErrUnauthorized) {
+			p.unauthorized(ctx, w, herr, &res, set)
+			return true
+		}
+		set(heartbeatSetter(status, herr))
+		return false
+	}
+	beatFirst := o.heartbeat && rec.heartbeating()
+	if beatFirst && beat() {
+		return res
+	}
+
 	gen, stop := p.generation(ctx, w, &rec, &res, set)
 	res.Generation = gen
 	if stop {
@@ -334,14 +362,8 @@ func (p *Poller) cycle(ctx context.Context, w *workspace, o cycleOpts) (res Work
 	}
 	w.setReady()
 
-	if o.heartbeat {
-		ok, status, herr := p.heartbeat(ctx, w)
-		res.Heartbeat = ok
-		if errors.Is(herr, molecule.ErrUnauthorized) {
-			p.unauthorized(ctx, w, herr, &res, set)
-			return res
-		}
-		set(heartbeatSetter(status, herr))
+	if o.heartbeat && !beatFirst && beat() {
+		return res
 	}
 
 	if w.isPaused() {
@@ -473,7 +495,8 @@ func (p *Poller) register(ctx context.Context, w *workspace, res *WorkspaceResul
 	if w.pushURL != "" {
 		req.Mode, req.URL = molecule.DeliveryPush, w.pushURL
 	}
-	w.noteRegistering(time.Now())
+	asked := time.Now()
+	w.noteRegistering(asked)
 	rr, err := w.c.Register(ctx, req)
 	if errors.Is(err, molecule.ErrUnauthorized) {
 		p.unauthorized(ctx, w, err, res, set)
@@ -496,15 +519,16 @@ func (p *Poller) register(ctx context.Context, w *workspace, res *WorkspaceResul
 	res.Registered = true
 	w.setPushRegistered()
 	w.setPaused(false) // a register un-pauses the workspace
-	now := time.Now().UTC()
 	mode := string(rr.DeliveryMode)
 	if mode == "" && req.Mode == molecule.DeliveryPush {
 		mode = string(req.Mode) // OLD platforms do not say
 	}
 	// Remember it at once: a crash later in the cycle must not cause a
-	// second registration.
+	// second registration, and a run that ends before its first seed must
+	// not leave the next one (a new Poller) without the registration time
+	// (seed).
 	if _, err := p.updateStatus(ctx, w.id, func(r *statusRecord) {
-		r.Registered, r.RegisteredAt, r.DeliveryMode, r.Paused = true, now, mode, false
+		r.Registered, r.RegisteredAt, r.DeliveryMode, r.Paused = true, asked.UTC(), mode, false
 	}); err != nil {
 		res.Err = err
 		return true

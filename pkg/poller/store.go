@@ -99,7 +99,7 @@ type statusRecord struct {
 	Generation      string    `json:"generation,omitempty"`
 	ProbedAt        time.Time `json:"probed_at,omitzero"`
 	Registered      bool      `json:"registered,omitempty"`
-	RegisteredAt    time.Time `json:"registered_at,omitzero"`
+	RegisteredAt    time.Time `json:"registered_at,omitzero"` // when the registration was asked for (poller clock)
 	DeliveryMode    string    `json:"delivery_mode,omitempty"`
 	LastPollAt      time.Time `json:"last_poll_at,omitzero"`
 	LastPollError   string    `json:"last_poll_error,omitempty"`
@@ -123,6 +123,13 @@ func (r *statusRecord) generation() molecule.Generation {
 		return molecule.GenerationOld
 	}
 	return molecule.GenerationUnknown
+}
+
+// heartbeating reports whether an earlier cycle, of any process, found the
+// workspace ready and sent it a heartbeat, and nothing stopped it since: a
+// one-shot cycle then heartbeats before its probe and state read.
+func (r *statusRecord) heartbeating() bool {
+	return !r.LastHeartbeatAt.IsZero() && !r.Removed && r.Stopped == ""
 }
 
 func loadStatus(ctx context.Context, kv jetstream.KeyValue, ws string) (statusRecord, uint64, error) {
@@ -179,7 +186,8 @@ type WorkspaceStatus struct {
 	// Generation is "new", "old" or "unknown" (not probed or inconclusive).
 	Generation string    `json:"generation"`
 	ProbedAt   time.Time `json:"probed_at,omitzero"`
-	// Registered is true once a poller registered the workspace.
+	// Registered is true once a poller registered the workspace, and
+	// RegisteredAt is when it last asked for a registration.
 	Registered   bool      `json:"registered"`
 	RegisteredAt time.Time `json:"registered_at,omitzero"`
 	// DeliveryMode is the mode the platform confirmed at registration.
