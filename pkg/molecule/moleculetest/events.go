@@ -114,14 +114,7 @@ func (s *Server) activityEvent(r *row) []byte {
 	b = append(b, `,"method":`...)
 	b = appendMethod(b, r)
 	if s.gen == New {
-		if r.requestBody != nil {
-			b = append(b, `,"request_body":`...)
-			b = append(b, r.requestBody...)
-		}
-		if r.responseBody != nil {
-			b = append(b, `,"response_body":`...)
-			b = append(b, r.responseBody...)
-		}
+		b = appendBodies(b, r)
 	}
 	b = append(b, `,"source_id":`...)
 	b = appendNullString(b, r.sourceID)

@@ -219,14 +219,7 @@ func encodeRowNew(r *row) []byte {
 	b = appendString(b, r.id)
 	b = append(b, `,"method":`...)
 	b = appendMethod(b, r)
-	if r.requestBody != nil {
-		b = append(b, `,"request_body":`...)
-		b = append(b, r.requestBody...)
-	}
-	if r.responseBody != nil {
-		b = append(b, `,"response_body":`...)
-		b = append(b, r.responseBody...)
-	}
+	b = appendBodies(b, r)
 	b = append(b, `,"source_id":`...)
 	b = appendNullString(b, r.sourceID)
 	b = append(b, `,"status":`...)
@@ -258,14 +251,7 @@ func encodeRowOld(r *row) []byte {
 	b = appendMethod(b, r)
 	b = append(b, `,"summary":`...)
 	b = appendString(b, r.summary)
-	if r.requestBody != nil {
-		b = append(b, `,"request_body":`...)
-		b = append(b, r.requestBody...)
-	}
-	if r.responseBody != nil {
-		b = append(b, `,"response_body":`...)
-		b = append(b, r.responseBody...)
-	}
+	b = appendBodies(b, r)
 	b = append(b, `,"duration_ms":`...)
 	b = appendDuration(b, r)
 	b = append(b, `,"status":`...)
@@ -296,4 +282,18 @@ func appendNullString(b []byte, v string) []byte {
 		return append(b, "null"...)
 	}
 	return appendString(b, v)
+}
+
+// appendBodies appends the row's request_body and response_body members,
+// each only when present (key order: request before response).
+func appendBodies(b []byte, r *row) []byte {
+	if r.requestBody != nil {
+		b = append(b, `,"request_body":`...)
+		b = append(b, r.requestBody...)
+	}
+	if r.responseBody != nil {
+		b = append(b, `,"response_body":`...)
+		b = append(b, r.responseBody...)
+	}
+	return b
 }
