@@ -15,6 +15,7 @@ import (
 
 	// The CLI embeds a NATS server when NATS_URL is not set.
 	_ "github.com/molecule-ai/molecule-relay/pkg/broker/embedded"
+	"github.com/molecule-ai/molecule-relay/pkg/version"
 )
 
 // Exit codes.
@@ -54,13 +55,11 @@ func init() {
 		{"status", "workspaces, cursors, streams, consumer lag and dead letters (--json)", runStatus},
 		{"dlq", "dead letters: list | show SEQ | replay SEQ | purge", runDLQ},
 		{"version", "print the version", func(_ context.Context, e *cliEnv, _ []string) error {
-			fmt.Fprintln(e.stdout, "molecule-relay", version)
+			fmt.Fprintln(e.stdout, "molecule-relay", version.String())
 			return nil
 		}},
 	}
 }
-
-var version = "dev"
 
 func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)

@@ -62,6 +62,9 @@ type Config struct {
 	// Logger receives the dispatcher's events; never message bodies above
 	// debug level. If nil, slog.Default().
 	Logger *slog.Logger
+	// ObserveHandler, when set, receives every handler run's duration (the
+	// metrics histogram); it must be quick and safe for concurrent use.
+	ObserveHandler func(time.Duration)
 	// TestHooks are crash points for tests only; nil in production.
 	TestHooks *Hooks
 }

@@ -249,7 +249,11 @@ func (d *Dispatcher) runHandler(runCtx context.Context, meta *jetstream.MsgMetad
 	}
 	start := time.Now()
 	defer func() {
-		d.stats.observe(time.Since(start))
+		took := time.Since(start)
+		d.stats.observe(took)
+		if d.cfg.ObserveHandler != nil {
+			d.cfg.ObserveHandler(took)
+		}
 		if r := recover(); r != nil {
 			err = fmt.Errorf("%w: %v", ErrPanic, r)
 		}

@@ -1,153 +1,108 @@
-// Package metrics serves /healthz and a Prometheus text-format /metrics for
-// long-running workers. Values are read from the stages at scrape time, so
-// the hot path pays nothing for them.
+// Package metrics serves /livez, /healthz and a Prometheus /metrics for
+// long-running workers, on prometheus/client_golang.
 //
-// It writes the text exposition format (version 0.0.4) itself instead of
-// importing the Prometheus client: we expose a handful of counters and
-// gauges the stages already keep, and the format is small and stable.
+// Counters and gauges the stages already keep are read at scrape time
+// (Collector), so the hot path pays nothing for them; latencies are real
+// histograms observed as they happen (Histograms). Every Registry also
+// carries the Go runtime and process collectors.
 package metrics
 
 import (
 	"context"
-	"fmt"
 	"io"
-	"math"
 	"net/http"
-	"sort"
-	"strconv"
-	"strings"
-	"sync"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
 )
 
-// Kind is a metric type.
-type Kind string
+// Namespace prefixes every relay metric.
+const Namespace = "molecule_relay"
 
-const (
-	Counter Kind = "counter"
-	Gauge   Kind = "gauge"
+// NewRegistry returns a registry with the Go runtime and process
+// collectors registered.
+func NewRegistry() *prometheus.Registry {
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(
+		collectors.NewGoCollector(),
+		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
+	)
+	return reg
+}
+
+// Histograms are the latency distributions the stages observe: handler
+// time, reply post time, and end-to-end latency (the activity row's
+// created_at to the reply's successful post).
+type Histograms struct {
+	Handler  prometheus.Histogram
+	Post     *prometheus.HistogramVec // label route: notify, a2a
+	EndToEnd *prometheus.HistogramVec // label route
+}
+
+// Bucket bounds in seconds. Handlers range from an echo (microseconds) to
+// an LLM call (minutes); a post is one HTTP request bounded by its
+// timeout; end to end includes the poll interval and any retry.
+var (
+	handlerBuckets  = []float64{.001, .005, .025, .1, .25, .5, 1, 2.5, 5, 10, 30, 60, 120, 300}
+	postBuckets     = []float64{.01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10, 30, 60}
+	endToEndBuckets = []float64{.1, .25, .5, 1, 2.5, 5, 10, 30, 60, 120, 300, 600, 1800, 3600}
 )
 
-// Sample is one value with its labels.
-type Sample struct {
-	Labels map[string]string
-	Value  float64
-}
-
-// Family is a named metric with its samples.
-type Family struct {
-	Name    string
-	Help    string
-	Kind    Kind
-	Samples []Sample
-}
-
-// Collector returns families at scrape time. It must be safe to call
-// concurrently and should return quickly; ctx carries the scrape's deadline.
-type Collector func(ctx context.Context) []Family
-
-// Registry holds collectors.
-type Registry struct {
-	mu         sync.Mutex
-	collectors []Collector
-}
-
-// Register adds a collector.
-func (r *Registry) Register(c Collector) {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	r.collectors = append(r.collectors, c)
-}
-
-// Write gathers every collector and writes the text format, families sorted
-// by name; families of the same name from several collectors are merged.
-func (r *Registry) Write(ctx context.Context, w io.Writer) error {
-	r.mu.Lock()
-	cs := append([]Collector(nil), r.collectors...)
-	r.mu.Unlock()
-	byName := map[string]*Family{}
-	for _, c := range cs {
-		for _, f := range c(ctx) {
-			if g, ok := byName[f.Name]; ok {
-				g.Samples = append(g.Samples, f.Samples...)
-				continue
-			}
-			f := f
-			byName[f.Name] = &f
-		}
+// NewHistograms builds the histograms and registers them on reg.
+func NewHistograms(reg prometheus.Registerer) *Histograms {
+	h := &Histograms{
+		Handler: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Namespace: Namespace, Name: "handler_seconds",
+			Help:    "Handler run time in seconds (successful and failed runs).",
+			Buckets: handlerBuckets,
+		}),
+		Post: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Namespace: Namespace, Name: "reply_post_seconds",
+			Help:    "Time of one reply post to the platform in seconds (successful and failed), by route.",
+			Buckets: postBuckets,
+		}, []string{"route"}),
+		EndToEnd: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Namespace: Namespace, Name: "end_to_end_seconds",
+			Help:    "From the inbound activity row's created_at to its reply's successful post, in seconds, by route.",
+			Buckets: endToEndBuckets,
+		}, []string{"route"}),
 	}
-	names := make([]string, 0, len(byName))
-	for n := range byName {
-		names = append(names, n)
-	}
-	sort.Strings(names)
-	var b strings.Builder
-	for _, n := range names {
-		f := byName[n]
-		fmt.Fprintf(&b, "# HELP %s %s\n# TYPE %s %s\n", f.Name, escapeHelp(f.Help), f.Name, f.Kind)
-		for _, s := range f.Samples {
-			b.WriteString(f.Name)
-			writeLabels(&b, s.Labels)
-			b.WriteByte(' ')
-			b.WriteString(formatValue(s.Value))
-			b.WriteByte('\n')
-		}
-	}
-	_, err := io.WriteString(w, b.String())
-	return err
+	reg.MustRegister(h.Handler, h.Post, h.EndToEnd)
+	return h
 }
 
-func writeLabels(b *strings.Builder, l map[string]string) {
-	if len(l) == 0 {
+// ObserveHandler records one handler run.
+func (h *Histograms) ObserveHandler(d time.Duration) { h.Handler.Observe(d.Seconds()) }
+
+// ObservePost records one post attempt on route.
+func (h *Histograms) ObservePost(route string, d time.Duration) {
+	h.Post.WithLabelValues(route).Observe(d.Seconds())
+}
+
+// ObserveDelivered records a reply posted at "at" for a row created at
+// created. An unknown created_at is skipped; a platform clock ahead of
+// ours counts as 0.
+func (h *Histograms) ObserveDelivered(route string, created, at time.Time) {
+	if created.IsZero() {
 		return
 	}
-	keys := make([]string, 0, len(l))
-	for k := range l {
-		keys = append(keys, k)
-	}
-	sort.Strings(keys)
-	b.WriteByte('{')
-	for i, k := range keys {
-		if i > 0 {
-			b.WriteByte(',')
-		}
-		b.WriteString(k)
-		b.WriteString(`="`)
-		b.WriteString(escapeLabel(l[k]))
-		b.WriteByte('"')
-	}
-	b.WriteByte('}')
+	h.EndToEnd.WithLabelValues(route).Observe(max(at.Sub(created), 0).Seconds())
 }
 
-func escapeLabel(s string) string {
-	return strings.NewReplacer(`\`, `\\`, "\n", `\n`, `"`, `\"`).Replace(s)
-}
-
-func escapeHelp(s string) string {
-	return strings.NewReplacer(`\`, `\\`, "\n", `\n`).Replace(s)
-}
-
-func formatValue(v float64) string {
-	switch {
-	case math.IsInf(v, 1):
-		return "+Inf"
-	case math.IsInf(v, -1):
-		return "-Inf"
-	case math.IsNaN(v):
-		return "NaN"
-	}
-	return strconv.FormatFloat(v, 'g', -1, 64)
-}
-
-// Handler serves /metrics from reg and /healthz from healthy (nil error →
-// 200 "ok", else 503 with the reason).
-func Handler(reg *Registry, healthy func(ctx context.Context) error) http.Handler {
+// Handler serves /metrics from g, /healthz from ready (nil error → 200
+// "ok", else 503 with the reason) and /livez, which touches nothing and
+// answers 200 while the process serves HTTP at all: a liveness probe that
+// a slow NATS cannot fail.
+func Handler(g prometheus.Gatherer, ready func(ctx context.Context) error) http.Handler {
 	mux := http.NewServeMux()
-	mux.HandleFunc("GET /metrics", func(w http.ResponseWriter, r *http.Request) {
-		w.Header().Set("Content-Type", "text/plain; version=0.0.4; charset=utf-8")
-		_ = reg.Write(r.Context(), w)
+	mux.Handle("GET /metrics", promhttp.HandlerFor(g, promhttp.HandlerOpts{ErrorHandling: promhttp.ContinueOnError}))
+	mux.HandleFunc("GET /livez", func(w http.ResponseWriter, _ *http.Request) {
+		_, _ = io.WriteString(w, "ok\n")
 	})
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, r *http.Request) {
-		if err := healthy(r.Context()); err != nil {
+		if err := ready(r.Context()); err != nil {
 			http.Error(w, err.Error(), http.StatusServiceUnavailable)
 			return
 		}

@@ -12,6 +12,8 @@ import (
 	"strings"
 	"sync"
 	"time"
+
+	"github.com/molecule-ai/molecule-relay/pkg/version"
 )
 
 // Defaults applied by New.
@@ -292,6 +294,7 @@ type heartbeatBody struct {
 type runtimeMetadata struct {
 	Capabilities       Capabilities `json:"capabilities"`
 	IdleTimeoutSeconds int          `json:"idle_timeout_seconds,omitempty"`
+	RelayVersion       string       `json:"relay_version"`
 }
 
 // Heartbeat sends the full heartbeat body (POST /registry/heartbeat). It is
@@ -304,7 +307,7 @@ func (c *Client) Heartbeat(ctx context.Context, hb Heartbeat) (*HeartbeatResult,
 		UptimeSeconds:   hb.UptimeSeconds,
 		ErrorRate:       hb.ErrorRate,
 		SampleError:     hb.SampleError,
-		RuntimeMetadata: runtimeMetadata{Capabilities: hb.Capabilities},
+		RuntimeMetadata: runtimeMetadata{Capabilities: hb.Capabilities, RelayVersion: version.String()},
 		RuntimeState:    hb.RuntimeState,
 	}
 	if hb.IdleTimeoutSeconds > 0 {

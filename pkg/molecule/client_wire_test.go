@@ -808,11 +808,11 @@ func TestHeartbeatWireBody(t *testing.T) {
 		hb   molecule.Heartbeat
 		want string
 	}{
-		{molecule.Heartbeat{}, `{"workspace_id":"` + wireWS + `","active_tasks":0,"current_task":"","uptime_seconds":0,"error_rate":0,"sample_error":"","runtime_metadata":{"capabilities":{"heartbeat":false,"scheduler":false,"session":false,"status_mgmt":false,"retry":false,"activity_decoration":false,"channel_dispatch":false}}}`},
+		{molecule.Heartbeat{}, `{"workspace_id":"` + wireWS + `","active_tasks":0,"current_task":"","uptime_seconds":0,"error_rate":0,"sample_error":"","runtime_metadata":{"capabilities":{"heartbeat":false,"scheduler":false,"session":false,"status_mgmt":false,"retry":false,"activity_decoration":false,"channel_dispatch":false},"relay_version":"dev"}}`},
 		{molecule.Heartbeat{ActiveTasks: 2, CurrentTask: "t", UptimeSeconds: 9, ErrorRate: 0.5, SampleError: "e",
 			Capabilities: molecule.Capabilities{Heartbeat: true, ChannelDispatch: true}, IdleTimeoutSeconds: 120, RuntimeState: "wedged"},
-			`{"workspace_id":"` + wireWS + `","active_tasks":2,"current_task":"t","uptime_seconds":9,"error_rate":0.5,"sample_error":"e","runtime_metadata":{"capabilities":{"heartbeat":true,"scheduler":false,"session":false,"status_mgmt":false,"retry":false,"activity_decoration":false,"channel_dispatch":true},"idle_timeout_seconds":120},"runtime_state":"wedged"}`},
-		{molecule.Heartbeat{IdleTimeoutSeconds: -3}, `{"workspace_id":"` + wireWS + `","active_tasks":0,"current_task":"","uptime_seconds":0,"error_rate":0,"sample_error":"","runtime_metadata":{"capabilities":{"heartbeat":false,"scheduler":false,"session":false,"status_mgmt":false,"retry":false,"activity_decoration":false,"channel_dispatch":false}}}`},
+			`{"workspace_id":"` + wireWS + `","active_tasks":2,"current_task":"t","uptime_seconds":9,"error_rate":0.5,"sample_error":"e","runtime_metadata":{"capabilities":{"heartbeat":true,"scheduler":false,"session":false,"status_mgmt":false,"retry":false,"activity_decoration":false,"channel_dispatch":true},"idle_timeout_seconds":120,"relay_version":"dev"},"runtime_state":"wedged"}`},
+		{molecule.Heartbeat{IdleTimeoutSeconds: -3}, `{"workspace_id":"` + wireWS + `","active_tasks":0,"current_task":"","uptime_seconds":0,"error_rate":0,"sample_error":"","runtime_metadata":{"capabilities":{"heartbeat":false,"scheduler":false,"session":false,"status_mgmt":false,"retry":false,"activity_decoration":false,"channel_dispatch":false},"relay_version":"dev"}}`},
 	}
 	for i, tc := range cases {
 		res, err := c.Heartbeat(context.Background(), tc.hb)

@@ -32,6 +32,7 @@ type Runtime struct {
 	Clients []*molecule.Client
 
 	stages running
+	prom   promState
 	// push is each workspace's push URL while Run serves the push ingress
 	// (ServePush); the poller registers them in push mode.
 	push map[string]string
@@ -210,6 +211,7 @@ func (rt *Runtime) Dispatcher(h handler.Handler) (*dispatcher.Dispatcher, error)
 		MaxHops:        rt.Cfg.MaxHops,
 		ReplyToReplies: rt.Cfg.ReplyToReplies,
 		Logger:         rt.Log.With("stage", events.StageDispatcher),
+		ObserveHandler: rt.handlerObserver(),
 	})
 }
 
@@ -219,6 +221,7 @@ func (rt *Runtime) Replier() (*replier.Replier, error) {
 		Concurrency: rt.Cfg.ReplyConcurrency,
 		A2ATimeout:  rt.Cfg.A2ATimeout.D(),
 		Logger:      rt.Log.With("stage", events.StageReplier),
+		Observer:    rt.replyObserver(),
 	})
 }
 

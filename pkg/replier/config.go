@@ -70,6 +70,9 @@ type Config struct {
 	// Logger receives the replier's events; never reply texts above debug
 	// level, never tokens. If nil, slog.Default().
 	Logger *slog.Logger
+	// Observer, when set, receives post times and deliveries (the metrics
+	// histograms); it must be quick and safe for concurrent use.
+	Observer Observer
 	// TestHooks are crash points for tests only; nil in production.
 	TestHooks *Hooks
 }
@@ -154,4 +157,13 @@ func (c *Config) Validate(ackWait time.Duration) error {
 		return fmt.Errorf("%w: progress interval %s must be shorter than the consumer's AckWait %s", ErrInvalidConfig, c.ProgressInterval, ackWait)
 	}
 	return nil
+}
+
+// Observer receives the replier's latencies.
+type Observer interface {
+	// ObservePost is one post attempt's duration on route (dlq.Route*).
+	ObservePost(route string, d time.Duration)
+	// ObserveDelivered is a reply the platform accepted at "at", for an
+	// inbound row created at created (zero when unknown).
+	ObserveDelivered(route string, created, at time.Time)
 }

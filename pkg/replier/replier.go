@@ -432,7 +432,7 @@ func (r *Replier) post(runCtx context.Context, j *job, rec dlq.ReplyRecord, rev 
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(runCtx), r.postTimeout(j))
 	start := time.Now()
 	err := r.send(ctx, j)
-	r.stats.observe(time.Since(start))
+	r.observePost(j, start, err)
 	cancel()
 	if err != nil {
 		r.stats.postErrors.Add(1)
@@ -456,6 +456,19 @@ func (r *Replier) post(runCtx context.Context, j *job, rec dlq.ReplyRecord, rev 
 	}
 	r.ack(runCtx, j)
 	j.log.Debug("replier: reply delivered", "text", j.rep.Text)
+}
+
+// observePost counts a post that started at start and, when it succeeded,
+// the reply's end-to-end latency.
+func (r *Replier) observePost(j *job, start time.Time, err error) {
+	now := time.Now()
+	r.stats.observe(now.Sub(start))
+	if o := r.cfg.Observer; o != nil {
+		o.ObservePost(j.route, now.Sub(start))
+		if err == nil {
+			o.ObserveDelivered(j.route, j.rep.InboundCreatedAt, now)
+		}
+	}
 }
 
 func toAttachments(in []events.Attachment) []molecule.Attachment {
