@@ -3,8 +3,13 @@ GO            ?= go
 STATICCHECK   := honnef.co/go/tools/cmd/staticcheck@v0.8.2
 BIN           := bin
 PKGS          := ./...
+# Tools built from the Go module proxy (no other download), pinned.
+TOOLS         := $(CURDIR)/$(BIN)/tools
+HELM_VERSION  := v3.22.0
+HELM          := $(TOOLS)/helm-$(HELM_VERSION)
+CHART         := infra/helm/molecule-relay
 
-.PHONY: help build dev test test-short lint bench fuzz cover clean
+.PHONY: help build dev test test-short lint bench fuzz cover clean validate-infra
 
 include Makefile.deploy
 
@@ -43,6 +48,16 @@ fuzz: ## fuzz the activity-row parser for 60 s
 
 cover: ## statement coverage of pkg/molecule
 	$(GO) test -count=1 -coverprofile=cover.out ./pkg/molecule && $(GO) tool cover -func=cover.out | tail -1
+
+validate-infra: $(HELM) ## helm lint and template the chart; decode it and infra/k8s strictly into k8s.io/api and KEDA types (infra/validate)
+	$(HELM) lint --strict $(CHART)
+	$(HELM) lint --strict $(CHART) --set keda.enabled=true,poller.mode=deployment
+	$(HELM) template molecule-relay $(CHART) --namespace molecule-relay > /dev/null
+	cd infra/validate && HELM=$(HELM) $(GO) test -count=1 ./...
+
+$(HELM):
+	GOBIN=$(TOOLS)/helm-build $(GO) install helm.sh/helm/v3/cmd/helm@$(HELM_VERSION)
+	mv $(TOOLS)/helm-build/helm $@ && rmdir $(TOOLS)/helm-build
 
 clean: ## remove build output
 	rm -rf $(BIN) cover.out

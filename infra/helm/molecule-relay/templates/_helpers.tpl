@@ -1,0 +1,99 @@
+{{/* Common labels; $component is the stage. */}}
+{{- define "molecule-relay.labels" -}}
+app.kubernetes.io/name: molecule-relay
+app.kubernetes.io/instance: {{ .root.Release.Name }}
+app.kubernetes.io/version: {{ .root.Chart.AppVersion | quote }}
+app.kubernetes.io/managed-by: {{ .root.Release.Service }}
+helm.sh/chart: {{ printf "%s-%s" .root.Chart.Name .root.Chart.Version }}
+app.kubernetes.io/component: {{ .component }}
+{{- end }}
+
+{{- define "molecule-relay.selector" -}}
+app.kubernetes.io/name: molecule-relay
+app.kubernetes.io/instance: {{ .root.Release.Name }}
+app.kubernetes.io/component: {{ .component }}
+{{- end }}
+
+{{- define "molecule-relay.fullname" -}}
+{{ printf "%s-%s" .root.Release.Name .component | trunc 63 | trimSuffix "-" }}
+{{- end }}
+
+{{/* The image, never :latest. */}}
+{{- define "molecule-relay.image" -}}
+{{- $tag := default .Chart.AppVersion .Values.image.tag -}}
+{{- if eq $tag "latest" }}{{ fail "image.tag: pin a release tag or set image.digest, not latest" }}{{ end -}}
+{{- if .Values.image.digest -}}
+{{ .Values.image.repository }}@{{ .Values.image.digest }}
+{{- else -}}
+{{ .Values.image.repository }}:{{ $tag }}
+{{- end -}}
+{{- end }}
+
+{{/* Environment shared by every stage; .stage is the stage's values. */}}
+{{- define "molecule-relay.env" -}}
+- {name: NATS_URL, value: {{ .root.Values.nats.url | quote }}}
+- {name: NATS_USER, value: {{ .stage.natsUser | quote }}}
+- name: NATS_PASSWORD
+  valueFrom: {secretKeyRef: {name: {{ .root.Values.secret.name | quote }}, key: {{ index .root.Values.secret.keys.natsPassword .component | quote }}}}
+- {name: MOLECULE_STREAM_REPLICAS, value: {{ .root.Values.nats.streamReplicas | quote }}}
+- {name: MOLECULE_TOPOLOGY, value: {{ .root.Values.nats.topology | quote }}}
+- {name: MOLECULE_LOG_FORMAT, value: {{ .root.Values.logFormat | quote }}}
+{{- if ne .component "dispatcher" }}
+- {name: MOLECULE_PLATFORM_URL, value: {{ .root.Values.platform.url | quote }}}
+- {name: MOLECULE_WORKSPACE_IDS, value: {{ join "," .root.Values.platform.workspaceIds | quote }}}
+- name: MOLECULE_WORKSPACE_TOKENS
+  valueFrom: {secretKeyRef: {name: {{ .root.Values.secret.name | quote }}, key: {{ .root.Values.secret.keys.workspaceTokens | quote }}}}
+{{- with .root.Values.platform.orgId }}
+- {name: MOLECULE_ORG_ID, value: {{ . | quote }}}
+{{- end }}
+{{- end }}
+{{- with .root.Values.extraEnv }}
+{{ toYaml . }}
+{{- end }}
+{{- with .stage.env }}
+{{ toYaml . }}
+{{- end }}
+{{- end }}
+
+{{/* A long-running stage's container: metrics port and probes. */}}
+{{- define "molecule-relay.serving" -}}
+ports:
+  - {name: http, containerPort: {{ .root.Values.metricsPort }}}
+# Ready = connected to NATS (/healthz); alive = the process serves HTTP at
+# all (/livez touches nothing), so a slow or restarting NATS restarts no
+# pod. Not /metrics: a scrape makes up to 5 JetStream API calls.
+readinessProbe:
+  httpGet: {path: /healthz, port: http}
+  periodSeconds: 5
+  failureThreshold: 2
+livenessProbe:
+  httpGet: {path: /livez, port: http}
+  periodSeconds: 20
+  failureThreshold: 3
+{{- end }}
+
+{{/* The poller's container, for the CronJob and the Deployment. */}}
+{{- define "molecule-relay.pollerContainer" -}}
+{{- $v := .root.Values -}}
+- name: poller
+  image: {{ include "molecule-relay.image" .root | quote }}
+  imagePullPolicy: {{ $v.image.pullPolicy }}
+  {{- if eq $v.poller.mode "cronjob" }}
+  args: ["poll", "--once"]
+  {{- else }}
+  args: ["poll"]
+  {{- end }}
+  env:
+    {{- include "molecule-relay.env" . | nindent 4 }}
+    - {name: MOLECULE_SSE, value: {{ $v.poller.sse | quote }}}
+    {{- if eq $v.poller.mode "deployment" }}
+    - {name: MOLECULE_METRICS_ADDR, value: {{ printf ":%v" $v.metricsPort | quote }}}
+    {{- end }}
+  {{- if eq $v.poller.mode "deployment" }}
+  {{- include "molecule-relay.serving" . | nindent 2 }}
+  {{- end }}
+  resources:
+    {{- toYaml $v.poller.resources | nindent 4 }}
+  securityContext:
+    {{- toYaml $v.securityContext | nindent 4 }}
+{{- end }}
