@@ -49,7 +49,8 @@ func histCount(f *dto.MetricFamily) (n uint64) {
 // A long-running Runtime with MOLECULE_METRICS_ADDR serves /livez,
 // /healthz and a /metrics whose families have the right types: counters
 // as counters, latencies as histograms with one sample per handler run,
-// post and delivered reply, no lifetime maxima, and the consumer lag.
+// post and delivered reply, no lifetime maxima, and the consumer lag. The
+// Grafana dashboard queries only what this exposition holds.
 func TestMetricsExpositionOfARunningRelay(t *testing.T) {
 	t.Parallel()
 	w := pipelinetest.New(t, pipelinetest.Options{Peers: 1})
@@ -104,6 +105,7 @@ func TestMetricsExpositionOfARunningRelay(t *testing.T) {
 		return histCount(fams["molecule_relay_end_to_end_seconds"]) >= n
 	})
 	checkFamilyTypes(t, fams)
+	checkDashboard(t, fams)
 	for name, min := range map[string]uint64{
 		"molecule_relay_handler_seconds":    n,
 		"molecule_relay_reply_post_seconds": n,
