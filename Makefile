@@ -3,6 +3,10 @@ GO            ?= go
 STATICCHECK   := honnef.co/go/tools/cmd/staticcheck@v0.8.2
 BIN           := bin
 PKGS          := ./...
+# The version stamped into every binary (pkg/version): the git tag, or the
+# commit when untagged.
+VERSION       ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
+LDFLAGS       := -X github.com/molecule-ai/molecule-relay/pkg/version.Version=$(VERSION)
 # Tools built from the Go module proxy (no other download), pinned.
 TOOLS         := $(CURDIR)/$(BIN)/tools
 HELM_VERSION  := v3.22.0
@@ -17,10 +21,10 @@ help: ## list targets
 	@grep -hE '^[a-zA-Z_-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-16s %s\n", $$1, $$2}'
 
 build: ## build the CLI and the three stage binaries into bin/
-	$(GO) build -o $(BIN)/molecule-relay ./cmd/molecule-relay
-	$(GO) build -o $(BIN)/poller ./functions/poller
-	$(GO) build -o $(BIN)/dispatcher ./functions/dispatcher
-	$(GO) build -o $(BIN)/replier ./functions/replier
+	$(GO) build -ldflags '$(LDFLAGS)' -o $(BIN)/molecule-relay ./cmd/molecule-relay
+	$(GO) build -ldflags '$(LDFLAGS)' -o $(BIN)/poller ./functions/poller
+	$(GO) build -ldflags '$(LDFLAGS)' -o $(BIN)/dispatcher ./functions/dispatcher
+	$(GO) build -ldflags '$(LDFLAGS)' -o $(BIN)/replier ./functions/replier
 
 dev: ## run the whole pipeline against an embedded platform double and embedded NATS
 	$(GO) run ./cmd/molecule-relay dev
