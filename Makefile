@@ -12,8 +12,19 @@ TOOLS         := $(CURDIR)/$(BIN)/tools
 HELM_VERSION  := v3.22.0
 HELM          := $(TOOLS)/helm-$(HELM_VERSION)
 CHART         := infra/helm/molecule-relay
+KO_VERSION    := v0.19.1
+KO            := $(TOOLS)/ko-$(KO_VERSION)
+# goreleaser v2.16+ needs go.digitalxero.dev/go-msix, which the module proxy
+# refuses (403); v2.18+ also needs Go 1.27.
+GORELEASER_VERSION := v2.15.0
+GORELEASER    := $(TOOLS)/goreleaser-$(GORELEASER_VERSION)
+IMAGE_REPO    ?= ghcr.io/molecule-ai/molecule-relay
+# local: ko builds on a two-platform base served from 127.0.0.1
+# (infra/validate/cmd/localbase), for machines that reach the module proxy
+# but no registry; release: the distroless base of .ko.yaml.
+KO_BASE       ?= local
 
-.PHONY: help build dev test test-short lint bench fuzz cover clean validate-infra
+.PHONY: help build dev test test-short lint bench fuzz cover clean validate-infra image release-check
 
 include Makefile.deploy
 
@@ -59,9 +70,32 @@ validate-infra: $(HELM) ## helm lint and template the chart; decode it and infra
 	$(HELM) template molecule-relay $(CHART) --namespace molecule-relay > /dev/null
 	cd infra/validate && HELM=$(HELM) $(GO) test -count=1 ./...
 
+image: $(KO) ## ko: linux/amd64+arm64 image as an OCI layout in bin/image (no Docker engine, no push), SPDX SBOMs, checked
+	rm -rf $(BIN)/image
+	cd infra/validate && $(GO) build -o $(TOOLS)/localbase ./cmd/localbase
+	VERSION=$(VERSION) KO_DOCKER_REPO=$(IMAGE_REPO) $(if $(filter local,$(KO_BASE)),$(TOOLS)/localbase --) \
+		$(KO) build --push=false --bare --platform=linux/amd64,linux/arm64 \
+		--oci-layout-path $(BIN)/image/oci --sbom-dir $(BIN)/image/sbom ./cmd/molecule-relay
+	tar -C $(BIN)/image/oci -cf $(BIN)/image/molecule-relay.oci.tar .
+	cd infra/validate && IMAGE_DIR=$(CURDIR)/$(BIN)/image $(GO) test -count=1 -run TestKoImage ./...
+
+release-check: $(GORELEASER) ## goreleaser check, then a snapshot release into dist/ (no publish) whose CLI must report its stamped version
+	$(GORELEASER) check
+	$(GORELEASER) release --snapshot --clean
+	@v=$$(dist/molecule-relay_linux_amd64_v1/molecule-relay version); echo "  $$v"; \
+		case "$$v" in *snapshot*) ;; *) echo "  the snapshot CLI does not report the snapshot version"; exit 1;; esac
+
 $(HELM):
 	GOBIN=$(TOOLS)/helm-build $(GO) install helm.sh/helm/v3/cmd/helm@$(HELM_VERSION)
 	mv $(TOOLS)/helm-build/helm $@ && rmdir $(TOOLS)/helm-build
 
+$(KO):
+	GOBIN=$(TOOLS)/ko-build $(GO) install github.com/google/ko@$(KO_VERSION)
+	mv $(TOOLS)/ko-build/ko $@ && rmdir $(TOOLS)/ko-build
+
+$(GORELEASER):
+	GOBIN=$(TOOLS)/goreleaser-build $(GO) install github.com/goreleaser/goreleaser/v2@$(GORELEASER_VERSION)
+	mv $(TOOLS)/goreleaser-build/goreleaser $@ && rmdir $(TOOLS)/goreleaser-build
+
 clean: ## remove build output
-	rm -rf $(BIN) cover.out
+	rm -rf $(BIN) cover.out dist
