@@ -68,7 +68,7 @@ validate-infra: $(HELM) ## helm lint and template the chart; decode it and infra
 	$(HELM) lint --strict $(CHART)
 	$(HELM) lint --strict $(CHART) --set keda.enabled=true,poller.mode=deployment
 	$(HELM) template molecule-relay $(CHART) --namespace molecule-relay > /dev/null
-	cd infra/validate && HELM=$(HELM) $(GO) test -count=1 ./...
+	cd infra/validate && $(GO) vet ./... && HELM=$(HELM) $(GO) test -count=1 ./...
 
 image: $(KO) ## ko: linux/amd64+arm64 image as an OCI layout in bin/image (no Docker engine, no push), SPDX SBOMs, checked
 	rm -rf $(BIN)/image
