@@ -19,6 +19,8 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"github.com/molecule-ai/molecule-relay/pkg/tracing"
+	"go.opentelemetry.io/otel/trace"
 	"log/slog"
 	"time"
 
@@ -170,7 +172,9 @@ func (d *Dispatcher) process(runCtx context.Context, msg jetstream.Msg) {
 		d.deadLetter(runCtx, msg, meta, nil, events.ReasonMalformed, err)
 		return
 	}
-	log := d.log.With("workspace", in.WorkspaceID, "activity", in.ActivityID, "delivery", meta.NumDelivered)
+	runCtx, span := tracing.Start(tracing.Extract(runCtx, msg.Headers()), "handle", trace.SpanKindConsumer)
+	defer span.End()
+	log := tracing.Log(runCtx, d.log.With("workspace", in.WorkspaceID, "activity", in.ActivityID, "delivery", meta.NumDelivered))
 
 	// Keep the message ours until it is finished, writes after the
 	// handler included.
@@ -455,6 +459,9 @@ func (d *Dispatcher) duplicate(runCtx context.Context, msg jetstream.Msg, meta *
 func (d *Dispatcher) publishReply(ctx context.Context, in *events.Inbound, data []byte) error {
 	m := &nats.Msg{Subject: events.ReplySubject(in.WorkspaceID), Data: data, Header: nats.Header{}}
 	m.Header.Set(jetstream.MsgIDHeader, events.ReplyMsgID(in.WorkspaceID, in.ActivityID))
+	ctx, span := tracing.Start(ctx, "reply-publish", trace.SpanKindProducer)
+	defer span.End()
+	tracing.Inject(ctx, m.Header)
 	return workpool.RetryWrite(ctx, func() error {
 		_, err := d.js.PublishMsg(ctx, m)
 		return err

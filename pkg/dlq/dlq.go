@@ -13,6 +13,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"github.com/molecule-ai/molecule-relay/pkg/tracing"
 	"strconv"
 	"time"
 
@@ -118,6 +119,7 @@ func Publish(ctx context.Context, js jetstream.JetStream, dl events.DeadLetter) 
 		Header:  nats.Header{},
 	}
 	msg.Header.Set(jetstream.MsgIDHeader, MsgID(dl))
+	tracing.Inject(ctx, msg.Header)
 	if _, err := js.PublishMsg(ctx, msg); err != nil {
 		return fmt.Errorf("dlq: publish dead letter of %s %s/%s: %w", dl.Stage, dl.WorkspaceID, dl.ActivityID, err)
 	}

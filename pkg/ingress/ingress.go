@@ -30,6 +30,8 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"github.com/molecule-ai/molecule-relay/pkg/tracing"
+	"go.opentelemetry.io/otel/trace"
 	"io"
 	"log/slog"
 	"net/http"
@@ -242,7 +244,9 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 	ctx, cancel := context.WithTimeout(r.Context(), h.cfg.PublishTimeout)
 	defer cancel()
-	ack, err := h.cfg.JS.PublishMsg(ctx, &nats.Msg{Subject: events.InboundSubject(h.cfg.WorkspaceID), Data: data},
+	ctx, span := tracing.Start(ctx, "publish", trace.SpanKindProducer)
+	defer span.End()
+	ack, err := h.cfg.JS.PublishMsg(ctx, &nats.Msg{Subject: events.InboundSubject(h.cfg.WorkspaceID), Data: data, Header: tracing.Header(ctx)},
 		jetstream.WithMsgID(events.InboundMsgID(h.cfg.WorkspaceID, activityID)), jetstream.WithExpectStream(events.StreamInbound))
 	if err != nil {
 		// Not acknowledged: answer an error so the platform reports the

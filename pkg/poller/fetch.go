@@ -6,6 +6,9 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"github.com/molecule-ai/molecule-relay/pkg/tracing"
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/trace"
 	"math"
 	"sort"
 	"time"
@@ -432,7 +435,7 @@ func (p *Poller) deliver(ctx context.Context, w *workspace, rows []molecule.Acti
 			if err != nil {
 				return fmt.Errorf("poller: encode dead letter: %w", err)
 			}
-			f, err := p.js.PublishMsgAsync(&nats.Msg{Subject: events.DLQSubject(events.StagePoller, w.id), Data: data},
+			f, err := p.js.PublishMsgAsync(&nats.Msg{Subject: events.DLQSubject(events.StagePoller, w.id), Data: data, Header: tracing.Header(ctx)},
 				jetstream.WithMsgID("malformed:"+events.InboundMsgID(w.id, id)), jetstream.WithExpectStream(events.StreamDLQ))
 			if err != nil {
 				return fmt.Errorf("poller: publish dead letter of row %s: %w", id, err)
@@ -454,8 +457,10 @@ func (p *Poller) deliver(ctx context.Context, w *workspace, rows []molecule.Acti
 		if err != nil {
 			return fmt.Errorf("poller: encode inbound %s: %w", m.ActivityID, err)
 		}
-		f, err := p.js.PublishMsgAsync(&nats.Msg{Subject: events.InboundSubject(w.id), Data: data},
+		pctx, span := tracing.Start(ctx, "publish", trace.SpanKindProducer, attribute.String("molecule.activity_id", m.ActivityID))
+		f, err := p.js.PublishMsgAsync(&nats.Msg{Subject: events.InboundSubject(w.id), Data: data, Header: tracing.Header(pctx)},
 			jetstream.WithMsgID(events.InboundMsgID(w.id, m.ActivityID)), jetstream.WithExpectStream(events.StreamInbound))
+		span.End()
 		if err != nil {
 			return fmt.Errorf("poller: publish inbound %s: %w", m.ActivityID, err)
 		}

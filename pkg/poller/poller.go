@@ -16,6 +16,9 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"github.com/molecule-ai/molecule-relay/pkg/tracing"
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/trace"
 	"log/slog"
 	"strings"
 	"sync"
@@ -374,6 +377,8 @@ func (p *Poller) cycle(ctx context.Context, w *workspace, o cycleOpts) (res Work
 		return res // push mode: messages arrive through the ingress, not the feed
 	}
 
+	ctx, span := tracing.Start(ctx, "poll", trace.SpanKindInternal, attribute.String("molecule.workspace_id", w.id))
+	defer span.End()
 	err = p.fetch(ctx, w, &res)
 	if err == nil && p.cfg.OverlapWindow > 0 && time.Since(rec.LastOverlapAt) >= p.cfg.OverlapEvery {
 		if err = p.overlap(ctx, w, &res); err == nil {

@@ -20,6 +20,7 @@ import (
 	"github.com/molecule-ai/molecule-relay/pkg/molecule"
 	"github.com/molecule-ai/molecule-relay/pkg/poller"
 	"github.com/molecule-ai/molecule-relay/pkg/replier"
+	"github.com/molecule-ai/molecule-relay/pkg/tracing"
 )
 
 // Runtime is an open connection to NATS with the topology ensured and the
@@ -33,6 +34,8 @@ type Runtime struct {
 
 	stages running
 	prom   promState
+	// stopTracing flushes and stops the OpenTelemetry SDK (tracing.Setup).
+	stopTracing func(context.Context) error
 	// push is each workspace's push URL while Run serves the push ingress
 	// (ServePush); the poller registers them in push mode.
 	push map[string]string
@@ -50,11 +53,16 @@ func Open(ctx context.Context, cfg *config.Config, log *slog.Logger) (*Runtime, 
 // MOLECULE_TOPOLOGY=lookup it looks up only what they use, which is all a
 // least-privilege stage user may see.
 func OpenStages(ctx context.Context, cfg *config.Config, log *slog.Logger, s Stages) (*Runtime, error) {
+	stopTracing, err := tracing.Setup(ctx, "molecule-relay")
+	if err != nil {
+		return nil, fmt.Errorf("OpenTelemetry (OTEL_* variables): %w", err)
+	}
 	conn, err := broker.Connect(ctx, cfg.NATS, log)
 	if err != nil {
+		_ = stopTracing(ctx)
 		return nil, err
 	}
-	rt := &Runtime{Cfg: cfg, Log: log, Conn: conn}
+	rt := &Runtime{Cfg: cfg, Log: log, Conn: conn, stopTracing: stopTracing}
 	if err := rt.ensureTopology(ctx, s); err != nil {
 		conn.Close()
 		return nil, err
@@ -149,6 +157,11 @@ func (rt *Runtime) Close() {
 	if rt.Conn != nil {
 		rt.Conn.Close()
 	}
+	if rt.stopTracing != nil {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		_ = rt.stopTracing(ctx)
+	}
 }
 
 // platformHTTPClient is shared by every workspace's client: one connection
@@ -161,7 +174,7 @@ func platformHTTPClient(cfg *config.Config) *http.Client {
 	idle := max(cfg.ReplyConcurrency+cfg.Concurrency, 32)
 	t.MaxIdleConns, t.MaxIdleConnsPerHost = 2*idle, idle
 	t.IdleConnTimeout = 90 * time.Second
-	return &http.Client{Transport: t}
+	return &http.Client{Transport: tracing.Transport(t)}
 }
 
 // ClientMap returns the clients keyed by workspace id.

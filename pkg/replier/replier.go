@@ -24,6 +24,9 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"github.com/molecule-ai/molecule-relay/pkg/tracing"
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/trace"
 	"log/slog"
 	"net/http"
 	"time"
@@ -215,6 +218,7 @@ func (r *Replier) process(runCtx context.Context, msg jetstream.Msg) {
 		return
 	}
 	j := &job{msg: msg, meta: meta}
+	runCtx = tracing.Extract(runCtx, msg.Headers())
 	rep, err := events.DecodeReply(msg.Data())
 	if err != nil {
 		r.deadLetter(runCtx, j, events.ReasonMalformed, err)
@@ -226,7 +230,7 @@ func (r *Replier) process(runCtx context.Context, msg jetstream.Msg) {
 	if rep.Source == events.SourcePeerAgent {
 		j.route = dlq.RouteA2A
 	}
-	j.log = r.log.With("workspace", rep.WorkspaceID, "activity", rep.ActivityID, "route", j.route, "delivery", meta.NumDelivered)
+	j.log = tracing.Log(runCtx, r.log.With("workspace", rep.WorkspaceID, "activity", rep.ActivityID, "route", j.route, "delivery", meta.NumDelivered))
 	j.client = r.clients[rep.WorkspaceID]
 	if j.client == nil {
 		r.deadLetter(runCtx, j, events.ReasonPermanent, fmt.Errorf("%w: %s", ErrNoClient, rep.WorkspaceID))
@@ -430,9 +434,11 @@ func (r *Replier) post(runCtx context.Context, j *job, rec dlq.ReplyRecord, rev 
 	// A post outlives a cancelled run context (a clean stop lets it
 	// finish), bounded by its own timeout.
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(runCtx), r.postTimeout(j))
+	ctx, span := tracing.Start(ctx, "post", trace.SpanKindClient, attribute.String("molecule.route", j.route))
 	start := time.Now()
 	err := r.send(ctx, j)
 	r.observePost(j, start, err)
+	span.End()
 	cancel()
 	if err != nil {
 		r.stats.postErrors.Add(1)

@@ -1,0 +1,140 @@
+package tracing_test
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"log/slog"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/molecule-ai/molecule-relay/internal/pipelinetest"
+	"github.com/molecule-ai/molecule-relay/pkg/config"
+	"github.com/molecule-ai/molecule-relay/pkg/relay"
+	"go.opentelemetry.io/otel"
+	sdktrace "go.opentelemetry.io/otel/sdk/trace"
+	"go.opentelemetry.io/otel/sdk/trace/tracetest"
+	"go.opentelemetry.io/otel/trace"
+)
+
+// syncBuffer is a log sink shared by the stages' goroutines.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
+}
+
+// One canvas message through a relay.Runtime (poller, dispatcher, replier,
+// NATS between them) makes one trace: poll → publish → handle →
+// reply-publish → post, each the child of the one before (the last three
+// across NATS, through the traceparent header), with otelhttp client spans
+// for the platform requests, and the trace id in the stages' log lines.
+func TestOneTraceFromPollToPost(t *testing.T) {
+	rec := tracetest.NewSpanRecorder()
+	tp := sdktrace.NewTracerProvider(sdktrace.WithSpanProcessor(rec))
+	otel.SetTracerProvider(tp)
+	defer func() { _ = tp.Shutdown(context.Background()) }()
+
+	w := pipelinetest.New(t, pipelinetest.Options{})
+	cfg, err := config.Load(nil, []string{
+		"MOLECULE_PLATFORM_URL=" + w.Plat.URL(),
+		"MOLECULE_WORKSPACE_ID=" + w.Agent.ID,
+		"MOLECULE_WORKSPACE_TOKEN=" + w.Agent.Token,
+		"MOLECULE_HANDLER=echo",
+		"MOLECULE_POLL_INTERVAL=200ms",
+		"NATS_URL=" + w.NATSURL(),
+	})
+	if err == nil {
+		err = cfg.Validate(config.NeedPlatform | config.NeedHandler)
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	var logs syncBuffer
+	log := slog.New(slog.NewJSONHandler(&logs, &slog.HandlerOptions{Level: slog.LevelDebug}))
+	rt, err := relay.Open(pipelinetest.Ctx(t), cfg, log)
+	if err != nil {
+		t.Fatalf("Open: %v", err)
+	}
+	defer rt.Close()
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- rt.Run(ctx, relay.All) }()
+	defer func() { cancel(); <-done }()
+	w.WaitSeeded(w.Agent.ID)
+	w.SendCanvas("trace me")
+	w.WaitReplies(1, 20*time.Second)
+
+	var post sdktrace.ReadOnlySpan
+	pipelinetest.Eventually(t, 10*time.Second, "the post span ended", func() bool {
+		for _, s := range rec.Ended() {
+			if s.Name() == "post" {
+				post = s
+				return true
+			}
+		}
+		return false
+	})
+	byID := map[trace.SpanID]sdktrace.ReadOnlySpan{}
+	for _, s := range rec.Ended() {
+		byID[s.SpanContext().SpanID()] = s
+	}
+	// Walk up from the post span: its ancestors, nearest first.
+	var chain []string
+	for s := post; s != nil; {
+		chain = append(chain, s.Name())
+		if s.SpanContext().TraceID() != post.SpanContext().TraceID() {
+			t.Fatalf("span %s is in another trace", s.Name())
+		}
+		s = byID[s.Parent().SpanID()]
+	}
+	if got, want := strings.Join(chain, " < "), "post < reply-publish < handle < publish < poll"; got != want {
+		t.Fatalf("span chain %q, want %q", got, want)
+	}
+	if !post.Parent().IsRemote() {
+		t.Error("post's parent is not remote: the context did not cross NATS in the headers")
+	}
+	httpUnderPost := false
+	for _, s := range rec.Ended() {
+		if s.SpanKind() == trace.SpanKindClient && s.Parent().SpanID() == post.SpanContext().SpanID() &&
+			strings.Contains(s.InstrumentationScope().Name, "otelhttp") {
+			httpUnderPost = true
+		}
+	}
+	if !httpUnderPost {
+		t.Error("no otelhttp client span under the post span: the platform client is not instrumented")
+	}
+	checkLogTraceID(t, logs.String(), post.SpanContext().TraceID().String())
+}
+
+// checkLogTraceID: the dispatcher's and the replier's log lines about the
+// message carry its trace id.
+func checkLogTraceID(t *testing.T, logs, traceID string) {
+	t.Helper()
+	stages := map[string]bool{}
+	for _, line := range strings.Split(strings.TrimSpace(logs), "\n") {
+		var m map[string]any
+		if json.Unmarshal([]byte(line), &m) != nil || m["trace_id"] != traceID {
+			continue
+		}
+		if s, ok := m["stage"].(string); ok {
+			stages[s] = true
+		}
+	}
+	if !stages["dispatcher"] || !stages["replier"] {
+		t.Errorf("log lines with trace_id %s from stages %v, want dispatcher and replier\n%s", traceID, stages, logs)
+	}
+}
