@@ -17,6 +17,7 @@ type Server struct {
 	*server.Server
 	StoreDir string
 	Port     int
+	opts     *server.Options
 }
 
 // Start starts a server with a fresh store directory.
@@ -29,14 +30,19 @@ func Start(t testing.TB) *Server {
 // Restarting on the same dir and port simulates a NATS restart.
 func StartWithStore(t testing.TB, storeDir string, port int) *Server {
 	t.Helper()
-	opts := &server.Options{
+	return start(t, &server.Options{
 		Host:      "127.0.0.1",
 		Port:      port,
 		JetStream: true,
 		StoreDir:  storeDir,
 		NoLog:     true,
 		NoSigs:    true,
-	}
+	})
+}
+
+func start(t testing.TB, opts *server.Options) *Server {
+	t.Helper()
+	orig := opts.Clone() // the server fills opts in; Restart starts from these
 	ns, err := server.NewServer(opts)
 	if err != nil {
 		t.Fatalf("natstest: new server: %v", err)
@@ -46,7 +52,7 @@ func StartWithStore(t testing.TB, storeDir string, port int) *Server {
 		ns.Shutdown()
 		t.Fatalf("natstest: server not ready within 10s")
 	}
-	s := &Server{Server: ns, StoreDir: storeDir, Port: ns.Addr().(*net.TCPAddr).Port}
+	s := &Server{Server: ns, StoreDir: opts.StoreDir, Port: ns.Addr().(*net.TCPAddr).Port, opts: orig}
 	t.Cleanup(s.Stop)
 	return s
 }
@@ -57,11 +63,14 @@ func (s *Server) Stop() {
 	s.WaitForShutdown()
 }
 
-// Restart stops the server and starts a new one on the same store and port.
+// Restart stops the server and starts a new one with the same options,
+// store and port.
 func (s *Server) Restart(t testing.TB) *Server {
 	t.Helper()
 	s.Stop()
-	return StartWithStore(t, s.StoreDir, s.Port)
+	opts := s.opts.Clone()
+	opts.Port = s.Port
+	return start(t, opts)
 }
 
 // Connect dials the server and returns the connection and a JetStream
@@ -69,7 +78,13 @@ func (s *Server) Restart(t testing.TB) *Server {
 // forever on disconnect so tests can restart the server under it.
 func Connect(t testing.TB, url string) (*nats.Conn, jetstream.JetStream) {
 	t.Helper()
-	nc, err := nats.Connect(url, nats.MaxReconnects(-1), nats.ReconnectWait(50*time.Millisecond))
+	return connect(t, url)
+}
+
+func connect(t testing.TB, url string, opts ...nats.Option) (*nats.Conn, jetstream.JetStream) {
+	t.Helper()
+	opts = append(opts, nats.MaxReconnects(-1), nats.ReconnectWait(50*time.Millisecond))
+	nc, err := nats.Connect(url, opts...)
 	if err != nil {
 		t.Fatalf("natstest: connect %s: %v", url, err)
 	}

@@ -154,7 +154,11 @@ func (f *Function) load(ctx context.Context) error {
 	if err != nil {
 		return &ConfigError{err}
 	}
-	if err := applySecrets(m, sv, os.TempDir()); err != nil {
+	var unchangedCreds string
+	if sv.creds == f.secrets.creds {
+		unchangedCreds = f.credsFile
+	}
+	if err := applySecrets(m, sv, os.TempDir(), unchangedCreds); err != nil {
 		return &ConfigError{err}
 	}
 	var environ []string

@@ -143,11 +143,14 @@ func resolveSecrets(ctx context.Context, environ map[string]string, dir string) 
 	if err != nil {
 		return err
 	}
-	return applySecrets(environ, v, dir)
+	return applySecrets(environ, v, dir, "")
 }
 
-// applySecrets sets the variables of fetched secret values in environ.
-func applySecrets(environ map[string]string, sv secretValues, dir string) error {
+// applySecrets sets the variables of fetched secret values in environ. A
+// NATS credentials file is written to dir, unless credsFile already holds
+// sv.creds: nats.go re-reads the file at every reconnect, so a file still
+// in use must stay where it is.
+func applySecrets(environ map[string]string, sv secretValues, dir, credsFile string) error {
 	tokID, credsID := environ[EnvTokensSecret], environ[EnvNATSCredsSecret]
 	if tokID != "" {
 		if err := applyTokens(environ, strings.TrimSpace(sv.tokens)); err != nil {
@@ -165,6 +168,10 @@ func applySecrets(environ map[string]string, sv secretValues, dir string) error 
 				return fmt.Errorf("%w %s: a JSON NATS secret must be {\"user\": \"...\", \"password\": \"...\"}", ErrSecret, credsID)
 			}
 			environ["NATS_USER"], environ["NATS_PASSWORD"] = up.User, up.Password
+			return nil
+		}
+		if credsFile != "" {
+			environ["NATS_CREDS"] = credsFile
 			return nil
 		}
 		f, err := os.CreateTemp(dir, "nats-*.creds")
