@@ -14,6 +14,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/molecule-ai/molecule-relay/internal/uuid"
 	"github.com/molecule-ai/molecule-relay/pkg/broker"
 )
 
@@ -306,21 +307,4 @@ func ParseLevel(s string) (slog.Level, error) {
 	return l, nil
 }
 
-func isUUID(s string) bool {
-	if len(s) != 36 {
-		return false
-	}
-	for i, r := range s {
-		switch i {
-		case 8, 13, 18, 23:
-			if r != '-' {
-				return false
-			}
-		default:
-			if !strings.ContainsRune("0123456789abcdefABCDEF", r) {
-				return false
-			}
-		}
-	}
-	return true
-}
+func isUUID(s string) bool { return uuid.Valid(s) }

@@ -1,11 +1,12 @@
 package events
 
 import (
-	"crypto/sha1"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"time"
+
+	"github.com/molecule-ai/molecule-relay/internal/uuid"
 )
 
 // Version is the envelope version this package writes. Decoders accept
@@ -193,9 +194,5 @@ func decode(data []byte, into any, v *int) error {
 // It is stable across retries and processes, so the platform's queue
 // de-duplicates a re-sent peer reply.
 func ReplyMessageID(activityID string) string {
-	h := sha1.Sum([]byte("molecule-relay/reply/" + activityID))
-	b := h[:16]
-	b[6] = (b[6] & 0x0f) | 0x50
-	b[8] = (b[8] & 0x3f) | 0x80
-	return fmt.Sprintf("%x-%x-%x-%x-%x", b[0:4], b[4:6], b[6:8], b[8:10], b[10:16])
+	return uuid.FromName("molecule-relay/reply/" + activityID)
 }

@@ -5,11 +5,12 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/base64"
-	"encoding/hex"
 	"encoding/json"
 	"io"
 	"net/http"
 	"time"
+
+	"github.com/molecule-ai/molecule-relay/internal/uuid"
 )
 
 // workspace is one row of the workspaces table plus the platform's
@@ -50,45 +51,11 @@ type token struct {
 	revoked bool
 }
 
-// newUUID returns a random (v4) UUID.
-func newUUID() string {
-	var b [16]byte
-	_, _ = rand.Read(b[:])
-	b[6] = b[6]&0x0f | 0x40
-	b[8] = b[8]&0x3f | 0x80
-	var out [36]byte
-	hex.Encode(out[0:8], b[0:4])
-	out[8] = '-'
-	hex.Encode(out[9:13], b[4:6])
-	out[13] = '-'
-	hex.Encode(out[14:18], b[6:8])
-	out[18] = '-'
-	hex.Encode(out[19:23], b[8:10])
-	out[23] = '-'
-	hex.Encode(out[24:], b[10:])
-	return string(out[:])
-}
+// newUUID returns a random (version 4) UUID.
+func newUUID() string { return uuid.New() }
 
 // isUUID reports whether v has the canonical 8-4-4-4-12 hex form.
-func isUUID(v string) bool {
-	if len(v) != 36 {
-		return false
-	}
-	for i := 0; i < 36; i++ {
-		c := v[i]
-		switch i {
-		case 8, 13, 18, 23:
-			if c != '-' {
-				return false
-			}
-		default:
-			if !('0' <= c && c <= '9' || 'a' <= c && c <= 'f' || 'A' <= c && c <= 'F') {
-				return false
-			}
-		}
-	}
-	return true
-}
+func isUUID(v string) bool { return uuid.Valid(v) }
 
 // newToken returns 32 random bytes, base64url without padding (43 chars).
 func newToken() string {
