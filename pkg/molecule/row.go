@@ -152,8 +152,8 @@ func ParseRow(raw json.RawMessage, self string) (*Message, error) {
 	return m, nil
 }
 
-// jobject is a decoded JSON object whose values are still raw.
-type jobject map[string]json.RawMessage
+// rawObject is a decoded JSON object whose values are still raw.
+type rawObject map[string]json.RawMessage
 
 // jsonKind is the type of a valid raw JSON value, read from its first byte.
 func jsonKind(v json.RawMessage) byte {
@@ -186,7 +186,7 @@ func kindName(k byte) string {
 }
 
 // object returns o[key] as an object; nil (no error) when absent or null.
-func (o jobject) object(key, path string) (jobject, error) {
+func (o rawObject) object(key, path string) (rawObject, error) {
 	v, ok := o[key]
 	if !ok {
 		return nil, nil
@@ -195,7 +195,7 @@ func (o jobject) object(key, path string) (jobject, error) {
 	case 'n':
 		return nil, nil
 	case '{':
-		var out jobject
+		var out rawObject
 		if err := json.Unmarshal(v, &out); err != nil {
 			return nil, fmt.Errorf("%s: %w", path, err)
 		}
@@ -206,7 +206,7 @@ func (o jobject) object(key, path string) (jobject, error) {
 }
 
 // array returns o[key] as an array; present is false when absent or null.
-func (o jobject) array(key, path string) (elems []json.RawMessage, present bool, err error) {
+func (o rawObject) array(key, path string) (elems []json.RawMessage, present bool, err error) {
 	v, ok := o[key]
 	if !ok {
 		return nil, false, nil
@@ -225,13 +225,13 @@ func (o jobject) array(key, path string) (elems []json.RawMessage, present bool,
 }
 
 // str returns o[key] as a string; "" when absent or null.
-func (o jobject) str(key, path string) (string, error) {
+func (o rawObject) str(key, path string) (string, error) {
 	s, _, err := o.strOK(key, path)
 	return s, err
 }
 
 // strOK is str that also says whether the value was a string (not null).
-func (o jobject) strOK(key, path string) (s string, isString bool, err error) {
+func (o rawObject) strOK(key, path string) (s string, isString bool, err error) {
 	v, ok := o[key]
 	if !ok {
 		return "", false, nil
@@ -250,7 +250,7 @@ func (o jobject) strOK(key, path string) (s string, isString bool, err error) {
 }
 
 // lenientStr returns o[key] if it is a string, else "".
-func (o jobject) lenientStr(key string) string {
+func (o rawObject) lenientStr(key string) string {
 	s, err := o.str(key, key)
 	if err != nil {
 		return ""
@@ -260,7 +260,7 @@ func (o jobject) lenientStr(key string) string {
 
 // nonNegInt reads o[key] as a non-negative integer no larger than max;
 // ok is false for anything else (absent, wrong type, fractional, negative).
-func (o jobject) nonNegInt(key string, max int64) (n int64, ok bool) {
+func (o rawObject) nonNegInt(key string, max int64) (n int64, ok bool) {
 	v, present := o[key]
 	if !present || jsonKind(v) != '0' {
 		return 0, false
@@ -293,7 +293,7 @@ func parseRow(raw json.RawMessage, self string) (m *Message, id string, err erro
 		}
 		return nil, "", fmt.Errorf("want a JSON object, got %s", kindName(k))
 	}
-	var row jobject
+	var row rawObject
 	if err := json.Unmarshal(raw, &row); err != nil {
 		return nil, "", fmt.Errorf("not valid JSON: %w", err)
 	}
@@ -353,7 +353,7 @@ func parseRow(raw json.RawMessage, self string) (m *Message, id string, err erro
 	if err != nil {
 		return nil, id, err
 	}
-	var msg jobject
+	var msg rawObject
 	switch m.Kind {
 	case KindOwnNotify:
 		if err := m.readNotify(row); err != nil {
@@ -412,7 +412,7 @@ func parseRow(raw json.RawMessage, self string) (m *Message, id string, err erro
 
 // readNotify reads an own-notify row: response_body {"result": text,
 // "parts"?: [file parts]}.
-func (m *Message) readNotify(row jobject) error {
+func (m *Message) readNotify(row rawObject) error {
 	resp, err := row.object("response_body", "response_body")
 	if err != nil {
 		return err
@@ -448,7 +448,7 @@ func (m *Message) readNotify(row jobject) error {
 // (queued for poll)", which would read as something the user typed.
 // Attachments come from the first of the same candidates that has file
 // parts. params.metadata.history (the canvas's prior turns) is never read.
-func (m *Message) readBody(body jobject) (msg jobject, err error) {
+func (m *Message) readBody(body rawObject) (msg rawObject, err error) {
 	type candidate struct {
 		parts   []json.RawMessage
 		present bool
@@ -508,7 +508,7 @@ func (m *Message) readBody(body jobject) (msg jobject, err error) {
 
 // readMessageFields reads messageId, role and metadata.in_reply_to /
 // relay_hops of params.message.
-func (m *Message) readMessageFields(msg jobject) error {
+func (m *Message) readMessageFields(msg rawObject) error {
 	if msg == nil {
 		return nil
 	}
@@ -543,7 +543,7 @@ func scanParts(parts []json.RawMessage, path string) (text string, files []Attac
 		if k := jsonKind(raw); k != '{' {
 			return "", nil, fmt.Errorf("%s: want an object, got %s", pp, kindName(k))
 		}
-		var part jobject
+		var part rawObject
 		if err := json.Unmarshal(raw, &part); err != nil {
 			return "", nil, fmt.Errorf("%s: %w", pp, err)
 		}
@@ -578,7 +578,7 @@ func scanParts(parts []json.RawMessage, path string) (text string, files []Attac
 // filePart reads {"kind":"file","file":{...}} or the flat
 // {"kind":"file","uri",...}. A part with neither uri nor name is dropped
 // (ok false), as the platform's own projection does.
-func filePart(part jobject, path string) (Attachment, bool, error) {
+func filePart(part rawObject, path string) (Attachment, bool, error) {
 	inner, err := part.object("file", path+".file")
 	if err != nil {
 		return Attachment{}, false, err
@@ -590,7 +590,7 @@ func filePart(part jobject, path string) (Attachment, bool, error) {
 }
 
 // fileFields reads uri, name, mimeType (or mime_type) and size.
-func fileFields(o jobject, path string) (Attachment, bool, error) {
+func fileFields(o rawObject, path string) (Attachment, bool, error) {
 	var a Attachment
 	var err error
 	if a.URI, err = o.str("uri", path+".uri"); err != nil {
@@ -617,13 +617,13 @@ func fileFields(o jobject, path string) (Attachment, bool, error) {
 // ({kind, uri, name, mime_type}) whose URI is not listed yet. The platform
 // projects them from the same parts, so they are usually duplicates;
 // malformed entries are ignored.
-func (m *Message) addEnrichedAttachments(row jobject) {
+func (m *Message) addEnrichedAttachments(row rawObject) {
 	elems, _, err := row.array("attachments", "attachments")
 	if err != nil {
 		return
 	}
 	for _, raw := range elems {
-		var o jobject
+		var o rawObject
 		if jsonKind(raw) != '{' || json.Unmarshal(raw, &o) != nil {
 			continue
 		}
