@@ -65,6 +65,11 @@ type Config struct {
 	// ObserveHandler, when set, receives every handler run's duration (the
 	// metrics histogram); it must be quick and safe for concurrent use.
 	ObserveHandler func(time.Duration)
+	// OnReply, when set, is called after every reply publish JetStream
+	// acknowledged (a Lambda dispatcher wakes the replier function with
+	// it). It must be quick and safe for concurrent use. If nil, nothing is
+	// called.
+	OnReply func()
 	// TestHooks are crash points for tests only; nil in production.
 	TestHooks *Hooks
 }

@@ -462,10 +462,14 @@ func (d *Dispatcher) publishReply(ctx context.Context, in *events.Inbound, data 
 	ctx, span := tracing.Start(ctx, "reply-publish", trace.SpanKindProducer)
 	defer span.End()
 	tracing.Inject(ctx, m.Header)
-	return workpool.RetryWrite(ctx, func() error {
+	err := workpool.RetryWrite(ctx, func() error {
 		_, err := d.js.PublishMsg(ctx, m)
 		return err
 	})
+	if err == nil && d.cfg.OnReply != nil {
+		d.cfg.OnReply()
+	}
+	return err
 }
 
 // ack acknowledges and waits for the server's confirmation, so a finished

@@ -110,6 +110,11 @@ type Config struct {
 	Push map[string]string
 	// Logger receives the poller's events. If nil, slog.Default().
 	Logger *slog.Logger
+	// OnPublished, when set, is called by Run after a poll cycle of one
+	// workspace stored n > 0 new messages (a Lambda poller window wakes the
+	// dispatcher function with it). It must be quick and safe for
+	// concurrent use. If nil, nothing is called.
+	OnPublished func(n int)
 }
 
 // SetDefaults fills every unset field with its default.

@@ -57,6 +57,9 @@ func (p *Poller) runWorkspace(ctx context.Context, w *workspace) error {
 		// State is read at most once per poll interval: an SSE wake-up goes
 		// straight to the fetch.
 		res := p.cycle(ctx, w, cycleOpts{checkState: w.stateAge() >= p.cfg.PollInterval})
+		if res.Published > 0 && p.cfg.OnPublished != nil {
+			p.cfg.OnPublished(res.Published)
+		}
 		// A stop is reported even when ctx ended meanwhile: the status
 		// already says so, and the caller must learn why.
 		if res.Stopped {

@@ -39,6 +39,20 @@ type Runtime struct {
 	// push is each workspace's push URL while Run serves the push ingress
 	// (ServePush); the poller registers them in push mode.
 	push map[string]string
+
+	// Hooks are called by the stage cores built after they are set (the
+	// Lambda functions' wake-ups of the next stage).
+	Hooks Hooks
+}
+
+// Hooks let a deployment react to a stage's progress. Each must be quick
+// and safe for concurrent use; nil means not called.
+type Hooks struct {
+	// OnPublished: a long-running poller (Run) stored n new inbound
+	// messages.
+	OnPublished func(n int)
+	// OnReply: the dispatcher published a reply.
+	OnReply func()
 }
 
 // Open connects to NATS (starting the embedded server when NATS_URL is
@@ -213,6 +227,7 @@ func (rt *Runtime) Poller() (*poller.Poller, error) {
 		SSE:           rt.Cfg.SSE,
 		Push:          rt.push,
 		Logger:        rt.Log.With("stage", events.StagePoller),
+		OnPublished:   rt.Hooks.OnPublished,
 	})
 }
 
@@ -225,6 +240,7 @@ func (rt *Runtime) Dispatcher(h handler.Handler) (*dispatcher.Dispatcher, error)
 		ReplyToReplies: rt.Cfg.ReplyToReplies,
 		Logger:         rt.Log.With("stage", events.StageDispatcher),
 		ObserveHandler: rt.handlerObserver(),
+		OnReply:        rt.Hooks.OnReply,
 	})
 }
 
