@@ -138,6 +138,9 @@ func TestFunctionsEndToEnd(t *testing.T) {
 		// 2 s start margin) still fits before the invocation's deadline.
 		"MOLECULE_HANDLER_TIMEOUT=5s",
 		"MOLECULE_SSE=false",
+		// One poll per invocation: this test drives the stages one
+		// invocation at a time (TestFunctionsEventDriven runs the window).
+		"MOLECULE_POLLER_WINDOW=false",
 		"MOLECULE_DRAIN_IDLE=300ms",
 		"MOLECULE_DRAIN_MARGIN=1s",
 	}
@@ -229,11 +232,11 @@ func TestFunctionsEndToEnd(t *testing.T) {
 	t.Run("drain respects a short deadline", func(t *testing.T) {
 		send(1)
 		poller.mustInvoke(t, 20*time.Second)
-		// 4 s leave no room for a 5 s handler: the drain starts none and
-		// answers before its deadline (mustInvoke checks the duration),
-		// leaving the message queued.
-		if d := disp.mustInvoke(t, 4*time.Second); d.Handled != 0 {
-			t.Errorf("a 4 s invocation started %d handlers that could not finish in time", d.Handled)
+		// 4 s leave no room for a 5 s handler: the invocation fails loudly
+		// with a ConfigError naming the variable (issue 10; it used to
+		// succeed having handled nothing), leaving the message queued.
+		if _, res := disp.invoke(t, 4*time.Second); res.ErrorType != "ConfigError" || !strings.Contains(res.ErrorMessage, "MOLECULE_HANDLER_TIMEOUT") {
+			t.Errorf("a 4 s invocation with a 5 s handler: %q %q, want a ConfigError naming MOLECULE_HANDLER_TIMEOUT", res.ErrorType, res.ErrorMessage)
 		}
 		// 9 s do (1 s margin + 5 s handler + 2 s start margin).
 		if d := disp.mustInvoke(t, 9*time.Second); d.Handled != 1 {

@@ -2,11 +2,14 @@
 // long-running worker: the functions/* binaries are one call to Main. It
 // never embeds a NATS server: NATS_URL is required.
 //
-// A Lambda invocation is one bounded unit of work: the poller polls every
-// workspace once, the dispatcher and replier drain their queue until it is
-// empty or the invocation's deadline minus a safety margin. The NATS
-// connection is made once per execution environment, checked at the start
-// of every invocation and redialled when dead; SIGTERM drains it.
+// A Lambda invocation is one bounded unit of work: the poller keeps a live
+// window open (it polls with SSE wake-ups, as connect does, until the
+// invocation's deadline minus a safety margin; MOLECULE_POLLER_WINDOW=false
+// polls once), the dispatcher and replier drain their queue until it is
+// empty or the deadline minus the margin. What one stage stores wakes the
+// next stage's function by an asynchronous Lambda invoke (wake.go). The
+// NATS connection is made once per execution environment, checked at the
+// start of every invocation and redialled when dead; SIGTERM drains it.
 package lambdafn
 
 import (
@@ -17,8 +20,9 @@ import (
 	"log/slog"
 	"os"
 	"sync"
-	"time"
+	"sync/atomic"
 
+	"github.com/aws/aws-lambda-go/lambdacontext"
 	"github.com/caarlos0/env/v11"
 	"github.com/molecule-ai/molecule-relay/pkg/config"
 	"github.com/molecule-ai/molecule-relay/pkg/relay"
@@ -86,6 +90,10 @@ type lambdaSettings struct {
 	// HealthTimeout bounds the connection check at invocation start.
 	// Default 2s.
 	HealthTimeout config.Seconds `env:"MOLECULE_NATS_HEALTH_TIMEOUT" envDefault:"2s"`
+	// PollerWindow: a poller invocation polls with SSE wake-ups until its
+	// deadline minus Margin; false polls every workspace once. Default true.
+	PollerWindow bool `env:"MOLECULE_POLLER_WINDOW" envDefault:"true"`
+	wakeSettings
 }
 
 // Result is what an invocation did; it is the function's response.
@@ -101,6 +109,9 @@ type Result struct {
 	// Warm is true when the invocation reused the execution environment's
 	// connection.
 	Warm bool `json:"warm"`
+	// Woken counts the asynchronous invocations of other functions (or, for
+	// the dispatcher's fan-out, of itself) this invocation sent.
+	Woken int `json:"woken,omitempty"`
 }
 
 // Function is one stage as a Lambda handler. It is safe for the runtime's
@@ -118,6 +129,10 @@ type Function struct {
 	// rotated token or NATS credential) rebuilds cfg and the connection.
 	secrets   secretValues
 	credsFile string // the NATS creds file written for cfg, if any
+	wakers    wakers
+	// setRequestID tags the log lines of the invocation in progress (nil
+	// outside the Lambda runtime).
+	setRequestID func(string)
 }
 
 // New builds a Function; nothing is read or dialled until the first
@@ -184,6 +199,10 @@ func (f *Function) load(ctx context.Context) error {
 	if err := env.ParseWithOptions(&set, env.Options{Environment: m}); err != nil {
 		return &ConfigError{err}
 	}
+	w, err := newWakers(f.stage, set.wakeSettings, m, f.log)
+	if err != nil {
+		return &ConfigError{err}
+	}
 	if f.credsFile != "" && f.credsFile != m["NATS_CREDS"] {
 		_ = os.Remove(f.credsFile)
 	}
@@ -193,7 +212,7 @@ func (f *Function) load(ctx context.Context) error {
 			return &ConfigError{err}
 		}
 	}
-	f.cfg, f.set, f.secrets = cfg, set, sv
+	f.cfg, f.set, f.secrets, f.wakers = cfg, set, sv, w
 	if m[EnvNATSCredsSecret] != "" {
 		f.credsFile = m["NATS_CREDS"]
 	}
@@ -222,71 +241,111 @@ func (f *Function) connect(ctx context.Context, res *Result) error {
 }
 
 // Invoke runs one bounded unit of the stage's work within ctx's deadline
-// (less the safety margin). The event (an EventBridge Scheduler payload) is
-// not interpreted.
+// (less the safety margin), then sends the wake-ups it owes. The event (an
+// EventBridge Scheduler payload or a wake-up) is not interpreted.
 func (f *Function) Invoke(ctx context.Context, _ json.RawMessage) (*Result, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
+	if lc, ok := lambdacontext.FromContext(ctx); ok && f.setRequestID != nil {
+		f.setRequestID(lc.AwsRequestID)
+		defer f.setRequestID("")
+	}
 	res := &Result{Stage: f.stage}
 	if err := f.load(ctx); err != nil {
+		return nil, err
+	}
+	if err := f.fits(ctx); err != nil {
 		return nil, err
 	}
 	if err := f.connect(ctx, res); err != nil {
 		return nil, err
 	}
+	f.rt.Hooks = f.wakers.hooks()
+	workCtx := ctx
 	if dl, ok := ctx.Deadline(); ok {
 		var cancel context.CancelFunc
-		ctx, cancel = context.WithDeadline(ctx, dl.Add(-f.set.Margin.D()))
+		workCtx, cancel = context.WithDeadline(ctx, dl.Add(-f.set.Margin.D()))
 		defer cancel()
-		// A dispatcher never starts a handler that cannot finish before the
-		// deadline; say so when the configuration makes that every handler.
-		if f.stage == Dispatcher && time.Until(dl)-f.set.Margin.D() < f.cfg.HandlerTimeout.D() {
-			f.log.Warn("MOLECULE_HANDLER_TIMEOUT does not fit in this invocation: no handler will start; lower it below the function timeout minus MOLECULE_DRAIN_MARGIN",
-				"handler_timeout", f.cfg.HandlerTimeout.D(), "remaining", time.Until(dl).Round(time.Second), "margin", f.set.Margin.D())
-		}
 	}
+	err := f.work(workCtx, res)
+	// The wake-ups go out even after a failure: what was stored before it
+	// is still worth handling. The margin left after workCtx pays for them.
+	res.Woken = f.wakers.flush(ctx)
+	if err != nil {
+		return nil, err
+	}
+	f.log.Info("invocation done", "stage", f.stage, "published", res.Published, "handled", res.Handled,
+		"replied", res.Replied, "dead_lettered", res.DeadLettered, "woken", res.Woken, "warm", res.Warm, "redialled", res.Redialled)
+	return res, nil
+}
+
+// work runs the stage core once.
+func (f *Function) work(ctx context.Context, res *Result) error {
 	switch f.stage {
 	case Poller:
-		p, err := f.rt.Poller()
-		if err != nil {
-			return nil, &ConfigError{err}
-		}
-		r, err := p.RunOnce(ctx)
-		res.Published = r.Published()
-		if err == nil {
-			err = r.Err()
-		}
-		if err != nil {
-			return nil, &PollError{err}
-		}
+		return f.poll(ctx, res)
 	case Dispatcher:
 		h, err := f.rt.Handler()
 		if err != nil {
-			return nil, &ConfigError{err}
+			return &ConfigError{err}
 		}
 		d, err := f.rt.Dispatcher(h)
 		if err != nil {
-			return nil, &ConfigError{err}
+			return &ConfigError{err}
 		}
+		f.fanOut(ctx)
 		st, err := d.Drain(ctx, f.set.Idle.D())
 		res.Handled, res.DeadLettered = st.Handled, st.DeadLettered
 		if err != nil {
-			return nil, &DrainError{err}
+			return &DrainError{err}
 		}
 	default:
 		r, err := f.rt.Replier()
 		if err != nil {
-			return nil, &ConfigError{err}
+			return &ConfigError{err}
 		}
 		st, err := r.Drain(ctx, f.set.Idle.D())
 		res.Replied, res.DeadLettered = st.Notified+st.SentA2A+st.Reconciled, st.DeadLettered
 		if err != nil {
-			return nil, &DrainError{err}
+			return &DrainError{err}
 		}
 	}
-	f.log.Info("invocation done", "stage", f.stage, "published", res.Published, "handled", res.Handled,
-		"replied", res.Replied, "dead_lettered", res.DeadLettered, "warm", res.Warm, "redialled", res.Redialled)
-	return res, nil
+	return nil
+}
+
+// poll runs the poller: a live window until ctx's deadline (Run, with SSE
+// wake-ups when MOLECULE_SSE allows), or one poll of every workspace
+// without a deadline or with MOLECULE_POLLER_WINDOW=false.
+func (f *Function) poll(ctx context.Context, res *Result) error {
+	var published atomic.Int64
+	f.rt.Hooks.OnPublished = func(n int) {
+		published.Add(int64(n))
+		f.wakers.published(n)
+	}
+	p, err := f.rt.Poller()
+	if err != nil {
+		return &ConfigError{err}
+	}
+	if _, ok := ctx.Deadline(); ok && f.set.PollerWindow {
+		err := p.Run(ctx)
+		res.Published = int(published.Load())
+		if err != nil {
+			return &PollError{err}
+		}
+		return nil
+	}
+	r, err := p.RunOnce(ctx)
+	res.Published = r.Published()
+	if res.Published > 0 {
+		f.wakers.published(res.Published)
+	}
+	if err == nil {
+		err = r.Err()
+	}
+	if err != nil {
+		return &PollError{err}
+	}
+	return nil
 }
 
 // Close drains the NATS connection (SIGTERM at the end of the execution

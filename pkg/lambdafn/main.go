@@ -24,12 +24,9 @@ import (
 // configuration.
 func Main(stage Stage) int {
 	if os.Getenv("AWS_LAMBDA_RUNTIME_API") != "" {
-		cfg, _ := config.Load(nil, os.Environ())
-		log := (&config.Config{LogLevel: "info", LogFormat: "json"}).NewLogger(os.Stderr)
-		if cfg != nil {
-			log = cfg.NewLogger(os.Stderr)
-		}
+		log, setRequestID := lambdaLogger(os.Stderr, os.Getenv)
 		fn := New(stage, os.Environ(), log.With("stage", string(stage)))
+		fn.setRequestID = setRequestID
 		lambda.StartWithOptions(fn.Invoke, lambda.WithEnableSIGTERM(fn.Close))
 		return 0
 	}

@@ -1,0 +1,121 @@
+package lambdafn
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/aws/aws-lambda-go/lambdacontext"
+	"github.com/molecule-ai/molecule-relay/pkg/config"
+)
+
+func TestFanOutCount(t *testing.T) {
+	tests := []struct {
+		pending, ackPending uint64
+		per, most, want     int
+	}{
+		{0, 0, 16, 10, 0},         // nothing queued
+		{1, 0, 16, 10, 0},         // this invocation suffices
+		{1000, 0, 16, 10, 9},      // a burst: up to the bound, this one included
+		{1000, 0, 16, 1, 0},       // fan-out off
+		{40, 0, 16, 10, 2},        // 3 invocations' worth
+		{1000, 16 * 9, 16, 10, 0}, // nine at work already, plus this one
+		{1000, 16 * 4, 16, 10, 5}, // four at work
+		{5, 0, 0, 10, 4},          // a zero capacity counts as 1
+	}
+	for _, tc := range tests {
+		if got := fanOutCount(tc.pending, tc.ackPending, tc.per, tc.most); got != tc.want {
+			t.Errorf("fanOutCount(%d, %d, %d, %d) = %d, want %d", tc.pending, tc.ackPending, tc.per, tc.most, got, tc.want)
+		}
+	}
+}
+
+// TestLambdaLogger: every line carries the invocation's request id, from
+// the record's context or the invocation in progress; AWS_LAMBDA_LOG_LEVEL
+// and AWS_LAMBDA_LOG_FORMAT (the template's LoggingConfig) win over
+// MOLECULE_LOG_*.
+func TestLambdaLogger(t *testing.T) {
+	var buf bytes.Buffer
+	env := map[string]string{"MOLECULE_LOG_LEVEL": "debug", "MOLECULE_LOG_FORMAT": "text",
+		"AWS_LAMBDA_LOG_LEVEL": "WARN", "AWS_LAMBDA_LOG_FORMAT": "JSON"}
+	log, setID := lambdaLogger(&buf, func(k string) string { return env[k] })
+	log = log.With("stage", "poller")
+	log.Warn("before any invocation")
+	setID("req-1")
+	log.Info("filtered by AWS_LAMBDA_LOG_LEVEL")
+	log.Warn("inside", "n", 1)
+	ctx := lambdacontext.NewContext(context.Background(), &lambdacontext.LambdaContext{AwsRequestID: "req-ctx"})
+	log.ErrorContext(ctx, "with a context")
+	setID("")
+	log.Warn("after")
+	var lines []map[string]any
+	for _, l := range strings.Split(strings.TrimSpace(buf.String()), "\n") {
+		var m map[string]any
+		if err := json.Unmarshal([]byte(l), &m); err != nil {
+			t.Fatalf("not a JSON line: %q", l)
+		}
+		lines = append(lines, m)
+	}
+	if len(lines) != 4 {
+		t.Fatalf("%d lines, want 4 (the info line filtered):\n%s", len(lines), buf.String())
+	}
+	want := []string{"", "req-1", "req-ctx", ""}
+	for i, m := range lines {
+		id, _ := m["requestId"].(string)
+		if id != want[i] || m["message"] == nil || m["timestamp"] == nil || m["stage"] != "poller" {
+			t.Errorf("line %d: %v; want requestId %q, message, timestamp and stage", i, m, want[i])
+		}
+	}
+	// Without the Lambda variables, MOLECULE_LOG_* decide.
+	buf.Reset()
+	env = map[string]string{"MOLECULE_LOG_LEVEL": "debug", "MOLECULE_LOG_FORMAT": "text"}
+	log, setID = lambdaLogger(&buf, func(k string) string { return env[k] })
+	setID("req-2")
+	log.Debug("debug line")
+	if s := buf.String(); !strings.Contains(s, "requestId=req-2") || !strings.Contains(s, "level=DEBUG") {
+		t.Errorf("text output %q", s)
+	}
+}
+
+// TestFitsFailsLoudly: a dispatcher whose handler timeout cannot fit, and a
+// replier whose invocation is shorter than its notify timeout plus
+// margins, fail with a ConfigError naming the variables and the numbers.
+func TestFitsFailsLoudly(t *testing.T) {
+	tests := []struct {
+		stage   Stage
+		timeout time.Duration
+		want    []string // in the message; nil: fits
+	}{
+		{Dispatcher, 20 * time.Second, []string{"MOLECULE_HANDLER_TIMEOUT 1m0s", "MOLECULE_DRAIN_MARGIN 3s", "at least 1m5s"}},
+		{Dispatcher, 70 * time.Second, nil},
+		{Replier, 20 * time.Second, []string{"30s notify timeout", "MOLECULE_DRAIN_MARGIN 3s", "at least 35s"}},
+		{Replier, 40 * time.Second, nil},
+		{Poller, time.Second, nil},
+	}
+	for _, tc := range tests {
+		f := &Function{stage: tc.stage, cfg: &config.Config{HandlerTimeout: config.Seconds(time.Minute)}}
+		f.set.Margin = config.Seconds(3 * time.Second)
+		ctx, cancel := context.WithTimeout(context.Background(), tc.timeout)
+		err := f.fits(ctx)
+		cancel()
+		if tc.want == nil {
+			if err != nil {
+				t.Errorf("%s %s: %v", tc.stage, tc.timeout, err)
+			}
+			continue
+		}
+		ce, ok := err.(*ConfigError)
+		if !ok {
+			t.Errorf("%s %s: %v, want a ConfigError", tc.stage, tc.timeout, err)
+			continue
+		}
+		for _, w := range tc.want {
+			if !strings.Contains(ce.Error(), w) {
+				t.Errorf("%s %s: %q does not say %q", tc.stage, tc.timeout, ce.Error(), w)
+			}
+		}
+	}
+}
