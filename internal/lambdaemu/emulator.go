@@ -168,6 +168,7 @@ type Emulator struct {
 	initErrors []*FunctionError
 	closed     bool
 	nextEnv    int
+	busyMax    int // most environments seen holding an invocation at once
 }
 
 // Start starts an emulator on a random loopback port; it is closed at test
@@ -274,6 +275,44 @@ func (e *Emulator) Queued() int {
 	return n
 }
 
+// Concurrency returns how many execution environments hold an invocation
+// now, and the most that ever did at once.
+func (e *Emulator) Concurrency() (now, most int) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return e.busyLocked(), e.busyMax
+}
+
+func (e *Emulator) busyLocked() int {
+	n := 0
+	for name, env := range e.envs {
+		if name != "" && env.inflight != nil && !env.inflight.finished {
+			n++
+		}
+	}
+	return n
+}
+
+// free returns how many execution environments hold no invocation (those
+// still starting included) and how many invocations wait for one.
+func (e *Emulator) free() (idle, queued int) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	for name, env := range e.envs {
+		// An answered invocation frees its environment even before the
+		// runtime's next /next.
+		if name != "" && (env.inflight == nil || env.inflight.finished) {
+			idle++
+		}
+	}
+	for _, inv := range e.queue {
+		if !inv.finished {
+			queued++
+		}
+	}
+	return idle, queued
+}
+
 // QueueChanged returns a channel that is closed the next time an
 // invocation is queued (or the emulator closes).
 func (e *Emulator) QueueChanged() <-chan struct{} {
@@ -290,21 +329,33 @@ func (e *Emulator) QueueChanged() <-chan struct{} {
 // Once dispatched, the invocation ends at its deadline plus the grace, not
 // at ctx's end, like a real invocation.
 func (e *Emulator) Invoke(ctx context.Context, payload []byte, timeout time.Duration) (Result, error) {
+	inv, err := e.enqueue(payload, timeout)
+	if err != nil {
+		return Result{}, err
+	}
+	return e.await(ctx, inv)
+}
+
+// enqueue queues one invocation for the next runtime that asks.
+func (e *Emulator) enqueue(payload []byte, timeout time.Duration) (*invocation, error) {
 	if timeout <= 0 {
 		timeout = 3 * time.Second // Lambda's default function timeout
 	}
 	inv := &invocation{id: newID(), payload: payload, timeout: timeout,
 		dispatched: make(chan struct{}), done: make(chan outcome, 1)}
 	e.mu.Lock()
+	defer e.mu.Unlock()
 	if e.closed {
-		e.mu.Unlock()
-		return Result{}, ErrClosed
+		return nil, ErrClosed
 	}
 	e.queue = append(e.queue, inv)
 	close(e.queued)
 	e.queued = make(chan struct{})
-	e.mu.Unlock()
+	return inv, nil
+}
 
+// await waits for inv's outcome as Invoke describes.
+func (e *Emulator) await(ctx context.Context, inv *invocation) (Result, error) {
 	select {
 	case o := <-inv.done: // failed before dispatch: init error, close
 		return o.res, o.err
@@ -517,6 +568,7 @@ func (e *Emulator) next(w http.ResponseWriter, r *http.Request, env *environment
 			inv.deadline = inv.taken.Add(inv.timeout)
 			env.inflight = inv
 			close(inv.dispatched)
+			e.busyMax = max(e.busyMax, e.busyLocked())
 			e.mu.Unlock()
 			h := w.Header()
 			h.Set(HeaderRequestID, inv.id)

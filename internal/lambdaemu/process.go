@@ -50,9 +50,19 @@ type Process struct {
 // SIGTERM, then SIGKILL after ShutdownGrace.
 func RunBootstrap(t testing.TB, emu *Emulator, binaryPath string, env []string) *Process {
 	t.Helper()
+	p, err := startProcess(t, emu, binaryPath, env)
+	if err != nil {
+		t.Fatalf("lambdaemu: start %s: %v", binaryPath, err)
+	}
+	return p
+}
+
+// startProcess is RunBootstrap returning its error, for goroutines other
+// than the test's (a Service scaling out).
+func startProcess(t testing.TB, emu *Emulator, binaryPath string, env []string) (*Process, error) {
 	p := &Process{t: t, emu: emu, bin: binaryPath, env: env}
 	if err := p.start(); err != nil {
-		t.Fatalf("lambdaemu: start %s: %v", binaryPath, err)
+		return nil, err
 	}
 	t.Cleanup(func() {
 		p.Stop()
@@ -60,7 +70,7 @@ func RunBootstrap(t testing.TB, emu *Emulator, binaryPath string, env []string) 
 			t.Logf("lambdaemu: output of %s:\n%s", binaryPath, p.Output())
 		}
 	})
-	return p
+	return p, nil
 }
 
 func (p *Process) start() error {
