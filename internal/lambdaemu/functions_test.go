@@ -29,7 +29,7 @@ var (
 	fnErr  error
 )
 
-func functionBinaries(t *testing.T) string {
+func functionBinaries(t testing.TB) string {
 	t.Helper()
 	fnOnce.Do(func() {
 		root := filepath.Join("..", "..")

@@ -93,7 +93,7 @@ type lambdaSettings struct {
 	// PollerWindow: a poller invocation polls with SSE wake-ups until its
 	// deadline minus Margin; false polls every workspace once. Default true.
 	PollerWindow bool `env:"MOLECULE_POLLER_WINDOW" envDefault:"true"`
-	wakeSettings
+	Wake         wakeSettings
 }
 
 // Result is what an invocation did; it is the function's response.
@@ -199,7 +199,7 @@ func (f *Function) load(ctx context.Context) error {
 	if err := env.ParseWithOptions(&set, env.Options{Environment: m}); err != nil {
 		return &ConfigError{err}
 	}
-	w, err := newWakers(f.stage, set.wakeSettings, m, f.log)
+	w, err := newWakers(f.stage, set.Wake, m, f.log)
 	if err != nil {
 		return &ConfigError{err}
 	}

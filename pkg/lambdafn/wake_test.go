@@ -4,12 +4,15 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"log/slog"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/aws/aws-lambda-go/lambdacontext"
+	"github.com/caarlos0/env/v11"
 	"github.com/molecule-ai/molecule-relay/pkg/config"
+	"github.com/molecule-ai/molecule-relay/pkg/lambdainvoke"
 )
 
 func TestFanOutCount(t *testing.T) {
@@ -116,6 +119,56 @@ func TestFitsFailsLoudly(t *testing.T) {
 			if !strings.Contains(ce.Error(), w) {
 				t.Errorf("%s %s: %q does not say %q", tc.stage, tc.timeout, ce.Error(), w)
 			}
+		}
+	}
+}
+
+// TestWakeSettings: the settings parse with their defaults, and the
+// wake-ups each stage sends follow the variables.
+func TestWakeSettings(t *testing.T) {
+	aws := []string{"AWS_REGION=us-east-1", "AWS_ACCESS_KEY_ID=AKID", "AWS_SECRET_ACCESS_KEY=secret", "AWS_LAMBDA_FUNCTION_NAME=relay-dispatcher"}
+	tests := []struct {
+		stage                 Stage
+		env                   []string
+		dispatcher, repl, own string // functions woken, "" none
+		wantErr               string
+	}{
+		{Poller, aws, "", "", "", ""},
+		{Poller, append(aws, "MOLECULE_DISPATCHER_FUNCTION=arn:aws:lambda:us-east-1:1:function:d"), "arn:aws:lambda:us-east-1:1:function:d", "", "", ""},
+		{Dispatcher, append(aws, "MOLECULE_REPLIER_FUNCTION=r"), "", "r", "", ""},
+		{Dispatcher, append(aws, "MOLECULE_DISPATCHER_FANOUT=4"), "", "", "relay-dispatcher", ""},
+		{Dispatcher, []string{"MOLECULE_DISPATCHER_FANOUT=0"}, "", "", "", "MOLECULE_DISPATCHER_FANOUT"},
+		{Dispatcher, []string{"MOLECULE_REPLIER_FUNCTION=r"}, "", "", "", "AWS_REGION"},
+		{Replier, append(aws, "MOLECULE_REPLIER_FUNCTION=r", "MOLECULE_DISPATCHER_FUNCTION=d"), "", "", "", ""},
+	}
+	for i, tc := range tests {
+		f := New(tc.stage, tc.env, slog.Default())
+		var set lambdaSettings
+		m := env.ToMap(tc.env)
+		if err := env.ParseWithOptions(&set, env.Options{Environment: m}); err != nil {
+			t.Fatalf("%d: %v", i, err)
+		}
+		if set.Wake.WakeInterval.D() != time.Second || set.Margin.D() != 3*time.Second || !set.PollerWindow {
+			t.Errorf("%d: defaults not applied: %+v", i, set)
+		}
+		w, err := newWakers(f.stage, set.Wake, m, f.log)
+		if tc.wantErr != "" {
+			if err == nil || !strings.Contains(err.Error(), tc.wantErr) {
+				t.Errorf("%d: err %v, want one naming %s", i, err, tc.wantErr)
+			}
+			continue
+		}
+		if err != nil {
+			t.Fatalf("%d: %v", i, err)
+		}
+		name := func(k *lambdainvoke.Waker) string {
+			if k == nil {
+				return ""
+			}
+			return k.Function()
+		}
+		if name(w.dispatcher) != tc.dispatcher || name(w.replier) != tc.repl || name(w.self) != tc.own {
+			t.Errorf("%d: wakes %q %q %q, want %q %q %q", i, name(w.dispatcher), name(w.replier), name(w.self), tc.dispatcher, tc.repl, tc.own)
 		}
 	}
 }
