@@ -309,12 +309,18 @@ func TestFunctionErrorTypes(t *testing.T) {
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
 			f := startFunction(t, dir, tc.fn, tc.env)
-			_, res := f.invoke(t, 10*time.Second)
+			// A replier invocation must have room for one notify, or it
+			// fails with a ConfigError before it dials (issue 10).
+			timeout := 10 * time.Second
+			if tc.fn == "replier" {
+				timeout = replierTimeout
+			}
+			_, res := f.invoke(t, timeout)
 			if res.ErrorType != tc.wantType {
 				t.Errorf("errorType %q (%s), want %q\noutput:\n%s", res.ErrorType, res.ErrorMessage, tc.wantType, f.proc.Output())
 			}
 			// A handled error does not end the execution environment.
-			if _, res := f.invoke(t, 10*time.Second); res.ErrorType != tc.wantType || f.proc.Starts() != 1 {
+			if _, res := f.invoke(t, timeout); res.ErrorType != tc.wantType || f.proc.Starts() != 1 {
 				t.Errorf("second invocation: %q, starts %d", res.ErrorType, f.proc.Starts())
 			}
 		})

@@ -1,6 +1,7 @@
 package samtemplate_test
 
 import (
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -357,5 +358,89 @@ func TestFunctionsBuild(t *testing.T) {
 		if fi.Size() > lambdaSizeLimit {
 			t.Errorf("%s bootstrap is %d bytes, over the %d-byte budget", p, fi.Size(), lambdaSizeLimit)
 		}
+	}
+}
+
+// TestTemplateEventDriven checks the event-driven shape (issue 10): the
+// poller's window fills its schedule's period, the functions name the ones
+// they wake, the dispatcher's fan-out bound is its reserved concurrency,
+// the other schedules are a slow safety net, and lambda:InvokeFunction is
+// granted on exactly the dispatcher and the replier.
+func TestTemplateEventDriven(t *testing.T) {
+	tp := loadTemplate(t)
+	fns := tp.resources(t, "AWS::Serverless::Function")
+	props := func(id string) map[string]any { return fns[id]["Properties"].(map[string]any) }
+	envOf := func(id, k string) any {
+		v, _ := samtemplate.Path(props(id), "Environment", "Variables", k)
+		return v
+	}
+	params := tp.get(t, "Parameters").(map[string]any)
+	if d, _ := samtemplate.Path(params, "PollerSchedule", "Default"); d != "rate(1 minute)" || props("PollerFunction")["Timeout"] != 60 {
+		t.Errorf("poller schedule %v, timeout %v: want rate(1 minute) and 60 s, one window per period", d, props("PollerFunction")["Timeout"])
+	}
+	if v := envOf("PollerFunction", "MOLECULE_SSE"); v != nil {
+		t.Errorf("poller MOLECULE_SSE = %v; the window needs its SSE wake-ups", v)
+	}
+	for _, name := range []string{"DispatcherSchedule", "ReplierSchedule"} {
+		if d, _ := samtemplate.Path(params, name, "Default"); d != "rate(5 minutes)" {
+			t.Errorf("%s default %v, want the rate(5 minutes) safety net", name, d)
+		}
+	}
+	if v := envOf("PollerFunction", "MOLECULE_DISPATCHER_FUNCTION"); !equal(v, ref("DispatcherFunction")) {
+		t.Errorf("poller MOLECULE_DISPATCHER_FUNCTION = %#v", v)
+	}
+	if v := envOf("DispatcherFunction", "MOLECULE_REPLIER_FUNCTION"); !equal(v, ref("ReplierFunction")) {
+		t.Errorf("dispatcher MOLECULE_REPLIER_FUNCTION = %#v", v)
+	}
+	if v := envOf("DispatcherFunction", "MOLECULE_DISPATCHER_FANOUT"); !equal(v, ref("DispatcherConcurrency")) ||
+		!equal(props("DispatcherFunction")["ReservedConcurrentExecutions"], ref("DispatcherConcurrency")) {
+		t.Errorf("dispatcher fan-out %#v, reserved concurrency %#v; want both DispatcherConcurrency", v, props("DispatcherFunction")["ReservedConcurrentExecutions"])
+	}
+
+	// Every lambda:InvokeFunction grant, by the role that holds it.
+	grants := map[string][]string{}
+	add := func(role string, doc any) {
+		stmts, _ := samtemplate.Path(doc, "Statement")
+		for _, st := range stmts.([]any) {
+			m := st.(map[string]any)
+			if m["Action"] != "lambda:InvokeFunction" {
+				continue
+			}
+			rs, ok := m["Resource"].([]any)
+			if !ok {
+				rs = []any{m["Resource"]}
+			}
+			for _, r := range rs {
+				fn, _ := samtemplate.Path(r, "Fn::GetAtt", "0")
+				attr, _ := samtemplate.Path(r, "Fn::GetAtt", "1")
+				if attr != "Arn" {
+					t.Errorf("role %s: lambda:InvokeFunction on %#v, want a function's Arn", role, r)
+				}
+				grants[role] = append(grants[role], fmt.Sprint(fn))
+			}
+		}
+	}
+	for id, role := range tp.resources(t, "AWS::IAM::Role") {
+		pols, _ := samtemplate.Path(role, "Properties", "Policies")
+		for _, p := range pols.([]any) {
+			add(id, p.(map[string]any)["PolicyDocument"])
+		}
+	}
+	for id, pol := range tp.resources(t, "AWS::IAM::Policy") {
+		checkNoWildcard(t, id, pol)
+		roles, _ := samtemplate.Path(pol, "Properties", "Roles")
+		for _, r := range roles.([]any) {
+			add(r.(map[string]any)["Ref"].(string), pol["Properties"].(map[string]any)["PolicyDocument"])
+		}
+	}
+	for role := range grants {
+		slices.Sort(grants[role])
+	}
+	want := map[string][]string{
+		"PollerRole":     {"DispatcherFunction"},
+		"DispatcherRole": {"DispatcherFunction", "ReplierFunction"}, // the replier, and its own fan-out
+	}
+	if len(grants) != len(want) || !slices.Equal(grants["PollerRole"], want["PollerRole"]) || !slices.Equal(grants["DispatcherRole"], want["DispatcherRole"]) {
+		t.Errorf("lambda:InvokeFunction grants %v, want %v", grants, want)
 	}
 }
