@@ -35,6 +35,8 @@ type stackOptions struct {
 	concurrency   int    // the dispatcher's MOLECULE_CONCURRENCY; if not set, 16
 	fanout        int    // MOLECULE_DISPATCHER_FANOUT and the reserved concurrency; if not set, 4
 	pollerTimeout time.Duration
+	margin        string                // MOLECULE_DRAIN_MARGIN; if not set, 1s
+	platform      []moleculetest.Option // options of the platform double
 }
 
 func startRelayStack(t testing.TB, opts stackOptions) *relayStack {
@@ -52,8 +54,11 @@ func startRelayStack(t testing.TB, opts stackOptions) *relayStack {
 	if opts.pollerTimeout == 0 {
 		opts.pollerTimeout = 10 * time.Second
 	}
+	if opts.margin == "" {
+		opts.margin = "1s"
+	}
 	ns := natstest.Start(t)
-	plat := moleculetest.NewServer()
+	plat := moleculetest.NewServer(opts.platform...)
 	t.Cleanup(plat.Close)
 	s := &relayStack{svc: lambdaemu.StartService(t), plat: plat, pollerTime: opts.pollerTimeout}
 	s.agent = plat.CreateWorkspace("lambda-agent")
@@ -72,7 +77,7 @@ func startRelayStack(t testing.TB, opts stackOptions) *relayStack {
 		"MOLECULE_WORKSPACE_TOKEN=" + s.agent.Token,
 		"MOLECULE_HANDLER=" + opts.handler,
 		"MOLECULE_HANDLER_TIMEOUT=5s",
-		"MOLECULE_DRAIN_MARGIN=1s",
+		"MOLECULE_DRAIN_MARGIN=" + opts.margin,
 		"MOLECULE_LOG_FORMAT=json",
 		// What Lambda sets with the template's LoggingConfig.
 		"AWS_LAMBDA_LOG_FORMAT=JSON",

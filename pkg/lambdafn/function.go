@@ -268,6 +268,9 @@ func (f *Function) Invoke(ctx context.Context, _ json.RawMessage) (*Result, erro
 		defer cancel()
 	}
 	err := f.work(workCtx, res)
+	if f.stage == Dispatcher && workCtx.Err() != nil {
+		f.handOver(ctx)
+	}
 	// The wake-ups go out even after a failure: what was stored before it
 	// is still worth handling. The margin left after workCtx pays for them.
 	res.Woken = f.wakers.flush(ctx)

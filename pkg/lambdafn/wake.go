@@ -30,10 +30,12 @@ type wakeSettings struct {
 	WakeInterval config.Seconds `env:"MOLECULE_WAKE_INTERVAL" envDefault:"1s"`
 	// Fanout is the most dispatcher invocations that run at once: a
 	// dispatcher invocation starts more of its own function (its
-	// AWS_LAMBDA_FUNCTION_NAME) while the backlog needs them. 1 (the
-	// default) starts none. The template sets it to the dispatcher's
-	// reserved concurrency.
-	Fanout int `env:"MOLECULE_DISPATCHER_FANOUT" envDefault:"1"`
+	// AWS_LAMBDA_FUNCTION_NAME) while the backlog needs them, and one more
+	// when it ends at its deadline with messages left. If not set (0), a
+	// dispatcher never invokes itself and work left waits for a wake-up or
+	// the schedule. The template sets it to the dispatcher's reserved
+	// concurrency.
+	Fanout int `env:"MOLECULE_DISPATCHER_FANOUT" envDefault:"0"`
 }
 
 // wakers are a function's wake-ups of other functions; nil ones are off.
@@ -49,8 +51,8 @@ type wakers struct {
 // newWakers builds the wake-ups stage sends, from the environment m.
 func newWakers(stage Stage, s wakeSettings, m map[string]string, log *slog.Logger) (wakers, error) {
 	w := wakers{fanout: s.Fanout, log: log}
-	if s.Fanout < 1 {
-		return w, fmt.Errorf("MOLECULE_DISPATCHER_FANOUT: %d; want at least 1", s.Fanout)
+	if s.Fanout < 0 {
+		return w, fmt.Errorf("MOLECULE_DISPATCHER_FANOUT: %d; want 0 (no self-invocation) or more", s.Fanout)
 	}
 	if s.WakeInterval.D() <= 0 {
 		return w, errors.New("MOLECULE_WAKE_INTERVAL: must be positive")
@@ -61,13 +63,13 @@ func newWakers(stage Stage, s wakeSettings, m map[string]string, log *slog.Logge
 		targets[&w.dispatcher] = s.DispatcherFunction
 	case Dispatcher:
 		targets[&w.replier] = s.ReplierFunction
-		if s.Fanout > 1 {
+		if s.Fanout > 0 {
 			self := s.DispatcherFunction
 			if self == "" {
 				self = m["AWS_LAMBDA_FUNCTION_NAME"]
 			}
 			if self == "" {
-				return w, errors.New("MOLECULE_DISPATCHER_FANOUT > 1 needs the dispatcher's own name: AWS_LAMBDA_FUNCTION_NAME (set by Lambda) or MOLECULE_DISPATCHER_FUNCTION")
+				return w, errors.New("MOLECULE_DISPATCHER_FANOUT needs the dispatcher's own name: AWS_LAMBDA_FUNCTION_NAME (set by Lambda) or MOLECULE_DISPATCHER_FUNCTION")
 			}
 			targets[&w.self] = self
 		}
@@ -137,32 +139,50 @@ func (w *wakers) flush(ctx context.Context) int {
 // throttled by Lambda and retried from its asynchronous queue, where they
 // find an empty queue and end after MOLECULE_DRAIN_IDLE.
 func (f *Function) fanOut(ctx context.Context) {
-	if f.wakers.self == nil || f.rt.Topo.Dispatcher == nil {
+	f.startMore(ctx, "fan-out", 1)
+}
+
+// handOver runs when a drain ended: if it ended at the deadline with
+// messages still undelivered, the next invocations start now rather than
+// at the next wake-up or schedule (this one no longer counts as running).
+func (f *Function) handOver(ctx context.Context) {
+	f.startMore(ctx, "hand-over", 0)
+}
+
+func (f *Function) startMore(ctx context.Context, why string, self int) {
+	if f.wakers.self == nil || f.rt == nil || f.rt.Topo.Dispatcher == nil {
 		return
 	}
-	ictx, cancel := context.WithTimeout(ctx, 2*time.Second)
+	ictx, cancel := context.WithTimeout(ctx, time.Second)
 	defer cancel()
 	info, err := f.rt.Topo.Dispatcher.Info(ictx)
 	if err != nil {
-		f.log.Warn("fan-out: consumer info not read; no more dispatchers started", "error", err)
+		f.log.Warn(why+": consumer info not read; no more dispatchers started", "error", err)
 		return
 	}
-	extra := fanOutCount(info.NumPending, uint64(info.NumAckPending), f.cfg.Concurrency, f.wakers.fanout)
+	extra := fanOutCount(info.NumPending, uint64(info.NumAckPending), f.cfg.Concurrency, f.wakers.fanout, self)
 	if extra > 0 {
-		f.log.Info("fan-out: starting more dispatcher invocations", "pending", info.NumPending, "ack_pending", info.NumAckPending, "starting", extra)
+		f.log.Info(why+": starting more dispatcher invocations", "pending", info.NumPending, "ack_pending", info.NumAckPending, "starting", extra)
 		f.wakers.self.Wake(extra)
 	}
 }
 
-// fanOutCount is how many more dispatcher invocations to start.
-func fanOutCount(pending, ackPending uint64, perInvocation, most int) int {
+// fanOutCount is how many more dispatcher invocations to start: the
+// backlog's worth, at most most, less the running ones (estimated from
+// what they hold unacknowledged, plus self that fetched nothing yet).
+// Undelivered messages always get at least one.
+func fanOutCount(pending, ackPending uint64, perInvocation, most, self int) int {
 	if perInvocation < 1 {
 		perInvocation = 1
 	}
 	per := uint64(perInvocation)
 	want := min(int((pending+ackPending+per-1)/per), most)
-	running := int((ackPending+per-1)/per) + 1 // this invocation has fetched nothing yet
-	return max(want-running, 0)
+	running := int((ackPending+per-1)/per) + self
+	n := max(want-running, 0)
+	if n == 0 && pending > 0 && self == 0 {
+		n = 1
+	}
+	return n
 }
 
 // fits fails an invocation whose deadline leaves no room for the stage's

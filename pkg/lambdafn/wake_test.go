@@ -17,21 +17,27 @@ import (
 
 func TestFanOutCount(t *testing.T) {
 	tests := []struct {
-		pending, ackPending uint64
-		per, most, want     int
+		pending, ackPending   uint64
+		per, most, self, want int
 	}{
-		{0, 0, 16, 10, 0},         // nothing queued
-		{1, 0, 16, 10, 0},         // this invocation suffices
-		{1000, 0, 16, 10, 9},      // a burst: up to the bound, this one included
-		{1000, 0, 16, 1, 0},       // fan-out off
-		{40, 0, 16, 10, 2},        // 3 invocations' worth
-		{1000, 16 * 9, 16, 10, 0}, // nine at work already, plus this one
-		{1000, 16 * 4, 16, 10, 5}, // four at work
-		{5, 0, 0, 10, 4},          // a zero capacity counts as 1
+		{0, 0, 16, 10, 1, 0},         // nothing queued
+		{1, 0, 16, 10, 1, 0},         // this invocation suffices
+		{1000, 0, 16, 10, 1, 9},      // a burst: up to the bound, this one included
+		{1000, 0, 16, 1, 1, 0},       // one at a time
+		{40, 0, 16, 10, 1, 2},        // 3 invocations' worth
+		{1000, 16 * 9, 16, 10, 1, 0}, // nine at work already, plus this one
+		{1000, 16 * 4, 16, 10, 1, 5}, // four at work
+		{5, 0, 0, 10, 1, 4},          // a zero capacity counts as 1
+		// Hand-over (self 0: this invocation is ending).
+		{0, 3, 16, 10, 0, 0},       // nothing undelivered
+		{500, 0, 16, 1, 0, 1},      // one at a time: the next one
+		{500, 16, 16, 1, 0, 1},     // another holds messages: still one more queued
+		{500, 0, 16, 10, 0, 10},    // the backlog's worth
+		{500, 16 * 3, 16, 4, 0, 1}, // three at work, bound 4
 	}
 	for _, tc := range tests {
-		if got := fanOutCount(tc.pending, tc.ackPending, tc.per, tc.most); got != tc.want {
-			t.Errorf("fanOutCount(%d, %d, %d, %d) = %d, want %d", tc.pending, tc.ackPending, tc.per, tc.most, got, tc.want)
+		if got := fanOutCount(tc.pending, tc.ackPending, tc.per, tc.most, tc.self); got != tc.want {
+			t.Errorf("fanOutCount(%d, %d, %d, %d, %d) = %d, want %d", tc.pending, tc.ackPending, tc.per, tc.most, tc.self, got, tc.want)
 		}
 	}
 }
@@ -137,7 +143,9 @@ func TestWakeSettings(t *testing.T) {
 		{Poller, append(aws, "MOLECULE_DISPATCHER_FUNCTION=arn:aws:lambda:us-east-1:1:function:d"), "arn:aws:lambda:us-east-1:1:function:d", "", "", ""},
 		{Dispatcher, append(aws, "MOLECULE_REPLIER_FUNCTION=r"), "", "r", "", ""},
 		{Dispatcher, append(aws, "MOLECULE_DISPATCHER_FANOUT=4"), "", "", "relay-dispatcher", ""},
-		{Dispatcher, []string{"MOLECULE_DISPATCHER_FANOUT=0"}, "", "", "", "MOLECULE_DISPATCHER_FANOUT"},
+		{Dispatcher, []string{"MOLECULE_DISPATCHER_FANOUT=-1"}, "", "", "", "MOLECULE_DISPATCHER_FANOUT"},
+		{Dispatcher, []string{"MOLECULE_DISPATCHER_FANOUT=1"}, "", "", "", "AWS_LAMBDA_FUNCTION_NAME"},
+		{Dispatcher, []string{"MOLECULE_DISPATCHER_FANOUT=1", "AWS_LAMBDA_FUNCTION_NAME=d"}, "", "", "", "AWS_REGION"},
 		{Dispatcher, []string{"MOLECULE_REPLIER_FUNCTION=r"}, "", "", "", "AWS_REGION"},
 		{Replier, append(aws, "MOLECULE_REPLIER_FUNCTION=r", "MOLECULE_DISPATCHER_FUNCTION=d"), "", "", "", ""},
 	}
