@@ -35,6 +35,7 @@ type stackOptions struct {
 	concurrency   int    // the dispatcher's MOLECULE_CONCURRENCY; if not set, 16
 	fanout        int    // MOLECULE_DISPATCHER_FANOUT and the reserved concurrency; if not set, 4
 	pollerTimeout time.Duration
+	dispTimeout   time.Duration         // the dispatcher's function timeout; if not set, 15 s
 	margin        string                // MOLECULE_DRAIN_MARGIN; if not set, 1s
 	platform      []moleculetest.Option // options of the platform double
 }
@@ -53,6 +54,9 @@ func startRelayStack(t testing.TB, opts stackOptions) *relayStack {
 	}
 	if opts.pollerTimeout == 0 {
 		opts.pollerTimeout = 10 * time.Second
+	}
+	if opts.dispTimeout == 0 {
+		opts.dispTimeout = 15 * time.Second
 	}
 	if opts.margin == "" {
 		opts.margin = "1s"
@@ -87,7 +91,7 @@ func startRelayStack(t testing.TB, opts stackOptions) *relayStack {
 	s.repl = s.svc.AddFunction(lambdaemu.FunctionConfig{Name: "relay-replier", Bootstrap: filepath.Join(dir, "replier"),
 		Timeout: replierTimeout, Env: with()})
 	s.disp = s.svc.AddFunction(lambdaemu.FunctionConfig{Name: "relay-dispatcher", Bootstrap: filepath.Join(dir, "dispatcher"),
-		Timeout: 15 * time.Second, ReservedConcurrency: opts.fanout,
+		Timeout: opts.dispTimeout, ReservedConcurrency: opts.fanout,
 		Env: with("MOLECULE_REPLIER_FUNCTION=relay-replier", fmt.Sprintf("MOLECULE_DISPATCHER_FANOUT=%d", opts.fanout),
 			fmt.Sprintf("MOLECULE_CONCURRENCY=%d", opts.concurrency))})
 	s.poller = s.svc.AddFunction(lambdaemu.FunctionConfig{Name: "relay-poller", Bootstrap: filepath.Join(dir, "poller"),
@@ -193,7 +197,10 @@ func TestFunctionsEventDriven(t *testing.T) {
 		_, _ = fmt.Fprint(w, `{"reply":"handled"}`)
 	}))
 	t.Cleanup(hs.Close)
-	s := startRelayStack(t, stackOptions{handler: "http:" + hs.URL + "/slow", concurrency: 2, fanout: 4})
+	// A 9 s dispatcher with a 5 s handler timeout admits handlers for its
+	// first second only (9 s - 1 s margin - 5 s - 2 s start margin): the
+	// burst needs successors, not just the first four invocations.
+	s := startRelayStack(t, stackOptions{handler: "http:" + hs.URL + "/slow", concurrency: 2, fanout: 4, dispTimeout: 9 * time.Second})
 	t.Cleanup(func() { s.dump(t) })
 
 	sentAt := s.send(t, "hello canvas", false)
@@ -217,7 +224,8 @@ func TestFunctionsEventDriven(t *testing.T) {
 	}
 
 	// The burst: 24 messages for a 400 ms handler, 2 at a time per
-	// dispatcher invocation, fan-out 4.
+	// dispatcher invocation, fan-out 4: at most 8 handlers at once, so more
+	// than one second of work, more than four invocations can admit.
 	const burst = 24
 	for i := range burst {
 		s.send(t, fmt.Sprintf("burst %d", i), i%3 != 0)
@@ -228,6 +236,9 @@ func TestFunctionsEventDriven(t *testing.T) {
 		burst, s.disp.Environments(), most, slow.Load())
 	if most < 2 {
 		t.Errorf("at most %d dispatcher invocation(s) at once; want the burst spread over several", most)
+	}
+	if !strings.Contains(s.disp.Output(), `"message":"hand-over: starting more dispatcher invocations"`) {
+		t.Errorf("no dispatcher handed over; the burst needed successors beyond the first invocations")
 	}
 	if n := slow.Load(); n != 2+burst {
 		t.Errorf("handler ran %d times for %d messages", n, 2+burst)

@@ -268,7 +268,9 @@ func (f *Function) Invoke(ctx context.Context, _ json.RawMessage) (*Result, erro
 		defer cancel()
 	}
 	err := f.work(workCtx, res)
-	if f.stage == Dispatcher && workCtx.Err() != nil {
+	if f.stage == Dispatcher && err == nil {
+		// The drain also ends before the deadline, once no handler can
+		// start any more: whatever is still undelivered needs successors.
 		f.handOver(ctx)
 	}
 	// The wake-ups go out even after a failure: what was stored before it

@@ -142,9 +142,10 @@ func (f *Function) fanOut(ctx context.Context) {
 	f.startMore(ctx, "fan-out", 1)
 }
 
-// handOver runs when a drain ended: if it ended at the deadline with
-// messages still undelivered, the next invocations start now rather than
-// at the next wake-up or schedule (this one no longer counts as running).
+// handOver runs when a drain ended: if messages are still undelivered (the
+// drain ran out of time for another handler), the next invocations start
+// now rather than at the next wake-up or schedule (this one no longer
+// counts as running). After an idle drain it finds nothing to do.
 func (f *Function) handOver(ctx context.Context) {
 	f.startMore(ctx, "hand-over", 0)
 }
