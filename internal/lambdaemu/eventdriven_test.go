@@ -23,11 +23,11 @@ import (
 // the dispatcher (by ARN), the dispatcher wakes the replier (by name) and
 // fans out to itself. Only the poller has a schedule.
 type relayStack struct {
-	svc                      *lambdaemu.Service
-	poller, disp, repl       *lambdaemu.Function
-	plat                     *moleculetest.Server
-	agent, peer              moleculetest.Workspace
-	pollerPeriod, pollerTime time.Duration
+	svc                *lambdaemu.Service
+	poller, disp, repl *lambdaemu.Function
+	plat               *moleculetest.Server
+	agent, peer        moleculetest.Workspace
+	pollerTime         time.Duration
 }
 
 type stackOptions struct {

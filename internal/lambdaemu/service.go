@@ -375,7 +375,7 @@ func checkSignature(r *http.Request, body []byte) error {
 	auth := r.Header.Get("Authorization")
 	m := authHeader.FindStringSubmatch(auth)
 	if m == nil {
-		return fmt.Errorf("Authorization %q is not a SigV4 header for the lambda service", auth)
+		return fmt.Errorf("the Authorization header %q is not a SigV4 header for the lambda service", auth)
 	}
 	if m[1] != ServiceAccessKeyID {
 		return fmt.Errorf("unknown access key %s", m[1])
