@@ -268,9 +268,12 @@ func (f *Function) Invoke(ctx context.Context, _ json.RawMessage) (*Result, erro
 		defer cancel()
 	}
 	err := f.work(workCtx, res)
-	if f.stage == Dispatcher && err == nil {
+	if f.stage == Dispatcher && err == nil && res.Handled+res.DeadLettered > 0 {
 		// The drain also ends before the deadline, once no handler can
 		// start any more: whatever is still undelivered needs successors.
+		// A drain that took nothing does not chain: whatever keeps the
+		// messages from it would keep them from a successor too, and the
+		// schedule retries.
 		f.handOver(ctx)
 	}
 	// The wake-ups go out even after a failure: what was stored before it

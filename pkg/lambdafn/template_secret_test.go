@@ -38,10 +38,15 @@ func TestTemplateBareTokenSecretLoads(t *testing.T) {
 		"PlatformUrl": "https://acme.moleculesai.app", "WorkspaceIds": ws, "NatsUrl": "nats://127.0.0.1:4222",
 		"NatsCredsSecretArn": natsARN, "WorkspaceTokensSecretArn": tokensARN, "StreamReplicas": "3",
 		"TopologyMode": "lookup", "LogLevel": "INFO",
+		// A function's Ref is its name.
+		"DispatcherFunction": "relay-dispatcher", "ReplierFunction": "relay-replier",
 	}
 	for _, fn := range []string{"PollerFunction", "ReplierFunction"} {
 		t.Run(fn, func(t *testing.T) {
-			environ := []string{EnvExtensionPort + "=" + port, "AWS_SESSION_TOKEN=session-token"}
+			// What Lambda sets: the region and the role's credentials, which
+			// the wake-ups sign with.
+			environ := []string{EnvExtensionPort + "=" + port, "AWS_SESSION_TOKEN=session-token",
+				"AWS_REGION=us-east-1", "AWS_ACCESS_KEY_ID=ASIAEXAMPLE", "AWS_SECRET_ACCESS_KEY=secret"}
 			for _, path := range [][]string{
 				{"Globals", "Function", "Environment", "Variables"},
 				{"Resources", fn, "Properties", "Environment", "Variables"},
