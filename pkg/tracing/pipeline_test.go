@@ -117,13 +117,27 @@ func TestOneTraceFromPollToPost(t *testing.T) {
 	if !httpUnderPost {
 		t.Error("no otelhttp client span under the post span: the platform client is not instrumented")
 	}
-	checkLogTraceID(t, logs.String(), post.SpanContext().TraceID().String())
+	checkLogTraceID(t, &logs, post.SpanContext().TraceID().String())
 }
 
 // checkLogTraceID: the dispatcher's and the replier's log lines about the
-// message carry its trace id.
-func checkLogTraceID(t *testing.T, logs, traceID string) {
+// message carry its trace id. The replier logs the post after its span
+// ended, so the line may come a moment after the span: wait for it.
+func checkLogTraceID(t *testing.T, logs *syncBuffer, traceID string) {
 	t.Helper()
+	t.Cleanup(func() {
+		if t.Failed() {
+			t.Logf("stages that logged trace_id %s: %v\n%s", traceID, stagesLogging(logs.String(), traceID), logs.String())
+		}
+	})
+	pipelinetest.Eventually(t, 10*time.Second, "log lines with the trace id from the dispatcher and the replier", func() bool {
+		stages := stagesLogging(logs.String(), traceID)
+		return stages["dispatcher"] && stages["replier"]
+	})
+}
+
+// stagesLogging returns the stages that wrote a log line carrying traceID.
+func stagesLogging(logs, traceID string) map[string]bool {
 	stages := map[string]bool{}
 	for _, line := range strings.Split(strings.TrimSpace(logs), "\n") {
 		var m map[string]any
@@ -134,7 +148,5 @@ func checkLogTraceID(t *testing.T, logs, traceID string) {
 			stages[s] = true
 		}
 	}
-	if !stages["dispatcher"] || !stages["replier"] {
-		t.Errorf("log lines with trace_id %s from stages %v, want dispatcher and replier\n%s", traceID, stages, logs)
-	}
+	return stages
 }
