@@ -114,7 +114,7 @@ func runStages(ctx context.Context, env *cliEnv, name string, args []string, sta
 		printOnce(env, rep)
 	}
 	if !rep.OK() {
-		return fmt.Errorf("%w: %d error(s), %d dead-lettered", relay.ErrSomethingFailed, len(rep.Errors), rep.DeadLettered)
+		return fmt.Errorf("%w: %d failure(s), %d error(s), %d dead-lettered (see the report)", relay.ErrSomethingFailed, len(rep.Failures), len(rep.Errors), rep.DeadLettered)
 	}
 	return nil
 }
@@ -127,6 +127,7 @@ func printOnce(env *cliEnv, rep *relay.OnceReport) {
 		}
 	}
 	fmt.Fprintf(env.stdout, "handled %d, replied %d, dead-lettered %d\n", rep.Handled, rep.Replied, rep.DeadLettered)
+	relay.PrintFailures(env.stdout, rep.Failures)
 	for _, e := range rep.Errors {
 		fmt.Fprintln(env.stdout, "error:", e)
 	}

@@ -99,6 +99,7 @@ func worker(ctx context.Context, stage Stage, args, environ []string, stdout, st
 	}
 	_ = json.NewEncoder(stdout).Encode(rep)
 	if !rep.OK() {
+		relay.PrintFailures(stderr, rep.Failures)
 		return 1
 	}
 	return 0

@@ -78,6 +78,8 @@ type workspace struct {
 
 	// cycleMu serialises poll cycles of one workspace within this process.
 	cycleMu sync.Mutex
+	// errs logs poll failures once per change.
+	errs repeatLog
 
 	mu          sync.Mutex
 	notBefore   time.Time // no activity request before this (429, budget)
@@ -299,6 +301,14 @@ func (p *Poller) cycle(ctx context.Context, w *workspace, o cycleOpts) (res Work
 		if !res.Stopped && !res.Paused {
 			w.recordOutcome(res.Err)
 		}
+		// A stop was logged where it was decided; anything else is logged
+		// here, once per change.
+		switch {
+		case res.Err == nil:
+			w.errs.ok(w.log)
+		case !res.Stopped && ctx.Err() == nil:
+			w.errs.failed(w.log, res.Err)
+		}
 	}()
 
 	// A workspace known to be deleted: confirm (unauthenticated, cheap) and
@@ -399,10 +409,7 @@ func (p *Poller) cycle(ctx context.Context, w *workspace, o cycleOpts) (res Work
 			r.Generation, r.ProbedAt, r.Stopped = molecule.GenerationOld.String(), now, StoppedOldPlatform
 		})
 	default:
-		res.Err = err
-		if ctx.Err() == nil {
-			w.log.Warn("poller: poll failed", "error", err)
-		}
+		res.Err = err // logged by the deferred report
 	}
 	return res
 }
@@ -509,6 +516,9 @@ func (p *Poller) register(ctx context.Context, w *workspace, res *WorkspaceResul
 	}
 	if err != nil {
 		res.Err = fmt.Errorf("poller: register: %w", err)
+		if st := molecule.StatusOf(err); st >= 400 && st < 500 && st != 429 {
+			res.Err = fmt.Errorf("%w: %w", ErrRegistrationRefused, err)
+		}
 		return true
 	}
 	switch {

@@ -87,11 +87,24 @@ type OnceReport struct {
 	Handled      uint64         `json:"handled"`
 	Replied      uint64         `json:"replied"`
 	DeadLettered uint64         `json:"dead_lettered"`
-	Errors       []string       `json:"errors,omitempty"`
+	// Failures names each workspace or stage that did not do its work,
+	// with its cause and what to do.
+	Failures []Failure `json:"failures,omitempty"`
+	// Errors are failures tied to no workspace or stage: a consumer that
+	// could not be read, a stage that could not finish.
+	Errors []string `json:"errors,omitempty"`
 }
 
-// OK is true when nothing failed and nothing was dead-lettered.
-func (r *OnceReport) OK() bool { return len(r.Errors) == 0 && r.DeadLettered == 0 }
+// OK is true when every workspace was polled (none unauthorized, removed,
+// paused, unreachable, without poll mode or refused registration), nothing
+// was dead-lettered and nothing is left queued.
+func (r *OnceReport) OK() bool {
+	return len(r.Errors) == 0 && len(r.Failures) == 0 && r.DeadLettered == 0
+}
+
+func (r *OnceReport) fail(f Failure) {
+	r.Failures = append(r.Failures, f)
+}
 
 // Once polls every workspace once, processes everything fetched (and
 // anything already queued), delivers every reply, and returns. idle is how
@@ -105,7 +118,12 @@ func (rt *Runtime) Once(ctx context.Context, s Stages, idle time.Duration) (*Onc
 		}
 		res, err := p.RunOnce(ctx)
 		rep.Poll = &res
-		if err != nil {
+		// RunOnce fails only when ctx ended; each workspace's failure is
+		// in its result and fails the run.
+		for _, f := range pollFailures(&res) {
+			rep.fail(f)
+		}
+		if err != nil && len(rep.Failures) == 0 {
 			rep.Errors = append(rep.Errors, "poll: "+err.Error())
 		}
 	}
@@ -120,6 +138,9 @@ func (rt *Runtime) Once(ctx context.Context, s Stages, idle time.Duration) (*Onc
 		}
 		st, err := d.Drain(ctx, idle)
 		rep.Handled, rep.DeadLettered = st.Handled, rep.DeadLettered+st.DeadLettered
+		if st.DeadLettered > 0 {
+			rep.fail(deadLettered("dispatch", st.DeadLettered))
+		}
 		if err != nil {
 			rep.Errors = append(rep.Errors, "dispatch: "+err.Error())
 		}
@@ -131,6 +152,9 @@ func (rt *Runtime) Once(ctx context.Context, s Stages, idle time.Duration) (*Onc
 		}
 		st, err := r.Drain(ctx, idle)
 		rep.Replied, rep.DeadLettered = st.Notified+st.SentA2A+st.Reconciled, rep.DeadLettered+st.DeadLettered
+		if st.DeadLettered > 0 {
+			rep.fail(deadLettered("reply", st.DeadLettered))
+		}
 		if err != nil {
 			rep.Errors = append(rep.Errors, "reply: "+err.Error())
 		}
@@ -152,7 +176,7 @@ func (rt *Runtime) Once(ctx context.Context, s Stages, idle time.Duration) (*Onc
 		if err != nil {
 			rep.Errors = append(rep.Errors, err.Error())
 		} else if n > 0 {
-			rep.Errors = append(rep.Errors, fmt.Sprintf("%d %s message(s) still queued (retrying later, or out of time)", n, c.name))
+			rep.fail(pending(c.name, n))
 		}
 	}
 	return rep, nil
