@@ -28,7 +28,6 @@ import (
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/trace"
 	"log/slog"
-	"net/http"
 	"time"
 
 	"github.com/cenkalti/backoff/v4"
@@ -440,6 +439,10 @@ func (r *Replier) post(runCtx context.Context, j *job, rec dlq.ReplyRecord, rev 
 	r.observePost(j, start, err)
 	span.End()
 	cancel()
+	if err != nil && classifyRefusal(j.route, err).verdict == delivered {
+		j.log.Info("replier: the platform answered an error but confirmed the peer received the reply", "error", err)
+		err = nil
+	}
 	if err != nil {
 		r.stats.postErrors.Add(1)
 		r.postFailed(runCtx, j, rev, err)
@@ -514,48 +517,26 @@ func (r *Replier) send(ctx context.Context, j *job) error {
 	return err
 }
 
-// failure kinds of a post.
-type failure int
-
-const (
-	// maybeDelivered: the platform may have processed the request
-	// (transport error after sending, gateway error, our own timeout).
-	maybeDelivered failure = iota
-	// notDelivered: the answer proves the request was not processed
-	// (429, 503 with an error code): safe to post again.
-	notDelivered
-	// permanentFailure: a 4xx answer (or a request refused client-side)
-	// that retrying cannot fix; nothing was processed.
-	permanentFailure
-)
-
-func classify(err error) failure {
-	var ae *molecule.APIError
-	isAPI := errors.As(err, &ae)
-	switch {
-	case errors.Is(err, molecule.ErrRateLimited):
-		return notDelivered
-	case isAPI && ae.StatusCode == http.StatusServiceUnavailable && ae.Code != "":
-		return notDelivered
-	case errors.Is(err, molecule.ErrInvalidArgument):
-		return permanentFailure
-	case isAPI && ae.StatusCode >= 400 && ae.StatusCode < 500:
-		return permanentFailure
-	}
-	return maybeDelivered
-}
-
 func (r *Replier) postFailed(runCtx context.Context, j *job, rev uint64, err error) {
-	kind := classify(err)
-	switch kind {
+	rf := classifyRefusal(j.route, err)
+	cause := err
+	if rf.reason != "" {
+		cause = fmt.Errorf("%s: %w", rf.reason, err)
+	}
+	switch rf.verdict {
 	case permanentFailure:
 		r.forgetPosting(runCtx, j, rev)
-		cause := err
-		if errors.Is(err, molecule.ErrUnauthorized) {
-			cause = fmt.Errorf("the platform refused workspace %s's token (401): the workspace was probably deleted or its token revoked; fix the token, then replay this dead letter: %w", j.rep.WorkspaceID, err)
-		}
-		j.log.Warn("replier: the platform refused the reply permanently", "error", err, "status", molecule.StatusOf(err))
+		j.log.Warn("replier: the platform refused the reply permanently; dead-lettering it", "error", err, "status", molecule.StatusOf(err), "action", rf.reason)
 		r.deadLetter(runCtx, j, events.ReasonPermanent, cause)
+	case refusedForNow:
+		r.forgetPosting(runCtx, j, rev)
+		if j.meta.NumDelivered >= RefusalRetries {
+			j.log.Warn("replier: the platform kept refusing the reply; dead-lettering it", "error", err, "deliveries", j.meta.NumDelivered, "action", rf.reason)
+			r.deadLetter(runCtx, j, events.ReasonPermanent, cause)
+			return
+		}
+		j.log.Warn("replier: the platform refused the reply; retrying a few times before dead-lettering it", "error", err, "deliveries", j.meta.NumDelivered, "of", RefusalRetries)
+		r.retry(runCtx, j, molecule.RetryAfterOf(err), false, cause)
 	case notDelivered:
 		r.forgetPosting(runCtx, j, rev)
 		j.log.Warn("replier: post refused for now; retrying later", "error", err, "retry_after", molecule.RetryAfterOf(err))
