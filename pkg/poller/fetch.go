@@ -167,7 +167,7 @@ func (p *Poller) fetchFromCursor(ctx context.Context, w *workspace, res *Workspa
 		newest := page.Newest()
 		cur, err = p.saveCursor(ctx, w.id, cur, cursorValue{
 			Cursor: newest.ID, CreatedAt: newest.CreatedAt, UpdatedAt: time.Now().UTC(), Generation: res.Generation.String(),
-		})
+		}, res.published)
 		if err != nil {
 			return err
 		}
@@ -241,6 +241,8 @@ func (p *Poller) seed(ctx context.Context, w *workspace, cur *cursorEntry, lost 
 		if err != nil {
 			return nil, err
 		}
+		v.Recent = cur.Recent // recognise what was published before a lost cursor
+		before := res.Published
 		if err := p.deliver(ctx, w, rows, &v, time.Now().UTC(), res); err != nil {
 			return nil, err
 		}
@@ -248,7 +250,10 @@ func (p *Poller) seed(ctx context.Context, w *workspace, cur *cursorEntry, lost 
 			newest = &rows[len(rows)-1]
 		}
 		if cold && len(rows) > 0 {
-			w.log.Info("poller: cold start; delivered the backlog window", "rows", len(rows), "window", window)
+			// Rows read are not rows delivered: own notifies, rows below
+			// the floor and duplicates are among them.
+			w.log.Info("poller: cold start; read the backlog window", "rows_read", len(rows),
+				"published", res.Published-before, "window", window)
 		}
 	} else {
 		page, err := p.activity(ctx, w, molecule.ActivityQuery{Type: activityType, Limit: 1}, res)
@@ -266,7 +271,7 @@ func (p *Poller) seed(ctx context.Context, w *workspace, cur *cursorEntry, lost 
 	} else if !cold && !lost {
 		return cur, nil // still empty: keep the original seed time
 	}
-	ncur, err := p.saveCursor(ctx, w.id, cur, v)
+	ncur, err := p.saveCursor(ctx, w.id, cur, v, res.published)
 	if err != nil {
 		return nil, err
 	}
@@ -347,12 +352,21 @@ func (p *Poller) overlap(ctx context.Context, w *workspace, res *WorkspaceResult
 		return err
 	}
 	res.Overlap = true
-	before := res.Published
+	before, mark := res.Published, len(res.published)
 	if err := p.deliver(ctx, w, rows, &cur.cursorValue, time.Now().UTC(), res); err != nil {
 		return err
 	}
-	if n := res.Published - before; n > 0 {
-		w.log.Info("poller: overlap re-read delivered rows the cursor had skipped (late commits)", "rows", n)
+	n := res.Published - before
+	if n == 0 {
+		w.log.Debug("poller: overlap re-read", "reread", len(rows), "new", 0)
+		return nil
+	}
+	w.log.Info("poller: overlap re-read found rows the cursor had skipped (late commits)", "reread", len(rows), "new", n)
+	// Remember them, so the next re-read does not publish them again. The
+	// cursor itself does not move; another poller's save wins.
+	v := cur.cursorValue
+	if _, err := p.saveCursor(ctx, w.id, cur, v, res.published[mark:]); err != nil && !errors.Is(err, errCursorMoved) {
+		return err
 	}
 	return nil
 }
@@ -403,12 +417,17 @@ func (p *Poller) deliver(ctx context.Context, w *workspace, rows []molecule.Acti
 	type pending struct {
 		f         jetstream.PubAckFuture
 		activity  string
+		createdAt time.Time
 		deadLeter bool
 	}
 	var futures []pending
 	for _, row := range rows {
 		if floor.excluded(row.ID, row.CreatedAt) {
 			res.Skipped[SkipBeforeSeed]++
+			continue
+		}
+		if floor.alreadyPublished(row) {
+			res.Skipped[SkipPublished]++
 			continue
 		}
 		if row.Method == "notify" && row.ID != "" {
@@ -464,7 +483,7 @@ func (p *Poller) deliver(ctx context.Context, w *workspace, rows []molecule.Acti
 		if err != nil {
 			return fmt.Errorf("poller: publish inbound %s: %w", m.ActivityID, err)
 		}
-		futures = append(futures, pending{f: f, activity: m.ActivityID})
+		futures = append(futures, pending{f: f, activity: m.ActivityID, createdAt: row.CreatedAt})
 	}
 	if len(futures) == 0 {
 		return nil
@@ -481,6 +500,9 @@ func (p *Poller) deliver(ctx context.Context, w *workspace, rows []molecule.Acti
 				res.Duplicates++
 			default:
 				res.Published++
+			}
+			if !pf.deadLeter {
+				res.published = append(res.published, recentID{pf.activity, pf.createdAt})
 			}
 		case err := <-pf.f.Err():
 			if firstErr == nil {

@@ -176,6 +176,10 @@ type WorkspaceResult struct {
 	Stopped bool
 	// Err is the cycle's failure, nil on success.
 	Err error
+
+	// published are the rows JetStream acknowledged in this cycle, for
+	// the cursor's recent set.
+	published []recentID
 }
 
 // MarshalJSON renders the result with Generation as "new"/"old"/"unknown"

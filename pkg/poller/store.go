@@ -38,6 +38,9 @@ type cursorValue struct {
 	// so no later window read (overlap, 410 recovery) delivers them.
 	Floor   time.Time `json:"floor,omitzero"`
 	FloorID string    `json:"floor_id,omitempty"`
+	// Recent maps the activity ids this relay recently published to their
+	// created_at (Unix µs), so that a re-read recognises them (recent.go).
+	Recent map[string]int64 `json:"recent,omitempty"`
 }
 
 // excluded reports whether row lies below the floor.
@@ -71,10 +74,12 @@ func (p *Poller) loadCursor(ctx context.Context, ws string) (*cursorEntry, error
 
 // saveCursor advances the cursor with compare-and-set: Create for a new key,
 // Update on the loaded revision otherwise. A conflict returns errCursorMoved.
-func (p *Poller) saveCursor(ctx context.Context, ws string, cur *cursorEntry, v cursorValue) (*cursorEntry, error) {
+// The rows published since (published) join the recent set.
+func (p *Poller) saveCursor(ctx context.Context, ws string, cur *cursorEntry, v cursorValue, published []recentID) (*cursorEntry, error) {
 	if v.Floor.IsZero() && v.FloorID == "" {
 		v.Floor, v.FloorID = cur.Floor, cur.FloorID
 	}
+	v.Recent = mergeRecent(cur.Recent, published, p.recentKeep(), time.Now())
 	data, err := json.Marshal(v)
 	if err != nil {
 		return nil, err
