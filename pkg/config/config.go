@@ -84,6 +84,11 @@ type Config struct {
 	// SSE holds the workspace event stream for instant wake-ups in
 	// long-running mode. Default true.
 	SSE bool `env:"MOLECULE_SSE" envDefault:"true"`
+	// Checkpoint: connect --once writes its cursor as a checkpoint row on
+	// each workspace's own feed at the end of a clean run, and a run whose
+	// store has no cursor resumes from the newest checkpoint (an ephemeral
+	// CI runner). Default true.
+	Checkpoint bool `env:"MOLECULE_CHECKPOINT" envDefault:"true"`
 
 	// Handler is the dispatcher's handler spec: echo, exec:<prog> [args],
 	// http:<url>, openai:<base url>. Default "echo".

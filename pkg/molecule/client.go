@@ -295,6 +295,8 @@ type runtimeMetadata struct {
 	Capabilities       Capabilities `json:"capabilities"`
 	IdleTimeoutSeconds int          `json:"idle_timeout_seconds,omitempty"`
 	RelayVersion       string       `json:"relay_version"`
+	// RelayInstance tells two relays on one workspace apart.
+	RelayInstance string `json:"relay_instance,omitempty"`
 }
 
 // Heartbeat sends the full heartbeat body (POST /registry/heartbeat). It is
@@ -307,7 +309,7 @@ func (c *Client) Heartbeat(ctx context.Context, hb Heartbeat) (*HeartbeatResult,
 		UptimeSeconds:   hb.UptimeSeconds,
 		ErrorRate:       hb.ErrorRate,
 		SampleError:     hb.SampleError,
-		RuntimeMetadata: runtimeMetadata{Capabilities: hb.Capabilities, RelayVersion: version.String()},
+		RuntimeMetadata: runtimeMetadata{Capabilities: hb.Capabilities, RelayVersion: version.String(), RelayInstance: hb.InstanceID},
 		RuntimeState:    hb.RuntimeState,
 	}
 	if hb.IdleTimeoutSeconds > 0 {

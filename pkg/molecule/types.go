@@ -110,6 +110,9 @@ type Heartbeat struct {
 	// RuntimeState is sent only when non-empty ("wedged" is the only
 	// meaningful value).
 	RuntimeState string
+	// InstanceID is sent as runtime_metadata.relay_instance when set: the
+	// relay process, so that two relays on one workspace can be told apart.
+	InstanceID string
 }
 
 // HeartbeatResult is the platform's answer to a heartbeat.

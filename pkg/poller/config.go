@@ -1,6 +1,8 @@
 package poller
 
 import (
+	"crypto/rand"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -108,6 +110,15 @@ type Config struct {
 	// checked and its heartbeat sent as for any other. If nil, every
 	// workspace is polled.
 	Push map[string]string
+	// ResumeFromCheckpoint: a cold start (no cursor in the store) first
+	// looks for the newest checkpoint the relay wrote on the workspace's
+	// own feed (WriteCheckpoints) and resumes from it; without one it
+	// seeds as BacklogWindow says. Default false.
+	ResumeFromCheckpoint bool
+	// InstanceID names this relay process in its checkpoints and
+	// heartbeats, so that two relays on one workspace can be told apart.
+	// If not set, a random id.
+	InstanceID string
 	// Logger receives the poller's events. If nil, slog.Default().
 	Logger *slog.Logger
 	// OnPublished, when set, is called by Run after a poll cycle of one
@@ -119,6 +130,9 @@ type Config struct {
 
 // SetDefaults fills every unset field with its default.
 func (c *Config) SetDefaults() {
+	if c.InstanceID == "" {
+		c.InstanceID = newInstanceID()
+	}
 	if c.PollInterval == 0 {
 		c.PollInterval = DefaultPollInterval
 	}
@@ -211,4 +225,11 @@ func (c *Config) Validate() error {
 		return bad("publish timeout and reprobe interval must be positive")
 	}
 	return nil
+}
+
+// newInstanceID is a random id for a relay process.
+func newInstanceID() string {
+	var b [8]byte
+	_, _ = rand.Read(b[:])
+	return hex.EncodeToString(b[:])
 }

@@ -210,6 +210,18 @@ func ignoredSinceID(page *molecule.ActivityPage, cursor string) error {
 //     undelivered), and at least BacklogWindow.
 func (p *Poller) seed(ctx context.Context, w *workspace, cur *cursorEntry, lost bool, res *WorkspaceResult) (*cursorEntry, error) {
 	cold := cur.UpdatedAt.IsZero() // no cursor, or an unreadable one
+	if cold && p.cfg.ResumeFromCheckpoint {
+		restored, err := p.restoreCheckpoint(ctx, w, cur, res)
+		if err != nil {
+			return nil, err
+		}
+		if restored != nil && restored.Cursor != "" {
+			return restored, nil // fetched from there on
+		}
+		if restored != nil { // the feed was empty then: an empty seed
+			cur, cold = restored, false
+		}
+	}
 	window := p.cfg.BacklogWindow
 	v := cursorValue{Floor: cur.Floor, FloorID: cur.FloorID, Generation: res.Generation.String()}
 	if cold {

@@ -597,6 +597,7 @@ func (p *Poller) heartbeat(ctx context.Context, w *workspace) (ok bool, status s
 		SampleError:        sample,
 		Capabilities:       p.cfg.Capabilities,
 		IdleTimeoutSeconds: p.cfg.IdleTimeoutSeconds,
+		InstanceID:         p.cfg.InstanceID,
 	}
 	r, err := w.c.Heartbeat(ctx, hb)
 	if err != nil {

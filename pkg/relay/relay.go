@@ -6,10 +6,13 @@ package relay
 
 import (
 	"context"
+	"crypto/rand"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"log/slog"
 	"net/http"
+	"sync"
 	"time"
 
 	"github.com/molecule-ai/molecule-relay/pkg/broker"
@@ -43,6 +46,9 @@ type Runtime struct {
 	// Hooks are called by the stage cores built after they are set (the
 	// Lambda functions' wake-ups of the next stage).
 	Hooks Hooks
+
+	instanceOnce sync.Once
+	instance     string
 }
 
 // Hooks let a deployment react to a stage's progress. Each must be quick
@@ -53,6 +59,17 @@ type Hooks struct {
 	OnPublished func(n int)
 	// OnReply: the dispatcher published a reply.
 	OnReply func()
+}
+
+// InstanceID is this process's relay instance id, sent in heartbeats and
+// written in checkpoints.
+func (rt *Runtime) InstanceID() string {
+	rt.instanceOnce.Do(func() {
+		var b [8]byte
+		_, _ = rand.Read(b[:])
+		rt.instance = hex.EncodeToString(b[:])
+	})
+	return rt.instance
 }
 
 // Open connects to NATS (starting the embedded server when NATS_URL is
@@ -228,6 +245,9 @@ func (rt *Runtime) Poller() (*poller.Poller, error) {
 		Push:          rt.push,
 		Logger:        rt.Log.With("stage", events.StagePoller),
 		OnPublished:   rt.Hooks.OnPublished,
+
+		ResumeFromCheckpoint: rt.Cfg.Checkpoint,
+		InstanceID:           rt.InstanceID(),
 	})
 }
 

@@ -111,9 +111,10 @@ func (r *OnceReport) fail(f Failure) {
 // long a stage waits on an empty queue before it counts as drained.
 func (rt *Runtime) Once(ctx context.Context, s Stages, idle time.Duration) (*OnceReport, error) {
 	rep := &OnceReport{}
+	var p *poller.Poller
 	if s.Poll {
-		p, err := rt.Poller()
-		if err != nil {
+		var err error
+		if p, err = rt.Poller(); err != nil {
 			return nil, err
 		}
 		res, err := p.RunOnce(ctx)
@@ -179,7 +180,37 @@ func (rt *Runtime) Once(ctx context.Context, s Stages, idle time.Duration) (*Onc
 			rep.fail(pending(c.name, n))
 		}
 	}
+	if s == All && rt.Cfg.Checkpoint {
+		rt.checkpoint(ctx, p, rep)
+	}
 	return rep, nil
+}
+
+// checkpoint writes, for every workspace polled successfully, its cursor
+// as a checkpoint on its feed, so a runner with an empty store resumes
+// there. Only after a run that left nothing queued: every message up to
+// the cursor was then answered (or dead-lettered, which fails the run).
+// Otherwise the previous checkpoint stays, and a fresh runner repeats the
+// replies posted since it.
+func (rt *Runtime) checkpoint(ctx context.Context, p *poller.Poller, rep *OnceReport) {
+	var ids []string
+	for _, w := range rep.Poll.Workspaces {
+		if _, _, ok := poller.Diagnose(w); ok {
+			ids = append(ids, w.WorkspaceID)
+		}
+	}
+	for _, f := range rep.Failures {
+		if f.Cause == CausePending {
+			rt.Log.Warn("checkpoint not advanced: messages are still queued; a runner with an empty store would start from the previous checkpoint")
+			return
+		}
+	}
+	if len(rep.Errors) > 0 || len(ids) == 0 {
+		return
+	}
+	if err := p.WriteCheckpoints(ctx, ids); err != nil {
+		rep.Errors = append(rep.Errors, fmt.Sprintf("checkpoint: %v; a runner with an empty store would start from the previous checkpoint (keep the store or NATS_URL, or run again)", err))
+	}
 }
 
 func (rt *Runtime) queued(c jetstream.Consumer) func(context.Context) (uint64, error) {

@@ -1,0 +1,172 @@
+package poller
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/molecule-ai/molecule-relay/pkg/molecule"
+)
+
+// A checkpoint is the relay's cursor written on the workspace's own feed,
+// so that a runner with an empty store (an ephemeral CI machine) resumes
+// where the last run stopped, with the platform as the only store: a
+// self-report (POST /workspaces/:id/activity) of type agent_log, which the
+// poller's a2a_receive queries and SSE wake-ups never see as a message.
+const (
+	checkpointType   = "agent_log"
+	checkpointMethod = "molecule-relay/checkpoint"
+	checkpointKey    = "molecule_relay_checkpoint"
+	// checkpointScan is how many of the newest agent_log rows a restore
+	// and a read-back look through for the newest checkpoint.
+	checkpointScan = 50
+	// checkpointReads bounds the read-back of a checkpoint just written:
+	// the platform writes self-reports after answering (fire-and-forget).
+	checkpointReads = 3
+)
+
+// ErrCheckpointNotConfirmed: a checkpoint was accepted but could not be
+// read back from the feed.
+var ErrCheckpointNotConfirmed = errors.New("poller: checkpoint written but not visible on the feed")
+
+// Checkpoint is the request_body of a checkpoint row, under
+// "molecule_relay_checkpoint".
+type Checkpoint struct {
+	V int `json:"v"`
+	// Cursor is the activity id of the newest row handled ("" for a feed
+	// that was empty), CursorCreatedAt its created_at.
+	Cursor          string    `json:"cursor"`
+	CursorCreatedAt time.Time `json:"cursor_created_at,omitzero"`
+	// SavedAt is when the cursor was saved (relay clock): every row
+	// created before it, minus the overlap slack, was handled.
+	SavedAt time.Time `json:"saved_at"`
+	// Instance is the relay instance that wrote it.
+	Instance string `json:"instance,omitempty"`
+	// Floor, FloorID and Recent are the cursor record's (store.go): a
+	// fresh runner's overlap re-read must not publish again what the
+	// previous run published (Recent) or left out on purpose (Floor).
+	Floor   time.Time        `json:"floor,omitzero"`
+	FloorID string           `json:"floor_id,omitempty"`
+	Recent  map[string]int64 `json:"recent,omitempty"`
+}
+
+// WriteCheckpoints writes the stored cursor of each workspace in ids as a
+// checkpoint row on its feed and reads it back; one request each, paced
+// like a fetch, plus the read-back. The caller decides when every message
+// up to the cursor was answered (connect --once: at the end of a clean
+// run). A workspace without a saved cursor is skipped.
+func (p *Poller) WriteCheckpoints(ctx context.Context, ids []string) error {
+	var errs []error
+	for _, w := range p.ws {
+		for _, id := range ids {
+			if id == w.id {
+				if err := p.writeCheckpoint(ctx, w); err != nil {
+					w.log.Warn("poller: checkpoint not written; a fresh runner would start from the previous one", "error", err)
+					errs = append(errs, fmt.Errorf("workspace %s: %w", w.id, err))
+				}
+			}
+		}
+	}
+	return errors.Join(errs...)
+}
+
+func (p *Poller) writeCheckpoint(ctx context.Context, w *workspace) error {
+	cur, err := p.loadCursor(ctx, w.id)
+	if err != nil || cur.UpdatedAt.IsZero() {
+		return err
+	}
+	cp := Checkpoint{V: 1, Cursor: cur.Cursor, CursorCreatedAt: cur.CreatedAt, SavedAt: cur.UpdatedAt, Instance: p.cfg.InstanceID,
+		Floor: cur.Floor, FloorID: cur.FloorID, Recent: mergeRecent(cur.Recent, nil, p.recentKeep(), time.Now())}
+	body, err := json.Marshal(map[string]Checkpoint{checkpointKey: cp})
+	if err != nil {
+		return err
+	}
+	if err := p.pace(ctx, w); err != nil {
+		return err
+	}
+	err = w.c.ReportActivity(ctx, molecule.ActivityReport{ActivityType: checkpointType, Method: checkpointMethod,
+		Summary: "molecule-relay checkpoint", RequestBody: body, Status: "ok"})
+	if err != nil {
+		return fmt.Errorf("poller: write checkpoint: %w", err)
+	}
+	for i := range checkpointReads {
+		got, err := p.latestCheckpoint(ctx, w)
+		if err != nil {
+			return fmt.Errorf("poller: read the checkpoint back: %w", err)
+		}
+		if got != nil && got.Cursor == cp.Cursor && got.SavedAt.Equal(cp.SavedAt) {
+			w.log.Info("poller: checkpoint written on the workspace's feed", "cursor", cp.Cursor)
+			return nil
+		}
+		if i+1 < checkpointReads {
+			t := time.NewTimer(time.Duration(200<<i) * time.Millisecond)
+			select {
+			case <-ctx.Done():
+				t.Stop()
+				return ctx.Err()
+			case <-t.C:
+			}
+		}
+	}
+	return ErrCheckpointNotConfirmed
+}
+
+// latestCheckpoint returns the newest checkpoint on w's feed, or nil.
+func (p *Poller) latestCheckpoint(ctx context.Context, w *workspace) (*Checkpoint, error) {
+	if err := p.pace(ctx, w); err != nil {
+		return nil, err
+	}
+	page, err := w.c.Activity(ctx, molecule.ActivityQuery{Type: checkpointType, Limit: checkpointScan})
+	if err != nil {
+		return nil, err
+	}
+	for i := len(page.Rows) - 1; i >= 0; i-- { // rows are oldest first
+		if cp := parseCheckpoint(page.Rows[i], w.id); cp != nil {
+			return cp, nil
+		}
+	}
+	return nil, nil
+}
+
+// parseCheckpoint reads a checkpoint row written by the workspace itself
+// (source_id is forced to self, so a row from elsewhere is not ours).
+func parseCheckpoint(row molecule.ActivityRow, self string) *Checkpoint {
+	var raw struct {
+		SourceID    *string                    `json:"source_id"`
+		Method      string                     `json:"method"`
+		RequestBody map[string]json.RawMessage `json:"request_body"`
+	}
+	if json.Unmarshal(row.JSON, &raw) != nil || raw.Method != checkpointMethod || raw.SourceID == nil || *raw.SourceID != self {
+		return nil
+	}
+	var cp Checkpoint
+	if json.Unmarshal(raw.RequestBody[checkpointKey], &cp) != nil || cp.V != 1 || cp.SavedAt.IsZero() {
+		return nil
+	}
+	return &cp
+}
+
+// restoreCheckpoint turns the newest checkpoint into the cursor of a
+// workspace whose store has none (a fresh runner). It returns nil when
+// there is no checkpoint.
+func (p *Poller) restoreCheckpoint(ctx context.Context, w *workspace, cur *cursorEntry, res *WorkspaceResult) (*cursorEntry, error) {
+	cp, err := p.latestCheckpoint(ctx, w)
+	if err != nil {
+		return nil, fmt.Errorf("poller: read the platform checkpoint: %w", err)
+	}
+	if cp == nil {
+		return nil, nil
+	}
+	v := cursorValue{Cursor: cp.Cursor, CreatedAt: cp.CursorCreatedAt, UpdatedAt: cp.SavedAt, Generation: res.Generation.String(),
+		Floor: cp.Floor, FloorID: cp.FloorID}
+	cur.Recent = cp.Recent // saveCursor merges it in
+	ncur, err := p.saveCursor(ctx, w.id, cur, v, nil)
+	if err != nil {
+		return nil, err
+	}
+	w.log.Info("poller: empty store; resuming from the checkpoint on the workspace's feed",
+		"cursor", cp.Cursor, "saved_at", cp.SavedAt, "by_instance", cp.Instance)
+	return ncur, nil
+}
