@@ -119,6 +119,12 @@ type Config struct {
 	// heartbeats, so that two relays on one workspace can be told apart.
 	// If not set, a random id.
 	InstanceID string
+	// OwnNotify, when set, is the ledger of the canvas replies this
+	// process posts (its replier's BeforeNotify): a notify row on the feed
+	// that is not in it makes the poller warn, once per workspace, that a
+	// second relay is probably answering the same workspace. If nil, no
+	// check.
+	OwnNotify *NotifyLedger
 	// Logger receives the poller's events. If nil, slog.Default().
 	Logger *slog.Logger
 	// OnPublished, when set, is called by Run after a poll cycle of one

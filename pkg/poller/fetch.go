@@ -446,6 +446,7 @@ func (p *Poller) deliver(ctx context.Context, w *workspace, rows []molecule.Acti
 			// Our own replies (half of a busy feed): skipped without the full
 			// parse, as ParseRow would classify them (KindOwnNotify).
 			res.Skipped[SkipOwnNotify]++
+			p.checkForeignNotify(w, row)
 			continue
 		}
 		m, perr := molecule.ParseRow(row.JSON, w.id)

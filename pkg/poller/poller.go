@@ -22,6 +22,7 @@ import (
 	"log/slog"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
@@ -80,6 +81,8 @@ type workspace struct {
 	cycleMu sync.Mutex
 	// errs logs poll failures once per change.
 	errs repeatLog
+	// warnedForeign: a notify row not ours was reported (foreign.go).
+	warnedForeign atomic.Bool
 
 	mu          sync.Mutex
 	notBefore   time.Time // no activity request before this (429, budget)

@@ -49,6 +49,20 @@ type Runtime struct {
 
 	instanceOnce sync.Once
 	instance     string
+	// ledger holds the canvas replies this process posts, when the poller
+	// and the replier run together (Run, Once): the poller warns about
+	// notify rows that are not in it (a second relay on the workspace).
+	ledger *poller.NotifyLedger
+}
+
+// shareLedger gives the poller and the replier of s one NotifyLedger when
+// both run in this process; a poller alone cannot know which replies are
+// its relay's.
+func (rt *Runtime) shareLedger(s Stages) {
+	rt.ledger = nil
+	if s.Poll && s.Reply {
+		rt.ledger = poller.NewNotifyLedger()
+	}
 }
 
 // Hooks let a deployment react to a stage's progress. Each must be quick
@@ -248,6 +262,7 @@ func (rt *Runtime) Poller() (*poller.Poller, error) {
 
 		ResumeFromCheckpoint: rt.Cfg.Checkpoint,
 		InstanceID:           rt.InstanceID(),
+		OwnNotify:            rt.ledger,
 	})
 }
 
@@ -271,6 +286,12 @@ func (rt *Runtime) Replier() (*replier.Replier, error) {
 		A2ATimeout:  rt.Cfg.A2ATimeout.D(),
 		Logger:      rt.Log.With("stage", events.StageReplier),
 		Observer:    rt.replyObserver(),
+		BeforeNotify: func() func(string, string) {
+			if rt.ledger == nil {
+				return nil
+			}
+			return rt.ledger.Note
+		}(),
 	})
 }
 

@@ -27,6 +27,7 @@ var All = Stages{Poll: true, Dispatch: true, Reply: true}
 func (rt *Runtime) Run(ctx context.Context, s Stages) error {
 	ctx, cancel := context.WithCancelCause(ctx)
 	defer cancel(nil)
+	rt.shareLedger(s)
 	if s.Poll && rt.Cfg.PushListen != "" {
 		urls, stop, err := rt.ServePush(ctx)
 		if err != nil {
@@ -111,6 +112,7 @@ func (r *OnceReport) fail(f Failure) {
 // long a stage waits on an empty queue before it counts as drained.
 func (rt *Runtime) Once(ctx context.Context, s Stages, idle time.Duration) (*OnceReport, error) {
 	rep := &OnceReport{}
+	rt.shareLedger(s)
 	var p *poller.Poller
 	if s.Poll {
 		var err error

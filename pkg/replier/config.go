@@ -70,6 +70,11 @@ type Config struct {
 	// Logger receives the replier's events; never reply texts above debug
 	// level, never tokens. If nil, slog.Default().
 	Logger *slog.Logger
+	// BeforeNotify, when set, is called with the workspace and text of
+	// every canvas reply just before it is posted (the poller then knows
+	// which notify rows on the feed are this relay's own; see
+	// poller.Config.OwnNotify). If nil, nothing is called.
+	BeforeNotify func(workspace, text string)
 	// Observer, when set, receives post times and deliveries (the metrics
 	// histograms); it must be quick and safe for concurrent use.
 	Observer Observer

@@ -493,6 +493,9 @@ func toAttachments(in []events.Attachment) []molecule.Attachment {
 
 func (r *Replier) send(ctx context.Context, j *job) error {
 	if j.route == dlq.RouteNotify {
+		if f := r.cfg.BeforeNotify; f != nil {
+			f(j.rep.WorkspaceID, j.rep.Text)
+		}
 		_, err := j.client.Notify(ctx, j.rep.Text, toAttachments(j.rep.Attachments))
 		return err
 	}
