@@ -1,0 +1,113 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"gopkg.in/yaml.v3"
+
+	"github.com/molecule-ai/molecule-relay/pkg/molecule/moleculetest"
+)
+
+// The CI script the GitHub Action and the GitLab example call, run as a
+// CI job would (a built binary, the environment, a fresh store each run)
+// against the platform double: 0 when everything was answered, 1 when the
+// workspace was removed, 2 for a configuration error; the token is never
+// printed.
+func TestCIScript(t *testing.T) {
+	t.Parallel()
+	if _, err := exec.LookPath("sh"); err != nil {
+		t.Skip("no sh")
+	}
+	bin := filepath.Join(t.TempDir(), "molecule-relay")
+	build := exec.Command("go", "build", "-o", bin, ".")
+	if out, err := build.CombinedOutput(); err != nil {
+		t.Fatalf("build: %v\n%s", err, out)
+	}
+	srv := moleculetest.NewServer()
+	t.Cleanup(srv.Close)
+	ws := srv.CreateWorkspace("ci-agent")
+	job := func(extra ...string) (int, string) {
+		t.Helper()
+		ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+		defer cancel()
+		cmd := exec.CommandContext(ctx, "sh", "../../ci/molecule-relay-once.sh")
+		cmd.Env = append([]string{"PATH=" + os.Getenv("PATH"), "HOME=" + t.TempDir(), "MOLECULE_RELAY_BIN=" + bin,
+			"MOLECULE_PLATFORM_URL=" + srv.URL(), "MOLECULE_WORKSPACE_ID=" + ws.ID, "MOLECULE_WORKSPACE_TOKEN=" + ws.Token,
+			"NATS_STORE_DIR=" + t.TempDir(), "MOLECULE_RELAY_ARGS=--idle 200ms", "GITHUB_ACTIONS=true"}, extra...)
+		var out bytes.Buffer
+		cmd.Stdout, cmd.Stderr = &out, &out
+		err := cmd.Run()
+		code := 0
+		if ee, ok := err.(*exec.ExitError); ok {
+			code = ee.ExitCode()
+		} else if err != nil {
+			t.Fatal(err)
+		}
+		if strings.Contains(out.String(), ws.Token) {
+			t.Fatal("the token appears in the job log")
+		}
+		return code, out.String()
+	}
+	if code, out := job(); code != 0 {
+		t.Fatalf("first job: exit %d\n%s", code, out)
+	}
+	if code, _, err := srv.SendCanvas(context.Background(), ws.ID, "from CI"); err != nil || code != 200 {
+		t.Fatalf("send: %d %v", code, err)
+	}
+	if code, out := job(); code != 0 || len(srv.Notifications(ws.ID)) != 1 {
+		t.Fatalf("second job: exit %d, %d replies\n%s", code, len(srv.Notifications(ws.ID)), out)
+	}
+	if code, out := job("MOLECULE_POLL_INTERVAL=often"); code != 2 || !strings.Contains(out, "MOLECULE_POLL_INTERVAL") {
+		t.Fatalf("bad config: exit %d\n%s", code, out)
+	}
+	srv.Delete(ws.ID)
+	code, out := job()
+	if code != 1 || !strings.Contains(out, "FAILED workspace "+ws.ID+": removed") || !strings.Contains(out, "::error") {
+		t.Fatalf("removed workspace: exit %d\n%s", code, out)
+	}
+}
+
+// action.yml is a composite action that runs the same script with the
+// workspace secrets in its environment.
+func TestActionYAML(t *testing.T) {
+	t.Parallel()
+	data, err := os.ReadFile("../../action.yml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var a struct {
+		Inputs map[string]struct{ Required bool }
+		Runs   struct {
+			Using string
+			Steps []struct {
+				Run string
+				Env map[string]string
+			}
+		}
+	}
+	if err := yaml.Unmarshal(data, &a); err != nil {
+		t.Fatal(err)
+	}
+	if a.Runs.Using != "composite" || !a.Inputs["workspace-token"].Required {
+		t.Fatalf("action: %+v", a)
+	}
+	last := a.Runs.Steps[len(a.Runs.Steps)-1]
+	if !strings.Contains(last.Run, "ci/molecule-relay-once.sh") || last.Env["MOLECULE_WORKSPACE_TOKEN"] != "${{ inputs.workspace-token }}" {
+		t.Fatalf("the last step does not run the script with the token: %+v", last)
+	}
+	gl, err := os.ReadFile("../../ci/gitlab-ci.example.yml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var g map[string]struct{ Script []string }
+	if err := yaml.Unmarshal(gl, &g); err != nil || !strings.Contains(strings.Join(g["molecule-relay"].Script, "\n"), "ci/molecule-relay-once.sh") {
+		t.Fatalf("the GitLab example does not run the script (%v)", err)
+	}
+}
