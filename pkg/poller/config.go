@@ -119,6 +119,12 @@ type Config struct {
 	// heartbeats, so that two relays on one workspace can be told apart.
 	// If not set, a random id.
 	InstanceID string
+	// BatchRows, when positive, ends a cycle's fetch after one page of at
+	// most BatchRows rows (WorkspaceResult.More tells that rows are left;
+	// FetchMore fetches the next batch), so that a one-shot run can answer
+	// and checkpoint batch by batch. If 0, a cycle fetches until a short
+	// page.
+	BatchRows int
 	// OwnNotify, when set, is the ledger of the canvas replies this
 	// process posts (its replier's BeforeNotify): a notify row on the feed
 	// that is not in it makes the poller warn, once per workspace, that a

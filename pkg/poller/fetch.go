@@ -10,6 +10,7 @@ import (
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/trace"
 	"math"
+	"slices"
 	"sort"
 	"time"
 
@@ -134,20 +135,24 @@ func (p *Poller) fetchFromCursor(ctx context.Context, w *workspace, res *Workspa
 		if cur, err = p.seed(ctx, w, cur, false, res); err != nil {
 			return err
 		}
-		if cur.Cursor == "" {
-			return nil // the feed is empty; the seed marker remembers when
+		if cur.Cursor == "" || res.More {
+			return nil // the feed is empty (the seed marker remembers when), or a batch is full
 		}
+	}
+	limit := p.cfg.PageLimit
+	if b := p.cfg.BatchRows; b > 0 {
+		limit = min(limit, b)
 	}
 	for {
 		res.Cursor = cur.Cursor
-		page, err := p.activity(ctx, w, molecule.ActivityQuery{Type: activityType, SinceID: cur.Cursor, Limit: p.cfg.PageLimit}, res)
+		page, err := p.activity(ctx, w, molecule.ActivityQuery{Type: activityType, SinceID: cur.Cursor, Limit: limit}, res)
 		if errors.Is(err, molecule.ErrCursorLost) {
 			w.log.Warn("poller: the platform no longer knows the cursor row (410: pruned, or another workspace's id); resetting and re-seeding",
 				"cursor", cur.Cursor)
 			if cur, err = p.seed(ctx, w, cur, true, res); err != nil {
 				return err
 			}
-			if cur.Cursor == "" {
+			if cur.Cursor == "" || res.More {
 				return nil
 			}
 			continue
@@ -173,6 +178,10 @@ func (p *Poller) fetchFromCursor(ctx context.Context, w *workspace, res *Workspa
 		}
 		res.Cursor = cur.Cursor
 		if !page.Full {
+			return nil
+		}
+		if p.cfg.BatchRows > 0 {
+			res.More = true // the caller answers this batch first (FetchMore)
 			return nil
 		}
 	}
@@ -252,6 +261,11 @@ func (p *Poller) seed(ctx context.Context, w *workspace, cur *cursorEntry, lost 
 		rows, err := p.window(ctx, w, window, res)
 		if err != nil {
 			return nil, err
+		}
+		if b := p.cfg.BatchRows; b > 0 && len(rows) > b {
+			// The oldest batch now; the cursor lands on its newest row and
+			// the next batches are fetched from there.
+			rows, res.More = rows[:b], true
 		}
 		v.Recent = cur.Recent // recognise what was published before a lost cursor
 		before := res.Published
@@ -362,6 +376,11 @@ func (p *Poller) overlap(ctx context.Context, w *workspace, res *WorkspaceResult
 	rows, err := p.window(ctx, w, p.cfg.OverlapWindow, res)
 	if err != nil {
 		return err
+	}
+	if p.cfg.BatchRows > 0 && !cur.CreatedAt.IsZero() {
+		// Rows after the cursor belong to the next batches: a batch is
+		// answered and checkpointed before the next one is published.
+		rows = slices.DeleteFunc(rows, func(r molecule.ActivityRow) bool { return r.CreatedAt.After(cur.CreatedAt) })
 	}
 	res.Overlap = true
 	before, mark := res.Published, len(res.published)

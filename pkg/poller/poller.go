@@ -170,6 +170,9 @@ type WorkspaceResult struct {
 	RateLimited int
 	// Cursor is the activity id the cursor points at after the cycle.
 	Cursor string
+	// More: the fetch stopped after a full batch (Config.BatchRows); rows
+	// are left after the cursor.
+	More bool
 	// Paused: the workspace is paused; nothing was fetched.
 	Paused bool
 	// Removed: the workspace was deleted on the platform.
@@ -267,6 +270,25 @@ func (p *Poller) RunOnce(ctx context.Context) (Result, error) {
 		}()
 	}
 	wg.Wait()
+	return res, ctx.Err()
+}
+
+// FetchMore fetches the next batch of every workspace whose last cycle
+// in prev ended with More (Config.BatchRows), without the heartbeat and
+// the state read RunOnce already did; the other workspaces are left out
+// of the result.
+func (p *Poller) FetchMore(ctx context.Context, prev Result) (Result, error) {
+	var res Result
+	for _, r := range prev.Workspaces {
+		if !r.More {
+			continue
+		}
+		for _, w := range p.ws {
+			if w.id == r.WorkspaceID {
+				res.Workspaces = append(res.Workspaces, p.cycle(ctx, w, cycleOpts{}))
+			}
+		}
+	}
 	return res, ctx.Err()
 }
 

@@ -245,8 +245,17 @@ func NewHandler(cfg *config.Config) (handler.Handler, error) {
 }
 
 // Poller builds the poller stage core.
-func (rt *Runtime) Poller() (*poller.Poller, error) {
+func (rt *Runtime) Poller() (*poller.Poller, error) { return rt.poller(false) }
+
+// poller builds the poller; batched: fetch CheckpointBatch rows per cycle
+// (a checkpointed one-shot run).
+func (rt *Runtime) poller(batched bool) (*poller.Poller, error) {
+	batch := 0
+	if batched {
+		batch = CheckpointBatch
+	}
 	return poller.New(rt.Conn.JS, rt.Topo, poller.Config{
+		BatchRows:     batch,
 		Workspaces:    rt.Clients,
 		PollInterval:  rt.Cfg.PollInterval.D(),
 		PageLimit:     rt.Cfg.PageLimit,

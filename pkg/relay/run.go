@@ -110,104 +110,90 @@ func (r *OnceReport) fail(f Failure) {
 // Once polls every workspace once, processes everything fetched (and
 // anything already queued), delivers every reply, and returns. idle is how
 // long a stage waits on an empty queue before it counts as drained.
+//
+// With every stage and checkpoints on (connect --once, MOLECULE_CHECKPOINT)
+// it works in batches of at most CheckpointBatch rows per workspace:
+// fetch, answer, checkpoint, fetch the next batch. A run that crashes then
+// repeats, on a runner with an empty store, at most one batch of replies
+// per workspace.
 func (rt *Runtime) Once(ctx context.Context, s Stages, idle time.Duration) (*OnceReport, error) {
 	rep := &OnceReport{}
 	rt.shareLedger(s)
-	var p *poller.Poller
+	batched := s == All && rt.Cfg.Checkpoint
+	var (
+		p   *poller.Poller
+		res poller.Result
+		err error
+	)
 	if s.Poll {
-		var err error
-		if p, err = rt.Poller(); err != nil {
+		if p, err = rt.poller(batched); err != nil {
 			return nil, err
 		}
-		res, err := p.RunOnce(ctx)
+		var perr error
+		res, perr = p.RunOnce(ctx)
 		rep.Poll = &res
+		if perr != nil && res.Err() == nil {
+			rep.Errors = append(rep.Errors, "poll: "+perr.Error())
+		}
+	}
+	o, err := rt.onceStages(s)
+	if err != nil {
+		return nil, err
+	}
+	for round := 1; ; round++ {
+		more := batched && anyMore(res)
+		// Between batches a short idle is enough: the poller published
+		// the whole batch before the drains began. A retry waiting for
+		// its redelivery gets the full idle before the run gives up.
+		pend := o.drain(ctx, rep, idle, more)
+		if len(pend) == 0 && batched && len(rep.Errors) == 0 {
+			rt.checkpoint(ctx, p, res, rep)
+		}
+		if len(pend) > 0 || !more || len(rep.Errors) > 0 || ctx.Err() != nil {
+			if len(pend) > 0 && batched {
+				rt.Log.Warn("checkpoint not advanced: messages are still queued; a runner with an empty store starts from the previous checkpoint")
+			}
+			for _, f := range pend {
+				rep.fail(f)
+			}
+			break
+		}
+		next, _ := p.FetchMore(ctx, res)
+		mergePoll(rep.Poll, next)
+		res = next
+		rt.Log.Debug("one-shot: next batch", "round", round+1)
+	}
+	if rep.Poll != nil {
 		// RunOnce fails only when ctx ended; each workspace's failure is
 		// in its result and fails the run.
-		for _, f := range pollFailures(&res) {
+		for _, f := range pollFailures(rep.Poll) {
 			rep.fail(f)
 		}
-		if err != nil && len(rep.Failures) == 0 {
-			rep.Errors = append(rep.Errors, "poll: "+err.Error())
-		}
 	}
-	if s.Dispatch {
-		h, err := rt.Handler()
-		if err != nil {
-			return nil, err
+	for _, x := range []struct {
+		stage string
+		n     uint64
+	}{{"dispatch", o.deadDispatch}, {"reply", o.deadReply}} {
+		if x.n > 0 {
+			rep.fail(deadLettered(x.stage, x.n))
 		}
-		d, err := rt.Dispatcher(h)
-		if err != nil {
-			return nil, err
-		}
-		st, err := d.Drain(ctx, idle)
-		rep.Handled, rep.DeadLettered = st.Handled, rep.DeadLettered+st.DeadLettered
-		if st.DeadLettered > 0 {
-			rep.fail(deadLettered("dispatch", st.DeadLettered))
-		}
-		if err != nil {
-			rep.Errors = append(rep.Errors, "dispatch: "+err.Error())
-		}
-	}
-	if s.Reply {
-		r, err := rt.Replier()
-		if err != nil {
-			return nil, err
-		}
-		st, err := r.Drain(ctx, idle)
-		rep.Replied, rep.DeadLettered = st.Notified+st.SentA2A+st.Reconciled, rep.DeadLettered+st.DeadLettered
-		if st.DeadLettered > 0 {
-			rep.fail(deadLettered("reply", st.DeadLettered))
-		}
-		if err != nil {
-			rep.Errors = append(rep.Errors, "reply: "+err.Error())
-		}
-	}
-	// Whatever is still queued (a retryable failure waiting for its
-	// redelivery, a message deferred for lack of time) is not done.
-	for _, c := range []struct {
-		on   bool
-		name string
-		get  func(context.Context) (uint64, error)
-	}{
-		{s.Dispatch, "inbound", rt.queued(rt.Topo.Dispatcher)},
-		{s.Reply, "reply", rt.queued(rt.Topo.Replier)},
-	} {
-		if !c.on {
-			continue
-		}
-		n, err := c.get(ctx)
-		if err != nil {
-			rep.Errors = append(rep.Errors, err.Error())
-		} else if n > 0 {
-			rep.fail(pending(c.name, n))
-		}
-	}
-	if s == All && rt.Cfg.Checkpoint {
-		rt.checkpoint(ctx, p, rep)
 	}
 	return rep, nil
 }
 
-// checkpoint writes, for every workspace polled successfully, its cursor
-// as a checkpoint on its feed, so a runner with an empty store resumes
-// there. Only after a run that left nothing queued: every message up to
-// the cursor was then answered (or dead-lettered, which fails the run).
-// Otherwise the previous checkpoint stays, and a fresh runner repeats the
-// replies posted since it.
-func (rt *Runtime) checkpoint(ctx context.Context, p *poller.Poller, rep *OnceReport) {
+// checkpoint writes, for every workspace of the last batch that was
+// polled successfully, its cursor as a checkpoint on its feed, so a runner
+// with an empty store resumes there. Called only when nothing is left
+// queued: every message up to the cursor was answered (or dead-lettered,
+// which fails the run). Otherwise the previous checkpoint stays.
+func (rt *Runtime) checkpoint(ctx context.Context, p *poller.Poller, res poller.Result, rep *OnceReport) {
 	var ids []string
-	for _, w := range rep.Poll.Workspaces {
+	for _, w := range res.Workspaces {
 		if _, _, ok := poller.Diagnose(w); ok {
 			ids = append(ids, w.WorkspaceID)
 		}
 	}
-	for _, f := range rep.Failures {
-		if f.Cause == CausePending {
-			rt.Log.Warn("checkpoint not advanced: messages are still queued; a runner with an empty store would start from the previous checkpoint")
-			return
-		}
-	}
-	if len(rep.Errors) > 0 || len(ids) == 0 {
+	if len(ids) == 0 {
 		return
 	}
 	if err := p.WriteCheckpoints(ctx, ids); err != nil {

@@ -1,0 +1,138 @@
+package relay
+
+import (
+	"context"
+	"time"
+
+	"github.com/molecule-ai/molecule-relay/pkg/dispatcher"
+	"github.com/molecule-ai/molecule-relay/pkg/poller"
+	"github.com/molecule-ai/molecule-relay/pkg/replier"
+)
+
+// CheckpointBatch is how many feed rows per workspace a checkpointed
+// one-shot run (connect --once with MOLECULE_CHECKPOINT) fetches, answers
+// and checkpoints at a time: a run that crashes repeats at most this many
+// replies per workspace on a runner with an empty store.
+const CheckpointBatch = 20
+
+// onceRun holds the dispatcher and replier of a one-shot run.
+type onceRun struct {
+	rt                      *Runtime
+	s                       Stages
+	d                       *dispatcher.Dispatcher
+	r                       *replier.Replier
+	deadDispatch, deadReply uint64
+}
+
+func (rt *Runtime) onceStages(s Stages) (*onceRun, error) {
+	o := &onceRun{rt: rt, s: s}
+	if s.Dispatch {
+		h, err := rt.Handler()
+		if err != nil {
+			return nil, err
+		}
+		if o.d, err = rt.Dispatcher(h); err != nil {
+			return nil, err
+		}
+	}
+	if s.Reply {
+		r, err := rt.Replier()
+		if err != nil {
+			return nil, err
+		}
+		o.r = r
+	}
+	return o, nil
+}
+
+// drain runs the dispatcher and replier until their queues are empty and
+// returns what is still queued. quick: try a short idle first, and the
+// full idle only when something is left.
+func (o *onceRun) drain(ctx context.Context, rep *OnceReport, idle time.Duration, quick bool) []Failure {
+	if quick {
+		if pend := o.drainWith(ctx, rep, min(idle, 100*time.Millisecond)); len(pend) == 0 {
+			return nil
+		}
+	}
+	return o.drainWith(ctx, rep, idle)
+}
+
+func (o *onceRun) drainWith(ctx context.Context, rep *OnceReport, idle time.Duration) []Failure {
+	if o.d != nil {
+		st, err := o.d.Drain(ctx, idle)
+		rep.Handled += st.Handled
+		rep.DeadLettered += st.DeadLettered
+		o.deadDispatch += st.DeadLettered
+		if err != nil {
+			rep.Errors = append(rep.Errors, "dispatch: "+err.Error())
+		}
+	}
+	if o.r != nil {
+		st, err := o.r.Drain(ctx, idle)
+		rep.Replied += st.Notified + st.SentA2A + st.Reconciled
+		rep.DeadLettered += st.DeadLettered
+		o.deadReply += st.DeadLettered
+		if err != nil {
+			rep.Errors = append(rep.Errors, "reply: "+err.Error())
+		}
+	}
+	// Whatever is still queued (a retryable failure waiting for its
+	// redelivery, a message deferred for lack of time) is not done.
+	var pend []Failure
+	for _, c := range []struct {
+		on   bool
+		name string
+		get  func(context.Context) (uint64, error)
+	}{
+		{o.s.Dispatch, "inbound", o.rt.queued(o.rt.Topo.Dispatcher)},
+		{o.s.Reply, "reply", o.rt.queued(o.rt.Topo.Replier)},
+	} {
+		if !c.on {
+			continue
+		}
+		n, err := c.get(ctx)
+		if err != nil {
+			rep.Errors = append(rep.Errors, err.Error())
+		} else if n > 0 {
+			pend = append(pend, pending(c.name, n))
+		}
+	}
+	return pend
+}
+
+func anyMore(r poller.Result) bool {
+	for _, w := range r.Workspaces {
+		if w.More {
+			return true
+		}
+	}
+	return false
+}
+
+// mergePoll adds a batch's counts to the run's poll result; a batch's
+// failure replaces the workspace's (it happened later).
+func mergePoll(into *poller.Result, batch poller.Result) {
+	for _, b := range batch.Workspaces {
+		for i := range into.Workspaces {
+			w := &into.Workspaces[i]
+			if w.WorkspaceID != b.WorkspaceID {
+				continue
+			}
+			w.Fetched += b.Fetched
+			w.Published += b.Published
+			w.Duplicates += b.Duplicates
+			w.Malformed += b.Malformed
+			w.RateLimited += b.RateLimited
+			for k, v := range b.Skipped {
+				if w.Skipped == nil {
+					w.Skipped = map[string]int{}
+				}
+				w.Skipped[k] += v
+			}
+			w.Cursor, w.More = b.Cursor, b.More
+			if b.Err != nil {
+				w.Err, w.Stopped, w.Removed = b.Err, b.Stopped, b.Removed
+			}
+		}
+	}
+}
