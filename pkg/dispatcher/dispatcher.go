@@ -316,7 +316,8 @@ func (d *Dispatcher) deadLetter(runCtx context.Context, msg jetstream.Msg, meta 
 		return
 	}
 	d.stats.deadLettered.Add(1)
-	d.log.Warn("dispatcher: message dead-lettered", "workspace", dl.WorkspaceID, "activity", dl.ActivityID, "reason", reason, "deliveries", meta.NumDelivered)
+	d.log.Warn("dispatcher: message dead-lettered", "workspace", dl.WorkspaceID, "activity", dl.ActivityID, "reason", reason, "deliveries", meta.NumDelivered,
+		"action", "inspect it with `molecule-relay dlq show SEQ`, fix the cause, then `dlq replay SEQ`")
 	if err := msg.TermWithReason(reason); err == nil {
 		d.stats.terminated.Add(1)
 	}

@@ -25,35 +25,35 @@ type repeatLog struct {
 // failed logs err (with its cause and the operator's action) unless it is
 // the same as the last failure and that was logged less than
 // RepeatLogEvery ago.
-func (r *repeatLog) failed(log *slog.Logger, err error) {
+func (r *repeatLog) failed(log *slog.Logger, msg string, err error) {
 	cause, action := DiagnoseErr(err)
-	msg := err.Error()
+	text := err.Error()
 	r.mu.Lock()
 	now := time.Now()
 	r.total++
-	same := msg == r.last
+	same := text == r.last
 	if same && now.Sub(r.loggedAt) < RepeatLogEvery {
 		r.repeats++
 		r.mu.Unlock()
 		return
 	}
 	repeats := r.repeats
-	r.last, r.loggedAt, r.repeats = msg, now, 0
+	r.last, r.loggedAt, r.repeats = text, now, 0
 	r.mu.Unlock()
-	args := []any{"cause", cause, "error", msg, "action", action}
+	args := []any{"cause", cause, "error", text, "action", action}
 	if same {
 		args = append(args, "repeated", repeats+1, "every", RepeatLogEvery)
 	}
-	log.Warn("poller: poll failed", args...)
+	log.Warn(msg, args...)
 }
 
-// ok logs a recovery once after failures.
-func (r *repeatLog) ok(log *slog.Logger) {
+// ok logs msg once after failures: the recovery.
+func (r *repeatLog) ok(log *slog.Logger, msg string) {
 	r.mu.Lock()
 	total := r.total
 	r.last, r.loggedAt, r.repeats, r.total = "", time.Time{}, 0, 0
 	r.mu.Unlock()
 	if total > 0 {
-		log.Info("poller: polling works again", "failed_cycles", total)
+		log.Info(msg, "failures", total)
 	}
 }

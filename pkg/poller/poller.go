@@ -79,8 +79,8 @@ type workspace struct {
 
 	// cycleMu serialises poll cycles of one workspace within this process.
 	cycleMu sync.Mutex
-	// errs logs poll failures once per change.
-	errs repeatLog
+	// errs and hbErrs log poll and heartbeat failures once per change.
+	errs, hbErrs repeatLog
 	// warnedForeign: a notify row not ours was reported (foreign.go).
 	warnedForeign atomic.Bool
 
@@ -334,9 +334,9 @@ func (p *Poller) cycle(ctx context.Context, w *workspace, o cycleOpts) (res Work
 		// here, once per change.
 		switch {
 		case res.Err == nil:
-			w.errs.ok(w.log)
+			w.errs.ok(w.log, "poller: polling works again")
 		case !res.Stopped && ctx.Err() == nil:
-			w.errs.failed(w.log, res.Err)
+			w.errs.failed(w.log, "poller: poll failed", res.Err)
 		}
 	}()
 
@@ -627,10 +627,11 @@ func (p *Poller) heartbeat(ctx context.Context, w *workspace) (ok bool, status s
 	r, err := w.c.Heartbeat(ctx, hb)
 	if err != nil {
 		if ctx.Err() == nil {
-			w.log.Warn("poller: heartbeat failed", "error", err)
+			w.hbErrs.failed(w.log, "poller: heartbeat failed; without heartbeats the workspace goes offline", err)
 		}
 		return false, "", err
 	}
+	w.hbErrs.ok(w.log, "poller: heartbeats work again")
 	return true, r.Status, nil
 }
 

@@ -607,7 +607,8 @@ func (r *Replier) deadLetter(runCtx context.Context, j *job, reason string, caus
 		return
 	}
 	r.stats.deadLettered.Add(1)
-	r.log.Warn("replier: reply dead-lettered", "workspace", dl.WorkspaceID, "activity", dl.ActivityID, "reason", reason, "deliveries", meta.NumDelivered)
+	r.log.Warn("replier: reply dead-lettered", "workspace", dl.WorkspaceID, "activity", dl.ActivityID, "reason", reason, "deliveries", meta.NumDelivered,
+		"action", "inspect it with `molecule-relay dlq show SEQ`, fix the cause, then `dlq replay SEQ`")
 	if err := msg.TermWithReason(reason); err == nil {
 		r.stats.terminated.Add(1)
 	}
