@@ -49,6 +49,15 @@ func TestConnectOnceExitCodes(t *testing.T) {
 				e.srv.InjectFault(moleculetest.Fault{Method: http.MethodPost, PathPrefix: "/registry/register",
 					Status: http.StatusBadRequest, Body: `{"error":"url is required for push-mode workspaces"}`})
 			}},
+		{name: "dead-lettered", cause: "dead_lettered", hint: "dlq replay",
+			setup: func(t *testing.T, e *env) {
+				script := t.TempDir() + "/agent.sh"
+				writeScript(t, script, "#!/bin/sh\necho 'cannot digest' >&2\nexit 65\n")
+				e.environ = append(e.environ, "MOLECULE_HANDLER=exec:"+script)
+				if code, _, err := e.srv.SendCanvas(context.Background(), e.ws.ID, "poison"); err != nil || code != 200 {
+					t.Fatalf("send: %d %v", code, err)
+				}
+			}},
 		{name: "handler failure left pending", cause: "pending", hint: "run again",
 			setup: func(t *testing.T, e *env) {
 				script := t.TempDir() + "/agent.sh"
@@ -87,7 +96,7 @@ func TestConnectOnceExitCodes(t *testing.T) {
 			if !strings.Contains(line, ": "+tc.cause) || !strings.Contains(line, tc.hint) {
 				t.Fatalf("summary %q does not name cause %q with %q\n%s", line, tc.cause, tc.hint, r.stdout)
 			}
-			if tc.cause != "pending" && !strings.Contains(line, "workspace "+e.ws.ID) {
+			if tc.cause != "pending" && tc.cause != "dead_lettered" && !strings.Contains(line, "workspace "+e.ws.ID) {
 				t.Fatalf("summary %q does not name the workspace", line)
 			}
 		})
