@@ -22,11 +22,15 @@ func TestFreshRunnerResumesFromPlatformCheckpoint(t *testing.T) {
 	srv := moleculetest.NewServer()
 	t.Cleanup(srv.Close)
 	ws := srv.CreateWorkspace("ci-agent")
-	fresh := func(what string) {
+	freshRun := func() result {
 		t.Helper()
 		environ := []string{"MOLECULE_PLATFORM_URL=" + srv.URL(), "MOLECULE_WORKSPACE_ID=" + ws.ID, "MOLECULE_WORKSPACE_TOKEN=" + ws.Token,
 			"NATS_STORE_DIR=" + t.TempDir()}
-		if r := runCLI(t, environ, "connect", "--once", "--idle", "200ms"); r.code != exitOK {
+		return runCLI(t, environ, "connect", "--once", "--idle", "200ms")
+	}
+	fresh := func(what string) {
+		t.Helper()
+		if r := freshRun(); r.code != exitOK {
 			t.Fatalf("%s: exit %d\n%s\n%s", what, r.code, r.stdout, r.stderr)
 		}
 	}
@@ -86,5 +90,24 @@ func TestFreshRunnerResumesFromPlatformCheckpoint(t *testing.T) {
 	}
 	if n != 4 {
 		t.Fatalf("%d checkpoint rows, want one per run (4)", n)
+	}
+
+	// Only the first run registered: a registration would un-pause a
+	// paused workspace, so a fresh runner paused says so and leaves it.
+	registers := 0
+	for _, r := range srv.Requests() {
+		if r.Method == "POST" && r.Path == "/registry/register" {
+			registers++
+		}
+	}
+	if registers != 1 {
+		t.Fatalf("%d registrations over 4 fresh runs, want 1", registers)
+	}
+	srv.Pause(ws.ID)
+	if r := freshRun(); r.code != exitFailed || !strings.Contains(r.stdout, ": paused") {
+		t.Fatalf("paused: exit %d\n%s\n%s", r.code, r.stdout, r.stderr)
+	}
+	if st := srv.Status(ws.ID); st.Status != "paused" || st.Registrations != 1 {
+		t.Fatalf("a fresh run un-paused the workspace: %+v", st)
 	}
 }

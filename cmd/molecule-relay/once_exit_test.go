@@ -24,7 +24,8 @@ func TestConnectOnceExitCodes(t *testing.T) {
 	cases := []struct {
 		name  string
 		gen   moleculetest.Generation
-		setup func(t *testing.T, e *env) // after a first successful run, unless gen is Old
+		setup func(t *testing.T, e *env) // after a first successful run
+		first func(t *testing.T, e *env) // instead, before the only run
 		cause string
 		hint  string
 	}{
@@ -43,9 +44,7 @@ func TestConnectOnceExitCodes(t *testing.T) {
 			}},
 		{name: "no poll mode", gen: moleculetest.Old, cause: "no_poll_mode", hint: "upgrade the platform"},
 		{name: "registration refused", cause: "registration_refused", hint: "/registry/register",
-			setup: func(t *testing.T, e *env) {
-				// A fresh store registers again; the platform refuses it.
-				e.environ = append(e.environ, "NATS_URL="+natstest.Start(t).ClientURL())
+			first: func(t *testing.T, e *env) {
 				e.srv.InjectFault(moleculetest.Fault{Method: http.MethodPost, PathPrefix: "/registry/register",
 					Status: http.StatusBadRequest, Body: `{"error":"url is required for push-mode workspaces"}`})
 			}},
@@ -77,6 +76,9 @@ func TestConnectOnceExitCodes(t *testing.T) {
 			e := &env{srv: srv, ws: srv.CreateWorkspace("ci-agent")}
 			e.environ = []string{"MOLECULE_PLATFORM_URL=" + srv.URL(), "MOLECULE_WORKSPACE_ID=" + e.ws.ID,
 				"MOLECULE_WORKSPACE_TOKEN=" + e.ws.Token, "NATS_URL=" + natstest.Start(t).ClientURL()}
+			if tc.first != nil {
+				tc.first(t, e)
+			}
 			if tc.setup != nil {
 				if r := runCLI(t, e.environ, "connect", "--once", "--idle", "200ms"); r.code != exitOK {
 					t.Fatalf("first run: exit %d\n%s\n%s", r.code, r.stdout, r.stderr)

@@ -50,6 +50,11 @@ type Checkpoint struct {
 	Floor   time.Time        `json:"floor,omitzero"`
 	FloorID string           `json:"floor_id,omitempty"`
 	Recent  map[string]int64 `json:"recent,omitempty"`
+	// DeliveryMode and RegisteredAt are the registration the relay made
+	// (the status record's): a fresh runner does not register again, as a
+	// registration would un-pause a paused workspace.
+	DeliveryMode string    `json:"delivery_mode,omitempty"`
+	RegisteredAt time.Time `json:"registered_at,omitzero"`
 }
 
 // WriteCheckpoints writes the stored cursor of each workspace in ids as a
@@ -77,7 +82,11 @@ func (p *Poller) writeCheckpoint(ctx context.Context, w *workspace) error {
 	if err != nil || cur.UpdatedAt.IsZero() {
 		return err
 	}
-	cp := Checkpoint{V: 1, Cursor: cur.Cursor, CursorCreatedAt: cur.CreatedAt, SavedAt: cur.UpdatedAt, Instance: p.cfg.InstanceID,
+	rec, _, err := loadStatus(ctx, p.topo.Status, w.id)
+	if err != nil {
+		return err
+	}
+	cp := Checkpoint{V: 1, DeliveryMode: rec.DeliveryMode, RegisteredAt: rec.RegisteredAt, Cursor: cur.Cursor, CursorCreatedAt: cur.CreatedAt, SavedAt: cur.UpdatedAt, Instance: p.cfg.InstanceID,
 		Floor: cur.Floor, FloorID: cur.FloorID, Recent: mergeRecent(cur.Recent, nil, p.recentKeep(), time.Now())}
 	body, err := json.Marshal(map[string]Checkpoint{checkpointKey: cp})
 	if err != nil {
@@ -152,7 +161,7 @@ func parseCheckpoint(row molecule.ActivityRow, self string) *Checkpoint {
 // workspace whose store has none (a fresh runner). It returns nil when
 // there is no checkpoint.
 func (p *Poller) restoreCheckpoint(ctx context.Context, w *workspace, cur *cursorEntry, res *WorkspaceResult) (*cursorEntry, error) {
-	cp, err := p.latestCheckpoint(ctx, w)
+	cp, err := p.coldCheckpoint(ctx, w)
 	if err != nil {
 		return nil, fmt.Errorf("poller: read the platform checkpoint: %w", err)
 	}
@@ -169,4 +178,37 @@ func (p *Poller) restoreCheckpoint(ctx context.Context, w *workspace, cur *curso
 	w.log.Info("poller: empty store; resuming from the checkpoint on the workspace's feed",
 		"cursor", cp.Cursor, "saved_at", cp.SavedAt, "by_instance", cp.Instance)
 	return ncur, nil
+}
+
+// coldCheckpoint is latestCheckpoint read once per process: a cold start
+// needs it for the registration and for the seed.
+func (p *Poller) coldCheckpoint(ctx context.Context, w *workspace) (*Checkpoint, error) {
+	if w.cpRead {
+		return w.cp, nil
+	}
+	cp, err := p.latestCheckpoint(ctx, w)
+	if err != nil {
+		return nil, err
+	}
+	w.cp, w.cpRead = cp, true
+	return cp, nil
+}
+
+// registeredByCheckpoint reports whether a checkpoint says an earlier run
+// registered w in poll mode; it then records that registration, so that a
+// fresh runner does not register again (a registration un-pauses a paused
+// workspace and marks it online). A failed read answers false: the
+// workspace is registered as on any first start.
+func (p *Poller) registeredByCheckpoint(ctx context.Context, w *workspace, set func(func(*statusRecord))) bool {
+	if !p.cfg.ResumeFromCheckpoint {
+		return false
+	}
+	cp, err := p.coldCheckpoint(ctx, w)
+	if err != nil || cp == nil || cp.DeliveryMode != string(molecule.DeliveryPoll) {
+		return false
+	}
+	at := cp.RegisteredAt
+	set(func(r *statusRecord) { r.Registered, r.RegisteredAt, r.DeliveryMode = true, at, cp.DeliveryMode })
+	w.log.Info("poller: an earlier run registered this workspace in poll mode (checkpoint on its feed); not registering again")
+	return true
 }

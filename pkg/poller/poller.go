@@ -83,6 +83,10 @@ type workspace struct {
 	errs, hbErrs repeatLog
 	// warnedForeign: a notify row not ours was reported (foreign.go).
 	warnedForeign atomic.Bool
+	// cp is the newest checkpoint on the feed, read at most once per
+	// process at a cold start (cpRead), for the registration and the seed.
+	cp     *Checkpoint
+	cpRead bool
 
 	mu          sync.Mutex
 	notBefore   time.Time // no activity request before this (429, budget)
@@ -396,6 +400,9 @@ func (p *Poller) cycle(ctx context.Context, w *workspace, o cycleOpts) (res Work
 	needRegister := !rec.Registered || rec.DeliveryMode == string(molecule.DeliveryPush)
 	if w.pushURL != "" {
 		needRegister = !w.isPushRegistered()
+	}
+	if needRegister && w.pushURL == "" && !rec.Registered && p.registeredByCheckpoint(ctx, w, set) {
+		needRegister = false
 	}
 	if !p.cfg.SkipRegister && needRegister {
 		if p.register(ctx, w, &res, set) {
