@@ -65,6 +65,15 @@ type ReplyRecord struct {
 	Route string `json:"route"`
 	// PostingAt is when the latest POST attempt started (replier clock).
 	PostingAt time.Time `json:"posting_at"`
+	// Deadline is when the latest POST attempt gives up waiting for the
+	// platform (replier clock). Until then a post of a process that died
+	// may still be in flight; after it (or after AnsweredAt) whatever it
+	// did is on the feed. Zero in records written before it existed.
+	Deadline time.Time `json:"deadline,omitzero"`
+	// AnsweredAt is when the platform answered the latest POST attempt
+	// with an error that leaves its outcome unknown (a 500): the request
+	// is no longer in flight, so nothing needs waiting out.
+	AnsweredAt time.Time `json:"answered_at,omitzero"`
 	// SentAt is when the platform accepted the reply.
 	SentAt time.Time `json:"sent_at,omitzero"`
 	// Attempts counts POST attempts.

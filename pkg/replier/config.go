@@ -64,6 +64,11 @@ type Config struct {
 	// row may be dated and still count as ours (clock difference between
 	// this host and the platform). If not set, 2 minutes.
 	ReconcileSkew time.Duration
+	// ReconcileTimeout bounds one check of the feed for an earlier notify
+	// whose outcome is unknown; every failing page is retried within it.
+	// A check that times out leaves the reply for a later delivery. If not
+	// set, 2 minutes.
+	ReconcileTimeout time.Duration
 	// SweepInterval is how often Run scans for replies that exhausted their
 	// deliveries unacknowledged. If not set, 1 minute.
 	SweepInterval time.Duration
@@ -136,6 +141,9 @@ func (c *Config) SetDefaults() {
 	if c.ReconcileSkew == 0 {
 		c.ReconcileSkew = 2 * time.Minute
 	}
+	if c.ReconcileTimeout == 0 {
+		c.ReconcileTimeout = 2 * time.Minute
+	}
 	if c.SweepInterval == 0 {
 		c.SweepInterval = time.Minute
 	}
@@ -150,7 +158,7 @@ func (c *Config) Validate(ackWait time.Duration) error {
 	switch {
 	case c.Concurrency < 1 || c.FetchBatch < 1:
 		return fmt.Errorf("%w: concurrency and fetch batch must be >= 1", ErrInvalidConfig)
-	case c.FetchWait <= 0 || c.NotifyTimeout <= 0 || c.A2ATimeout <= 0 || c.StoreTimeout <= 0 || c.SweepInterval <= 0:
+	case c.FetchWait <= 0 || c.NotifyTimeout <= 0 || c.A2ATimeout <= 0 || c.StoreTimeout <= 0 || c.SweepInterval <= 0 || c.ReconcileTimeout <= 0:
 		return fmt.Errorf("%w: fetch wait, timeouts and sweep interval must be positive", ErrInvalidConfig)
 	case c.RetryBase <= 0 || c.RetryMax < c.RetryBase:
 		return fmt.Errorf("%w: need 0 < retry base (%s) <= retry max (%s)", ErrInvalidConfig, c.RetryBase, c.RetryMax)

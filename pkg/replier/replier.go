@@ -10,13 +10,16 @@
 // "sent"; only then is the message acked. A redelivery finds:
 //   - "sent": ack, nothing posted;
 //   - "posting" (the stage died between the POST and the "sent" record, or
-//     the POST's outcome is unknown): a peer reply is posted again — the
-//     platform de-duplicates on messageId; a canvas reply is reconciled
-//     against the workspace's own feed, where the platform writes the
-//     notify row before it answers (PROTOCOL.md Part 3 §5): a matching row
-//     means it was delivered (mark sent, ack), none means it was not
-//     (post). If the feed cannot be read the reply waits; it is never
-//     guessed.
+//     the POST's outcome is unknown): a peer reply is posted again with the
+//     same messageId, which a receiving relay de-duplicates on; a canvas
+//     reply is reconciled against the workspace's own feed, where the
+//     platform writes the notify row before it answers (PROTOCOL.md Part 3
+//     §5). The record holds the post's start and deadline; once the post
+//     cannot be in flight any more (waited out in-process, spending no
+//     delivery), only that window of the feed is searched (reconcile.go):
+//     a matching row means it was delivered (mark sent, ack), none means
+//     it was not (post). If the feed cannot be read the reply waits; it is
+//     never guessed.
 package replier
 
 import (
@@ -206,6 +209,8 @@ type job struct {
 	// xTimeout is the X-Timeout of this job's next /a2a post, set by
 	// roomToPost.
 	xTimeout time.Duration
+	// rec is the posting record of the post under way.
+	rec dlq.ReplyRecord
 }
 
 func (r *Replier) process(runCtx context.Context, msg jetstream.Msg) {
@@ -269,7 +274,8 @@ func (r *Replier) process(runCtx context.Context, msg jetstream.Msg) {
 	if !r.waitBudget(runCtx, j) || !r.roomToPost(runCtx, j) {
 		return
 	}
-	rec = dlq.ReplyRecord{State: dlq.StatePosting, Route: j.route, PostingAt: time.Now().UTC(), Attempts: 1}
+	now := time.Now().UTC()
+	rec = dlq.ReplyRecord{State: dlq.StatePosting, Route: j.route, PostingAt: now, Deadline: now.Add(r.postTimeout(j)), Attempts: 1}
 	ctx, cancel = r.opContext(runCtx)
 	rev, err = r.createRecord(ctx, j.key, rec)
 	cancel()
@@ -381,29 +387,7 @@ func (r *Replier) postTimeout(j *job) time.Duration {
 // resume continues a reply whose record says a post may have happened.
 func (r *Replier) resume(runCtx context.Context, j *job, rec dlq.ReplyRecord, rev uint64) {
 	if j.route == dlq.RouteNotify {
-		// A post of another (dead) process may still be in flight within
-		// its timeout; wait it out before looking at the feed.
-		if age := time.Since(rec.PostingAt); age < r.cfg.NotifyTimeout {
-			r.stats.retried.Add(1)
-			_ = j.msg.NakWithDelay(r.cfg.NotifyTimeout - age + 100*time.Millisecond)
-			return
-		}
-		ctx, cancel := context.WithTimeout(context.WithoutCancel(runCtx), r.cfg.NotifyTimeout)
-		found, err := r.reconcileNotify(ctx, j, rec.PostingAt)
-		cancel()
-		if err != nil {
-			j.log.Warn("replier: cannot read the feed to learn whether an earlier notify arrived; retrying later", "error", err)
-			r.retry(runCtx, j, molecule.RetryAfterOf(err), true, err)
-			return
-		}
-		if found {
-			rec.State, rec.SentAt, rec.Reconciled = dlq.StateSent, time.Now().UTC(), true
-			if !r.markSent(runCtx, j, rec, rev) {
-				return
-			}
-			r.stats.reconciled.Add(1)
-			j.log.Info("replier: earlier notify found on the feed; not posting again")
-			r.ack(runCtx, j)
+		if r.settle(runCtx, j, rec, rev) != settledNotDelivered {
 			return
 		}
 		j.log.Info("replier: earlier notify not on the feed; posting it")
@@ -411,7 +395,8 @@ func (r *Replier) resume(runCtx context.Context, j *job, rec dlq.ReplyRecord, re
 	if !r.roomToPost(runCtx, j) {
 		return
 	}
-	rec.State, rec.PostingAt = dlq.StatePosting, time.Now().UTC()
+	now := time.Now().UTC()
+	rec.State, rec.PostingAt, rec.Deadline, rec.AnsweredAt = dlq.StatePosting, now, now.Add(r.postTimeout(j)), time.Time{}
 	rec.Attempts++
 	ctx, cancel := r.opContext(runCtx)
 	newRev, err := r.updateRecord(ctx, j.key, rec, rev)
@@ -427,6 +412,7 @@ func (r *Replier) resume(runCtx context.Context, j *job, rec dlq.ReplyRecord, re
 
 // post sends the reply; rec is the posting record at revision rev.
 func (r *Replier) post(runCtx context.Context, j *job, rec dlq.ReplyRecord, rev uint64) {
+	j.rec = rec
 	if h := r.cfg.TestHooks; h != nil && h.BeforePost != nil && h.BeforePost(runCtx, j.rep) != nil {
 		return
 	}
@@ -545,8 +531,7 @@ func (r *Replier) postFailed(runCtx context.Context, j *job, rev uint64, err err
 		j.log.Warn("replier: post refused for now; retrying later", "error", err, "retry_after", molecule.RetryAfterOf(err))
 		r.retry(runCtx, j, molecule.RetryAfterOf(err), false, err)
 	default:
-		j.log.Warn("replier: post outcome unknown; will reconcile before any second post", "error", err)
-		r.retry(runCtx, j, molecule.RetryAfterOf(err), true, err)
+		r.unknownOutcome(runCtx, j, rev, err)
 	}
 }
 
@@ -564,7 +549,8 @@ func (r *Replier) forgetPosting(runCtx context.Context, j *job, rev uint64) {
 
 // retry naks j for a later redelivery, or dead-letters it on the last
 // allowed delivery. mayBeDelivered says a canvas reply's outcome is unknown
-// (the dead letter is then ReasonAmbiguous).
+// (the dead letter is then ReasonAmbiguous; settle only leaves it unknown
+// when the feed could not be read, and cause says so).
 func (r *Replier) retry(runCtx context.Context, j *job, retryAfter time.Duration, mayBeDelivered bool, cause error) {
 	if r.maxDeliver > 0 && j.meta.NumDelivered >= uint64(r.maxDeliver) {
 		reason := events.ReasonMaxDeliveries

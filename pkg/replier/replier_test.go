@@ -255,14 +255,15 @@ func TestPeerReplyIsSentAsA2A(t *testing.T) {
 func TestTransientFailuresAreRetried(t *testing.T) {
 	t.Parallel()
 	cases := []struct {
-		name         string
-		fault        moleculetest.Fault
-		wantReposted uint64 // 1 when the first outcome was unknown and reconciliation found nothing
+		name       string
+		fault      moleculetest.Fault
+		wantChecks int // feed reads of the window: 1 when the outcome was unknown
 	}{
 		{"429 with Retry-After", moleculetest.Fault{Status: 429, Body: `{"error":"rate limit exceeded","retry_after":0.3}`,
 			Header: http.Header{"Retry-After": {"0.3"}}}, 0},
 		{"503 with a code (not processed)", moleculetest.Fault{Status: 503, Body: `{"error":"down","code":"platform_unavailable"}`}, 0},
 		{"502 (outcome unknown)", moleculetest.Fault{Status: 502, Body: `{"error":"bad gateway"}`}, 1},
+		{"500 (outcome unknown, answered)", moleculetest.Fault{Status: 500, Body: `{"error":"internal"}`}, 1},
 		{"dropped connection (outcome unknown)", moleculetest.Fault{Drop: true}, 1},
 	}
 	for _, tc := range cases {
@@ -281,8 +282,17 @@ func TestTransientFailuresAreRetried(t *testing.T) {
 			if got := e.plat.Notifications(e.a.ID); len(got) != 1 || got[0].Message != "eventually" {
 				t.Fatalf("notifications = %+v, want exactly one", got)
 			}
-			if st.Notified != 1 || st.PostErrors != 1 || st.Retried < 1 || st.Reposted != tc.wantReposted || st.DeadLettered != 0 {
+			if st.Notified != 1 || st.PostErrors != 1 || st.Retried < 1 || st.DeadLettered != 0 {
 				t.Fatalf("stats = %+v", st)
+			}
+			checks := 0
+			for _, rq := range e.plat.Requests() {
+				if rq.Method == http.MethodGet && strings.Contains(rq.Query, "before_ts=") {
+					checks++
+				}
+			}
+			if checks != tc.wantChecks {
+				t.Fatalf("feed window reads = %d, want %d", checks, tc.wantChecks)
 			}
 		})
 	}
@@ -374,6 +384,12 @@ var errCrash = errors.New("simulated crash")
 // closes the connection, cancels the context, abandons the reply.
 func (e *env) crashedStage(t *testing.T, hooks func(kill func() error) *replier.Hooks) {
 	t.Helper()
+	e.crashedStageWith(t, replier.Config{}, hooks)
+}
+
+// crashedStageWith is crashedStage with a replier configured by cfg.
+func (e *env) crashedStageWith(t *testing.T, cfg replier.Config, hooks func(kill func() error) *replier.Hooks) {
+	t.Helper()
 	nc, js, topo := e.conn(t)
 	runCtx, cancel := context.WithCancel(context.Background())
 	defer cancel()
@@ -383,7 +399,8 @@ func (e *env) crashedStage(t *testing.T, hooks func(kill func() error) *replier.
 		once.Do(func() { nc.Close(); cancel(); close(killed) })
 		return errCrash
 	}
-	r := e.replier(t, js, topo, replier.Config{TestHooks: hooks(kill)})
+	cfg.TestHooks = hooks(kill)
+	r := e.replier(t, js, topo, cfg)
 	done := make(chan error, 1)
 	go func() { done <- r.Run(runCtx) }()
 	select {

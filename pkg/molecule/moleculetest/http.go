@@ -8,6 +8,7 @@ import (
 	"math"
 	"net"
 	"net/http"
+	"net/http/httptest"
 	"strconv"
 	"strings"
 	"sync"
@@ -85,7 +86,8 @@ func (s *Server) serveHTTP(rw http.ResponseWriter, r *http.Request) {
 	w := &recorder{ResponseWriter: rw, s: s}
 	w.rec = s.record(r, body)
 
-	if !s.applyFault(w, r) {
+	proceed, after := s.applyFault(w, r)
+	if !proceed {
 		return
 	}
 	if !s.rateLimit(w, r) {
@@ -95,7 +97,25 @@ func (s *Server) serveHTTP(rw http.ResponseWriter, r *http.Request) {
 		w.WriteHeader(http.StatusNotFound)
 		return
 	}
-	s.route(w, r, body)
+	if after == nil {
+		s.route(w, r, body)
+		return
+	}
+	// The handler's answer is discarded; the fault's is sent instead.
+	s.route(&recorder{ResponseWriter: httptest.NewRecorder(), s: s}, r, body)
+	writeFault(w, after)
+}
+
+// writeFault answers f's Status, Header and Body.
+func writeFault(w http.ResponseWriter, f *Fault) {
+	for k, v := range f.Header {
+		w.Header()[k] = append([]string(nil), v...)
+	}
+	if w.Header().Get("Content-Type") == "" && f.Body != "" {
+		w.Header().Set("Content-Type", "application/json; charset=utf-8")
+	}
+	w.WriteHeader(f.Status)
+	_, _ = io.WriteString(w, f.Body)
 }
 
 // ---- faults ----
@@ -106,12 +126,16 @@ type faultState struct {
 }
 
 // applyFault applies the first matching fault. It reports whether the
-// real handler should still answer.
-func (s *Server) applyFault(w *recorder, r *http.Request) bool {
+// real handler should still run, and the fault to answer after it runs
+// (Fault.AfterHandler), if any.
+func (s *Server) applyFault(w *recorder, r *http.Request) (bool, *Fault) {
 	s.faultMu.Lock()
 	var f *Fault
 	for i, fs := range s.faults {
 		if (fs.Method == "" || fs.Method == r.Method) && strings.HasPrefix(r.URL.Path, fs.PathPrefix) {
+			if fs.Rate > 0 && !s.draw(fs.Rate) {
+				continue
+			}
 			cp := fs.Fault
 			f = &cp
 			if fs.Count > 0 {
@@ -125,7 +149,7 @@ func (s *Server) applyFault(w *recorder, r *http.Request) bool {
 	}
 	s.faultMu.Unlock()
 	if f == nil {
-		return true
+		return true, nil
 	}
 	if f.Latency > 0 {
 		t := time.NewTimer(f.Latency)
@@ -133,10 +157,10 @@ func (s *Server) applyFault(w *recorder, r *http.Request) bool {
 		case <-t.C:
 		case <-r.Context().Done():
 			t.Stop()
-			return false
+			return false, nil
 		case <-s.ctx.Done():
 			t.Stop()
-			return false
+			return false, nil
 		}
 	}
 	switch {
@@ -145,27 +169,29 @@ func (s *Server) applyFault(w *recorder, r *http.Request) bool {
 		if err == nil {
 			_ = conn.Close()
 		}
-		return false
+		return false, nil
 	case f.Malformed:
 		w.Header().Set("Content-Type", "application/json; charset=utf-8")
 		w.WriteHeader(http.StatusOK)
 		_, _ = io.WriteString(w, `<html><body>502 Bad Gateway</body></html>{"truncated":`)
-		return false
+		return false, nil
+	case f.Status != 0 && f.AfterHandler:
+		return true, f
 	case f.Status != 0:
-		for k, v := range f.Header {
-			w.Header()[k] = append([]string(nil), v...)
-		}
-		if w.Header().Get("Content-Type") == "" && f.Body != "" {
-			w.Header().Set("Content-Type", "application/json; charset=utf-8")
-		}
-		w.WriteHeader(f.Status)
-		_, _ = io.WriteString(w, f.Body)
-		return false
+		writeFault(w, f)
+		return false, nil
 	}
 	for k, v := range f.Header {
 		w.Header()[k] = append([]string(nil), v...)
 	}
-	return true
+	return true, nil
+}
+
+// draw reports true with probability p.
+func (s *Server) draw(p float64) bool {
+	s.randMu.Lock()
+	defer s.randMu.Unlock()
+	return s.rand.Float64() < p
 }
 
 // ---- rate limit ----

@@ -472,7 +472,16 @@ type Fault struct {
 	Drop bool
 	// Malformed answers 200 with a body that is not the expected JSON.
 	Malformed bool
-	Count     int
+	// AfterHandler lets the real handler run first (its effects, such as
+	// the row a notify writes, happen) and then answers Status and Body in
+	// place of its answer: a platform that did the work and failed to say
+	// so.
+	AfterHandler bool
+	// Rate, when above 0, applies the fault to that fraction (0..1) of the
+	// matching requests, drawn from the server's seeded generator; a
+	// request it passes over is checked against the next faults.
+	Rate  float64
+	Count int
 }
 
 // InjectFault adds a fault. Faults are checked in the order they were
