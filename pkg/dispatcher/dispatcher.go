@@ -204,6 +204,15 @@ func (d *Dispatcher) process(runCtx context.Context, msg jetstream.Msg) {
 		return
 	}
 
+	if dup, holder, err := d.claimPeerMessage(runCtx, in); err != nil {
+		log.Warn("dispatcher: peer messageId claim failed; retrying later", "error", err)
+		d.retry(msg, meta)
+		return
+	} else if dup {
+		d.peerDuplicate(runCtx, msg, in, holder, log)
+		return
+	}
+
 	text, herr := d.runHandler(runCtx, meta, in, progress, log)
 	if h := d.cfg.TestHooks; h != nil && h.AfterHandler != nil && h.AfterHandler(runCtx, in) != nil {
 		return

@@ -22,6 +22,10 @@ type Stats struct {
 	// ack, or another worker finished first): the handler did not run
 	// again; the recorded reply was republished.
 	Duplicates uint64
+	// PeerDuplicates counts peer messages whose sender's messageId an
+	// earlier activity row already carried (a sender that posted twice):
+	// acked, the handler not run.
+	PeerDuplicates uint64
 	// HandlerErrors counts handler runs that returned an error (or
 	// panicked).
 	HandlerErrors uint64
@@ -52,27 +56,28 @@ func (s Stats) MeanHandlerTime() time.Duration {
 // sub returns s - prev, counter by counter (HandlerMax is kept as is).
 func (s Stats) sub(prev Stats) Stats {
 	return Stats{
-		Received:      s.Received - prev.Received,
-		Handled:       s.Handled - prev.Handled,
-		Replied:       s.Replied - prev.Replied,
-		NoReply:       s.NoReply - prev.NoReply,
-		Skipped:       s.Skipped - prev.Skipped,
-		Duplicates:    s.Duplicates - prev.Duplicates,
-		HandlerErrors: s.HandlerErrors - prev.HandlerErrors,
-		Retried:       s.Retried - prev.Retried,
-		Deferred:      s.Deferred - prev.Deferred,
-		DeadLettered:  s.DeadLettered - prev.DeadLettered,
-		Terminated:    s.Terminated - prev.Terminated,
-		HandlerRuns:   s.HandlerRuns - prev.HandlerRuns,
-		HandlerTime:   s.HandlerTime - prev.HandlerTime,
-		HandlerMax:    s.HandlerMax,
+		Received:       s.Received - prev.Received,
+		Handled:        s.Handled - prev.Handled,
+		Replied:        s.Replied - prev.Replied,
+		NoReply:        s.NoReply - prev.NoReply,
+		Skipped:        s.Skipped - prev.Skipped,
+		Duplicates:     s.Duplicates - prev.Duplicates,
+		PeerDuplicates: s.PeerDuplicates - prev.PeerDuplicates,
+		HandlerErrors:  s.HandlerErrors - prev.HandlerErrors,
+		Retried:        s.Retried - prev.Retried,
+		Deferred:       s.Deferred - prev.Deferred,
+		DeadLettered:   s.DeadLettered - prev.DeadLettered,
+		Terminated:     s.Terminated - prev.Terminated,
+		HandlerRuns:    s.HandlerRuns - prev.HandlerRuns,
+		HandlerTime:    s.HandlerTime - prev.HandlerTime,
+		HandlerMax:     s.HandlerMax,
 	}
 }
 
 type counters struct {
 	received, handled, replied, noReply, skipped, duplicates   atomic.Uint64
 	handlerErrors, retried, deferred, deadLettered, terminated atomic.Uint64
-	handlerRuns                                                atomic.Uint64
+	handlerRuns, peerDuplicates                                atomic.Uint64
 	handlerNanos, handlerMax                                   atomic.Int64
 }
 
@@ -89,19 +94,20 @@ func (c *counters) observe(d time.Duration) {
 
 func (c *counters) snapshot() Stats {
 	return Stats{
-		Received:      c.received.Load(),
-		Handled:       c.handled.Load(),
-		Replied:       c.replied.Load(),
-		NoReply:       c.noReply.Load(),
-		Skipped:       c.skipped.Load(),
-		Duplicates:    c.duplicates.Load(),
-		HandlerErrors: c.handlerErrors.Load(),
-		Retried:       c.retried.Load(),
-		Deferred:      c.deferred.Load(),
-		DeadLettered:  c.deadLettered.Load(),
-		Terminated:    c.terminated.Load(),
-		HandlerRuns:   c.handlerRuns.Load(),
-		HandlerTime:   time.Duration(c.handlerNanos.Load()),
-		HandlerMax:    time.Duration(c.handlerMax.Load()),
+		Received:       c.received.Load(),
+		Handled:        c.handled.Load(),
+		Replied:        c.replied.Load(),
+		NoReply:        c.noReply.Load(),
+		Skipped:        c.skipped.Load(),
+		Duplicates:     c.duplicates.Load(),
+		PeerDuplicates: c.peerDuplicates.Load(),
+		HandlerErrors:  c.handlerErrors.Load(),
+		Retried:        c.retried.Load(),
+		Deferred:       c.deferred.Load(),
+		DeadLettered:   c.deadLettered.Load(),
+		Terminated:     c.terminated.Load(),
+		HandlerRuns:    c.handlerRuns.Load(),
+		HandlerTime:    time.Duration(c.handlerNanos.Load()),
+		HandlerMax:     time.Duration(c.handlerMax.Load()),
 	}
 }

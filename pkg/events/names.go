@@ -1,6 +1,8 @@
 package events
 
 import (
+	"crypto/sha256"
+	"encoding/hex"
 	"fmt"
 	"strings"
 )
@@ -88,6 +90,19 @@ func ReplyMsgID(workspace, activityID string) string { return "reply:" + workspa
 
 // HandledKey is the BucketHandled key of an inbound message.
 func HandledKey(workspace, activityID string) string { return kvKey(workspace, activityID) }
+
+// PeerMessageKey is the BucketHandled key that claims a peer's A2A
+// messageId for the activity row that first carried it: the platform's poll
+// queue writes a new row for every POST of the same messageId, so a sender
+// that posted twice (it died between the platform's acceptance and its own
+// record) is de-duplicated here, at the receiver. It is scoped to the
+// sender workspace (another sender may reuse an id) and the messageId is
+// hashed (it may hold any character). Its four tokens never collide with
+// the two of HandledKey.
+func PeerMessageKey(workspace, sender, messageID string) string {
+	sum := sha256.Sum256([]byte(messageID))
+	return sanitizeKeyToken(workspace) + ".msg." + sanitizeKeyToken(sender) + "." + hex.EncodeToString(sum[:16])
+}
 
 // ReplyKey is the BucketReplies key of the reply to an inbound message.
 func ReplyKey(workspace, activityID string) string { return kvKey(workspace, activityID) }
