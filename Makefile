@@ -24,7 +24,7 @@ IMAGE_REPO    ?= ghcr.io/molecule-ai/molecule-relay
 # but no registry; release: the distroless base of .ko.yaml.
 KO_BASE       ?= local
 
-.PHONY: help build dev test test-short lint bench fuzz cover clean validate-infra image release-check
+.PHONY: help build dev test test-short chaos chaos-long lint bench fuzz cover clean validate-infra image release-check
 
 include Makefile.deploy
 
@@ -43,6 +43,15 @@ dev: ## run the whole pipeline against an embedded platform double and embedded 
 test: ## go vet, then every test with the race detector
 	$(GO) vet $(PKGS)
 	$(GO) test -race -count=1 -timeout 20m $(PKGS)
+
+chaos: ## chaos test, short: 300 messages through separate stage processes on an external nats-server, random SIGKILLs, platform 429/500/latency (internal/chaos)
+	$(GO) test -count=1 -v -timeout 10m -run '^TestChaos$$' ./internal/chaos -args -chaos.msgs=$(or $(CHAOS_MSGS),300) -chaos.rate=$(or $(CHAOS_RATE),15) $(CHAOS_FLAGS)
+
+chaos-long: ## chaos test, long: 10,000 messages at 40/s (CHAOS_RUNS=3 runs it three times)
+	@for i in $$(seq 1 $(or $(CHAOS_RUNS),1)); do \
+		echo "== chaos-long run $$i"; \
+		$(GO) test -count=1 -v -timeout 60m -run '^TestChaos$$' ./internal/chaos -args -chaos.msgs=$(or $(CHAOS_MSGS),10000) -chaos.rate=$(or $(CHAOS_RATE),40) $(CHAOS_FLAGS) || exit 1; \
+	done
 
 test-short: ## tests without the race detector (faster local loop)
 	$(GO) test -count=1 $(PKGS)

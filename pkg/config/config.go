@@ -103,6 +103,10 @@ type Config struct {
 	// platform waits for a push-mode peer before queueing the message.
 	// Default 10m; 5s..30m (the platform's own ceiling is 30 minutes).
 	A2ATimeout Seconds `env:"MOLECULE_A2A_TIMEOUT" envDefault:"10m"`
+	// ReconcileSkew widens the feed window searched for a notify whose
+	// outcome was unknown, on both sides, by the clock difference allowed
+	// between this host and the platform. Default 2m.
+	ReconcileSkew Seconds `env:"MOLECULE_RECONCILE_SKEW" envDefault:"2m"`
 	// ReplyToReplies lets the handler answer messages that are themselves
 	// replies (in_reply_to set, or a peer's role "agent" message):
 	// agent-to-agent conversations. Default false.

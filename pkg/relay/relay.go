@@ -291,10 +291,11 @@ func (rt *Runtime) Dispatcher(h handler.Handler) (*dispatcher.Dispatcher, error)
 // Replier builds the replier stage core.
 func (rt *Runtime) Replier() (*replier.Replier, error) {
 	return replier.New(rt.Conn.JS, rt.Topo, rt.ClientMap(), replier.Config{
-		Concurrency: rt.Cfg.ReplyConcurrency,
-		A2ATimeout:  rt.Cfg.A2ATimeout.D(),
-		Logger:      rt.Log.With("stage", events.StageReplier),
-		Observer:    rt.replyObserver(),
+		Concurrency:   rt.Cfg.ReplyConcurrency,
+		A2ATimeout:    rt.Cfg.A2ATimeout.D(),
+		ReconcileSkew: rt.Cfg.ReconcileSkew.D(),
+		Logger:        rt.Log.With("stage", events.StageReplier),
+		Observer:      rt.replyObserver(),
 		BeforeNotify: func() func(string, string) {
 			if rt.ledger == nil {
 				return nil
