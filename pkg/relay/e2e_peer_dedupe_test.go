@@ -65,7 +65,7 @@ func TestE2EPeerDuplicateRemovedAtReceiver(t *testing.T) {
 
 	// NATS of relay B restarts: the messageId claim is a stored record,
 	// not the stream's in-memory duplicate window.
-	natsB = natsB.Restart(t)
+	natsB.Restart(t)
 
 	pipelinetest.Start(t, w.NewReplier(w.Proc(), nil, replier.Config{}).Run)
 	target := w.SentText("crash me")
