@@ -35,6 +35,7 @@ var (
 	flagRate  = flag.Float64("chaos.rate", 15, "messages per second")
 	flagSeed  = flag.Uint64("chaos.seed", 0, "seed of the traffic, kills and faults; 0 picks one from the clock")
 	flagDrain = flag.Duration("chaos.drain", 4*time.Minute, "how long after the last message every reply must have arrived")
+	flagWork  = flag.Duration("chaos.handler-time", 20*time.Millisecond, "mean time the handler works on a message (uniform 0..2x), so that kills land mid-handler")
 )
 
 const (
@@ -430,6 +431,11 @@ func (hs *handlerServer) serve(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	m := p.Message
+	// The agent works a while, as a real one does: a dispatcher killed
+	// now leaves the one window without a guarantee (a re-run).
+	if *flagWork > 0 {
+		pause(r.Context(), time.Duration(rand.Int64N(int64(2**flagWork))))
+	}
 	hs.mu.Lock()
 	hs.runs[m.Text] = append(hs.runs[m.Text], handlerRun{activityID: m.ActivityID, sender: m.SourceWorkspaceID, messageID: m.MessageID, delivery: p.Delivery})
 	hs.mu.Unlock()
@@ -658,8 +664,8 @@ func (r *result) report(t *testing.T) {
 	}
 	lines := []string{
 		fmt.Sprintf("CHAOS seed=%d messages=%d (canvas %d, peer %d of which %d posted twice by their sender)", r.seed, r.messages, r.canvas, r.peer, r.peerTwice),
-		fmt.Sprintf("CHAOS kills: %d stage SIGKILLs, %d nats-server SIGKILL; faults: 429 %.1f%%, 500 %.1f%%, 500-after-work %.1f%%, +%s latency",
-			r.kills, r.natsKills, rate429*100, rate500*100, rate500After*100, faultLatency),
+		fmt.Sprintf("CHAOS kills: %d stage SIGKILLs, %d nats-server SIGKILL; faults: 429 %.1f%%, 500 %.1f%%, 500-after-work %.1f%%, +%s latency; handler time 0..%s",
+			r.kills, r.natsKills, rate429*100, rate500*100, rate500After*100, faultLatency, 2**flagWork),
 		fmt.Sprintf("CHAOS lost=%d duplicate_canvas_replies=%d duplicate_peer_messages_handled=%d misrouted=%d echo=%d dlq_not_permanent=%d (dlq total %d %v)",
 			r.lost, r.dupCanvas, r.dupPeerHandled, r.misrouted, r.echo, r.dlqNotPermanent, r.dlqTotal, r.dlqReasons),
 		fmt.Sprintf("CHAOS no-guarantee window: handler re-runs of one activity (dispatcher killed mid-handler) = %d; peer replies posted more than once by this relay after a crash or a 5xx (one messageId, removed by a receiving relay) = %d",
