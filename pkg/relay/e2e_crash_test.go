@@ -228,7 +228,9 @@ func TestE2ECrashDispatcherAfterReplyPublish(t *testing.T) {
 // again, with the same messageId and in_reply_to (the only thing a peer or
 // a de-duplicating platform can collapse it on). The NEW platform's
 // poll-mode feed does not de-duplicate on messageId (PROTOCOL.md Parts 1
-// §6 and 3 §3 name only the push queue), so the peer gets it twice.
+// §6 and 3 §3 name only the push queue), so the peer's feed gets it twice;
+// a peer served by a Molecule Relay handles it once
+// (TestE2EPeerDuplicateRemovedAtReceiver).
 func TestE2ECrashReplierAfterPost(t *testing.T) {
 	t.Parallel()
 	for _, tc := range []struct {
