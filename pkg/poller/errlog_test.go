@@ -1,35 +1,16 @@
 package poller_test
 
 import (
-	"bytes"
 	"log/slog"
 	"net/http"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
+	"github.com/molecule-ai/molecule-relay/internal/pipelinetest"
 	"github.com/molecule-ai/molecule-relay/pkg/molecule/moleculetest"
 	"github.com/molecule-ai/molecule-relay/pkg/poller"
 )
-
-// syncBuffer is a log sink safe for the poller's goroutines.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
 
 // A refused registration is logged where it happens, with the workspace,
 // the cause and what to do, once, although every poll cycle meets it
@@ -41,7 +22,7 @@ func TestRepeatedFailureLoggedOnce(t *testing.T) {
 	e := newEnv(t)
 	e.plat.InjectFault(moleculetest.Fault{Method: http.MethodPost, PathPrefix: "/registry/register",
 		Status: http.StatusBadRequest, Body: `{"error":"url is required for push-mode workspaces"}`})
-	var logs syncBuffer
+	var logs pipelinetest.LogBuffer
 	p := e.poller(poller.Config{Logger: slog.New(slog.NewTextHandler(&logs, nil))})
 	stop := run(t, p)
 	registers := func() int { return e.requests(http.MethodPost, "/registry/register") }

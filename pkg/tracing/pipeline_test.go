@@ -1,12 +1,10 @@
 package tracing_test
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"log/slog"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -18,24 +16,6 @@ import (
 	"go.opentelemetry.io/otel/sdk/trace/tracetest"
 	"go.opentelemetry.io/otel/trace"
 )
-
-// syncBuffer is a log sink shared by the stages' goroutines.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
 
 // One canvas message through a relay.Runtime (poller, dispatcher, replier,
 // NATS between them) makes one trace: poll → publish → handle →
@@ -63,7 +43,7 @@ func TestOneTraceFromPollToPost(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	var logs syncBuffer
+	var logs pipelinetest.LogBuffer
 	log := slog.New(slog.NewJSONHandler(&logs, &slog.HandlerOptions{Level: slog.LevelDebug}))
 	rt, err := relay.Open(pipelinetest.Ctx(t), cfg, log)
 	if err != nil {
@@ -123,7 +103,7 @@ func TestOneTraceFromPollToPost(t *testing.T) {
 // checkLogTraceID: the dispatcher's and the replier's log lines about the
 // message carry its trace id. The replier logs the post after its span
 // ended, so the line may come a moment after the span: wait for it.
-func checkLogTraceID(t *testing.T, logs *syncBuffer, traceID string) {
+func checkLogTraceID(t *testing.T, logs *pipelinetest.LogBuffer, traceID string) {
 	t.Helper()
 	t.Cleanup(func() {
 		if t.Failed() {
