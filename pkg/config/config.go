@@ -51,8 +51,14 @@ func (s Seconds) String() string { return time.Duration(s).String() }
 // field has an environment variable; the CLI's flags mirror them
 // (MOLECULE_POLL_INTERVAL ↔ --poll-interval, NATS_URL ↔ --nats-url).
 type Config struct {
-	// PlatformURL is the platform's tenant root URL.
+	// PlatformURL is the platform's tenant root URL: every workspace's,
+	// unless PlatformURLs is set, and then MOLECULE_WORKSPACE_ID's only.
 	PlatformURL string `env:"MOLECULE_PLATFORM_URL"`
+	// PlatformURLs configures one platform base URL per workspace of
+	// WorkspaceIDs, comma separated, paired by position: workspaces spread
+	// over several tenants, each with its own rate budget, tenant headers
+	// and event stream. If not set, every workspace is on PlatformURL.
+	PlatformURLs []string `env:"MOLECULE_PLATFORM_URLS" envSeparator:","`
 	// WorkspaceID and WorkspaceToken configure a single workspace.
 	WorkspaceID    string `env:"MOLECULE_WORKSPACE_ID"`
 	WorkspaceToken string `env:"MOLECULE_WORKSPACE_TOKEN"`
@@ -63,8 +69,15 @@ type Config struct {
 	// separated, paired by position.
 	WorkspaceIDs    []string `env:"MOLECULE_WORKSPACE_IDS" envSeparator:","`
 	WorkspaceTokens []string `env:"MOLECULE_WORKSPACE_TOKENS" envSeparator:","`
-	// OrgID is sent as X-Molecule-Org-Id (SaaS tenants).
+	// OrgID is sent as X-Molecule-Org-Id (SaaS tenants): by every
+	// workspace, unless OrgIDs is set, and then by MOLECULE_WORKSPACE_ID
+	// only.
 	OrgID string `env:"MOLECULE_ORG_ID"`
+	// OrgIDs configures one X-Molecule-Org-Id per workspace of
+	// WorkspaceIDs, comma separated, paired by position (an empty entry
+	// sends none), for workspaces on several SaaS tenants. If not set,
+	// every workspace sends OrgID.
+	OrgIDs []string `env:"MOLECULE_ORG_IDS" envSeparator:","`
 	// AgentName is the agent card's name. If not set, "molecule-relay".
 	AgentName string `env:"MOLECULE_AGENT_NAME" envDefault:"molecule-relay"`
 	// PollInterval between polls in long-running mode. Default 5s.
@@ -151,6 +164,10 @@ type Config struct {
 type Workspace struct {
 	ID    string
 	Token string
+	// PlatformURL is the base URL of the tenant the workspace is on.
+	PlatformURL string
+	// OrgID is the X-Molecule-Org-Id its requests carry; "" sends none.
+	OrgID string
 }
 
 // String hides the token.
@@ -161,12 +178,26 @@ func (w Workspace) String() string { return w.ID }
 func (c *Config) Workspaces() []Workspace {
 	var out []Workspace
 	if c.WorkspaceID != "" {
-		out = append(out, Workspace{ID: c.WorkspaceID, Token: c.WorkspaceToken})
+		out = append(out, Workspace{ID: c.WorkspaceID, Token: c.WorkspaceToken, PlatformURL: c.PlatformURL, OrgID: c.OrgID})
 	}
 	for i, id := range c.WorkspaceIDs {
-		if i < len(c.WorkspaceTokens) {
-			out = append(out, Workspace{ID: id, Token: c.WorkspaceTokens[i]})
+		if i >= len(c.WorkspaceTokens) {
+			continue
 		}
+		w := Workspace{ID: id, Token: c.WorkspaceTokens[i], PlatformURL: c.PlatformURL, OrgID: c.OrgID}
+		if len(c.PlatformURLs) > 0 {
+			w.PlatformURL = ""
+			if i < len(c.PlatformURLs) {
+				w.PlatformURL = c.PlatformURLs[i]
+			}
+		}
+		if len(c.OrgIDs) > 0 {
+			w.OrgID = ""
+			if i < len(c.OrgIDs) {
+				w.OrgID = c.OrgIDs[i]
+			}
+		}
+		out = append(out, w)
 	}
 	return out
 }
@@ -189,14 +220,9 @@ func (c *Config) Validate(need Requirement) error {
 		return fmt.Errorf("%w: %s: %s", ErrInvalid, name, fmt.Sprintf(format, a...))
 	}
 	if need&NeedPlatform != 0 {
-		if c.PlatformURL == "" {
-			return bad("MOLECULE_PLATFORM_URL", "not set; the platform's base URL, e.g. https://acme.moleculesai.app")
+		if err := c.validatePlatformURLs(); err != nil {
+			return err
 		}
-		u, err := url.Parse(c.PlatformURL)
-		if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
-			return bad("MOLECULE_PLATFORM_URL", "%q is not an http(s) URL", c.PlatformURL)
-		}
-		c.PlatformURL = strings.TrimRight(c.PlatformURL, "/")
 		if c.WorkspaceID != "" && c.WorkspaceToken == "" {
 			if c.WorkspaceTokenFile == "" {
 				return bad("MOLECULE_WORKSPACE_TOKEN", "not set for MOLECULE_WORKSPACE_ID %s (or set MOLECULE_WORKSPACE_TOKEN_FILE)", c.WorkspaceID)
@@ -231,6 +257,9 @@ func (c *Config) Validate(need Requirement) error {
 			if strings.TrimSpace(w.Token) == "" {
 				return bad(strings.Replace(name, "_IDS", "_TOKENS", 1), "empty token for workspace %s", w.ID)
 			}
+		}
+		if err := c.validateTenants(); err != nil {
+			return err
 		}
 	}
 	if need&NeedHandler != 0 && strings.TrimSpace(c.Handler) == "" {
