@@ -133,27 +133,21 @@ func (rt *Runtime) Reconfigure(cfg *config.Config) error {
 	return nil
 }
 
-// newClients builds one platform client per configured workspace.
+// newClients builds one platform client per configured workspace, each on
+// its own tenant's base URL with its own tenant headers.
 func newClients(cfg *config.Config, log *slog.Logger) ([]*molecule.Client, error) {
 	hc := platformHTTPClient(cfg)
-	// With an org id every request counts in the org's bucket (NEW; OLD
-	// counts by source IP, which this process's workspaces share too), so
-	// the workspaces share one rate budget. Without one NEW keeps a bucket
-	// per token, and each client keeps its own view.
-	var shared *molecule.RateBudget
-	if cfg.OrgID != "" {
-		shared = molecule.NewRateBudget()
-	}
 	var clients []*molecule.Client
+	budgets := budgetsByBucket{}
 	for _, w := range cfg.Workspaces() {
 		c, err := molecule.New(molecule.Config{
-			PlatformURL: cfg.PlatformURL,
+			PlatformURL: w.PlatformURL,
 			WorkspaceID: w.ID,
 			Token:       w.Token,
-			OrgID:       cfg.OrgID,
+			OrgID:       w.OrgID,
 			HTTPClient:  hc,
 			Logger:      log.With("workspace", w.ID),
-			RateBudget:  shared,
+			RateBudget:  budgets.of(w),
 		})
 		if err != nil {
 			return nil, fmt.Errorf("workspace %s: %w", w.ID, err)
@@ -161,6 +155,26 @@ func newClients(cfg *config.Config, log *slog.Logger) ([]*molecule.Client, error
 		clients = append(clients, c)
 	}
 	return clients, nil
+}
+
+// budgetsByBucket gives the workspaces that share a platform rate-limit
+// bucket one RateBudget. A bucket belongs to one tenant (each tenant
+// counts its own requests), and inside it NEW keys the bucket by
+// X-Molecule-Org-Id: the workspaces of one tenant with an org id share
+// one budget. Without one NEW keeps a bucket per token (OLD counts by
+// source IP; the clients' views stay their own, as before), and each
+// client keeps its own budget.
+type budgetsByBucket map[[2]string]*molecule.RateBudget
+
+func (b budgetsByBucket) of(w config.Workspace) *molecule.RateBudget {
+	if w.OrgID == "" {
+		return nil
+	}
+	k := [2]string{w.PlatformURL, w.OrgID}
+	if b[k] == nil {
+		b[k] = molecule.NewRateBudget()
+	}
+	return b[k]
 }
 
 // ensureTopology creates (or looks up) the streams, consumers and buckets
