@@ -158,12 +158,12 @@ func newClients(cfg *config.Config, log *slog.Logger) ([]*molecule.Client, error
 }
 
 // budgetsByBucket gives the workspaces that share a platform rate-limit
-// bucket one RateBudget. A bucket belongs to one tenant (each tenant
-// counts its own requests), and inside it NEW keys the bucket by
-// X-Molecule-Org-Id: the workspaces of one tenant with an org id share
-// one budget. Without one NEW keeps a bucket per token (OLD counts by
-// source IP; the clients' views stay their own, as before), and each
-// client keeps its own budget.
+// bucket one RateBudget (PROTOCOL.md §2). Each tenant counts its own
+// requests, and NEW keys its buckets by X-Molecule-Org-Id: the workspaces
+// of one tenant with one org id share a budget, and the same org id on
+// two tenants is two budgets. Without an org id NEW keeps a bucket per
+// token, so each client keeps a budget of its own (OLD counts by source
+// IP; as before, the clients do not pool their views of it).
 type budgetsByBucket map[[2]string]*molecule.RateBudget
 
 func (b budgetsByBucket) of(w config.Workspace) *molecule.RateBudget {
