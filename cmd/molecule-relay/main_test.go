@@ -71,6 +71,12 @@ func TestBadConfigExits2BeforeAnyNetworkCall(t *testing.T) {
 		{"bad handler", append(good, "MOLECULE_HANDLER=carrier-pigeon:x"), nil, "handler"},
 		{"unpaired tokens", append(good, "MOLECULE_WORKSPACE_IDS=b48f61e0-0000-4000-8000-000000000002"), nil, "MOLECULE_WORKSPACE_TOKENS"},
 		{"bad nats creds", append(good, "NATS_CREDS=/nonexistent/creds"), nil, "NATS_CREDS"},
+		{"unpaired platform urls", append(good, "MOLECULE_WORKSPACE_IDS=b48f61e0-0000-4000-8000-000000000002", "MOLECULE_WORKSPACE_TOKENS="+token,
+			"MOLECULE_PLATFORM_URLS="+platform.URL+","+platform.URL), nil, "MOLECULE_PLATFORM_URLS: 2 URLs for 1 ids in MOLECULE_WORKSPACE_IDS"},
+		{"unpaired org ids", append(good, "MOLECULE_WORKSPACE_IDS=b48f61e0-0000-4000-8000-000000000002", "MOLECULE_WORKSPACE_TOKENS="+token,
+			"MOLECULE_ORG_IDS=o1,o2"), nil, "MOLECULE_ORG_IDS: 2 org ids for 1 ids in MOLECULE_WORKSPACE_IDS"},
+		{"platform url beside platform urls, unused", append(good[3:], "MOLECULE_PLATFORM_URL=http://127.0.0.1:1", "MOLECULE_WORKSPACE_IDS=b48f61e0-0000-4000-8000-000000000002",
+			"MOLECULE_WORKSPACE_TOKENS="+token, "MOLECULE_PLATFORM_URLS="+platform.URL), nil, "MOLECULE_PLATFORM_URL: "},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
