@@ -122,6 +122,10 @@ func TestTemplateGlobals(t *testing.T) {
 		{[]string{"Globals", "Function", "Environment", "Variables", "NATS_CREDS_SECRET"}, ref("NatsCredsSecretArn")},
 		{[]string{"Globals", "Function", "Environment", "Variables", "MOLECULE_PLATFORM_URL"}, ref("PlatformUrl")},
 		{[]string{"Globals", "Function", "Environment", "Variables", "MOLECULE_WORKSPACE_IDS"}, ref("WorkspaceIds")},
+		{[]string{"Globals", "Function", "Environment", "Variables", "MOLECULE_PLATFORM_URLS"}, ref("PlatformUrls")},
+		{[]string{"Globals", "Function", "Environment", "Variables", "MOLECULE_ORG_IDS"}, ref("OrgIds")},
+		{[]string{"Parameters", "PlatformUrls", "Default"}, ""},
+		{[]string{"Parameters", "OrgIds", "Default"}, ""},
 	}
 	for _, tc := range tests {
 		if got := tp.get(t, tc.path...); !equal(got, tc.want) {

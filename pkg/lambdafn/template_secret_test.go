@@ -38,6 +38,7 @@ func TestTemplateBareTokenSecretLoads(t *testing.T) {
 		"PlatformUrl": "https://acme.moleculesai.app", "WorkspaceIds": ws, "NatsUrl": "nats://127.0.0.1:4222",
 		"NatsCredsSecretArn": natsARN, "WorkspaceTokensSecretArn": tokensARN, "StreamReplicas": "3",
 		"TopologyMode": "lookup", "LogLevel": "INFO",
+		"PlatformUrls": "", "OrgIds": "", // their defaults: one tenant
 		// A function's Ref is its name.
 		"DispatcherFunction": "relay-dispatcher", "ReplierFunction": "relay-replier",
 	}
