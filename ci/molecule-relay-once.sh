@@ -27,13 +27,13 @@
 # (MOLECULE_CHECKPOINT, default true). See README "CI one-shot".
 set -eu
 
-for v in MOLECULE_PLATFORM_URL; do
-	eval "val=\${$v:-}"
-	if [ -z "$val" ]; then
-		echo "molecule-relay-once: $v is not set" >&2
-		exit 2
-	fi
-done
+# A platform URL is needed: MOLECULE_PLATFORM_URL, or MOLECULE_PLATFORM_URLS
+# (one per workspace of MOLECULE_WORKSPACE_IDS, for workspaces on several
+# tenants). The relay itself checks the rest.
+if [ -z "${MOLECULE_PLATFORM_URL:-}" ] && [ -z "${MOLECULE_PLATFORM_URLS:-}" ]; then
+	echo "molecule-relay-once: MOLECULE_PLATFORM_URL is not set (or MOLECULE_PLATFORM_URLS, one per workspace of MOLECULE_WORKSPACE_IDS)" >&2
+	exit 2
+fi
 
 bin="${MOLECULE_RELAY_BIN:-}"
 if [ -z "$bin" ]; then

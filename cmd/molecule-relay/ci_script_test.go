@@ -64,6 +64,14 @@ func TestCIScript(t *testing.T) {
 	if code, out := job(); code != 0 || len(srv.Notifications(ws.ID)) != 1 {
 		t.Fatalf("second job: exit %d, %d replies\n%s", code, len(srv.Notifications(ws.ID)), out)
 	}
+	// Workspaces on several tenants: MOLECULE_PLATFORM_URLS alone is enough.
+	if code, out := job("MOLECULE_PLATFORM_URL=", "MOLECULE_WORKSPACE_ID=", "MOLECULE_WORKSPACE_TOKEN=",
+		"MOLECULE_WORKSPACE_IDS="+ws.ID, "MOLECULE_WORKSPACE_TOKENS="+ws.Token, "MOLECULE_PLATFORM_URLS="+srv.URL()); code != 0 {
+		t.Fatalf("MOLECULE_PLATFORM_URLS job: exit %d\n%s", code, out)
+	}
+	if code, out := job("MOLECULE_PLATFORM_URL="); code != 2 || !strings.Contains(out, "MOLECULE_PLATFORM_URL is not set") {
+		t.Fatalf("no platform URL: exit %d\n%s", code, out)
+	}
 	if code, out := job("MOLECULE_POLL_INTERVAL=often"); code != 2 || !strings.Contains(out, "MOLECULE_POLL_INTERVAL") {
 		t.Fatalf("bad config: exit %d\n%s", code, out)
 	}
