@@ -47,7 +47,8 @@ func runDev(ctx context.Context, env *cliEnv, args []string) error {
 	}, env.environ...)
 	// The dev workspace is ours: whatever the caller's environment says about
 	// a real platform must not leak into it.
-	environ = withoutKeys(environ, "MOLECULE_WORKSPACE_IDS", "MOLECULE_WORKSPACE_TOKENS", "MOLECULE_ORG_ID", "MOLECULE_WORKSPACE_TOKEN_FILE")
+	environ = withoutKeys(environ, "MOLECULE_WORKSPACE_IDS", "MOLECULE_WORKSPACE_TOKENS", "MOLECULE_ORG_ID", "MOLECULE_WORKSPACE_TOKEN_FILE",
+		"MOLECULE_PLATFORM_URLS", "MOLECULE_ORG_IDS")
 	environ = append(environ, "MOLECULE_PLATFORM_URL="+srv.URL(), "MOLECULE_WORKSPACE_ID="+agent.ID, "MOLECULE_WORKSPACE_TOKEN="+agent.Token)
 	cfg, err := parseConfig(&cliEnv{stdin: env.stdin, stdout: env.stdout, stderr: env.stderr, environ: environ}, "dev", args,
 		config.NeedPlatform|config.NeedHandler, func(fs *flag.FlagSet) {

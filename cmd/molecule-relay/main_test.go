@@ -201,7 +201,11 @@ func TestConnectOnceFailsOnDeadLetterAndReplayWorks(t *testing.T) {
 func TestDevOnce(t *testing.T) {
 	// The embedded server's store goes to a temporary directory, not the
 	// default .molecule-relay/nats under the package's source directory.
-	r := runCLI(t, []string{"MOLECULE_LOG_LEVEL=warn", "NATS_STORE_DIR=" + t.TempDir()}, "dev", "--once", "--timeout", "30s")
+	// A shell set up for a real platform (several workspaces on several
+	// tenants) must not leak into the dev workspace.
+	realPlatform := []string{"MOLECULE_WORKSPACE_IDS=a,b", "MOLECULE_WORKSPACE_TOKENS=x,y",
+		"MOLECULE_PLATFORM_URLS=http://127.0.0.1:1,http://127.0.0.1:2", "MOLECULE_ORG_IDS=o1,o2"}
+	r := runCLI(t, append(realPlatform, "MOLECULE_LOG_LEVEL=warn", "NATS_STORE_DIR="+t.TempDir()), "dev", "--once", "--timeout", "30s")
 	if r.code != exitOK || !strings.Contains(r.stdout, "← reply to canvas: echo: hello from the canvas") ||
 		!strings.Contains(r.stdout, "← reply to peer") {
 		t.Fatalf("dev --once: exit %d\n%s\n%s", r.code, r.stdout, r.stderr)
