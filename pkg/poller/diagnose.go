@@ -54,11 +54,11 @@ func DiagnoseErr(err error) (cause, action string) {
 	case errors.Is(err, ErrRegistrationRefused):
 		return CauseRegistration, "the platform refused POST /registry/register (see the error); check the platform version, MOLECULE_PUSH_URL and the agent card"
 	case errors.Is(err, molecule.ErrTenantRouting):
-		return CauseTenant, "the request did not reach the tenant; check MOLECULE_ORG_ID and MOLECULE_PLATFORM_URL"
+		return CauseTenant, "the request did not reach the tenant; check MOLECULE_ORG_ID (or this workspace's entry of MOLECULE_ORG_IDS) and MOLECULE_PLATFORM_URL (or MOLECULE_PLATFORM_URLS)"
 	case errors.Is(err, molecule.ErrRateLimited), errors.Is(err, ErrRateWaitPastDeadline):
 		return CauseRateLimited, "the token's rate budget (600 requests a minute, shared by every user of the token) ran out; run less often or stop other users of the token"
 	case errors.Is(err, molecule.ErrPlatformUnavailable):
-		return CauseUnreachable, "the platform did not answer or answered 5xx; check MOLECULE_PLATFORM_URL and the network, then run again"
+		return CauseUnreachable, "the platform did not answer or answered 5xx; check MOLECULE_PLATFORM_URL (or this workspace's entry of MOLECULE_PLATFORM_URLS) and the network, then run again"
 	case errors.Is(err, context.DeadlineExceeded), errors.Is(err, context.Canceled):
 		return CauseOutOfTime, "the run ended before this workspace was polled; give the job more time"
 	}
