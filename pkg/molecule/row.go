@@ -287,17 +287,10 @@ func (o rawObject) nonNegInt(key string, max int64) (n int64, ok bool) {
 const maxHops = math.MaxInt32
 
 func parseRow(raw json.RawMessage, self string) (m *Message, id string, err error) {
-	if k := jsonKind(raw); k != '{' {
-		if !json.Valid(raw) {
-			return nil, "", errors.New("not valid JSON")
-		}
-		return nil, "", fmt.Errorf("want a JSON object, got %s", kindName(k))
+	row, err := decodeRowObject(raw)
+	if err != nil {
+		return nil, "", err
 	}
-	var row rawObject
-	if err := json.Unmarshal(raw, &row); err != nil {
-		return nil, "", fmt.Errorf("not valid JSON: %w", err)
-	}
-
 	id, err = row.str("id", "id")
 	if err != nil {
 		return nil, "", err
@@ -307,6 +300,36 @@ func parseRow(raw json.RawMessage, self string) (m *Message, id string, err erro
 	}
 
 	m = &Message{ActivityID: id, Raw: append(json.RawMessage(nil), raw...)}
+	if err := m.readColumns(row); err != nil {
+		return nil, id, err
+	}
+	if err := m.readContent(row); err != nil {
+		return nil, id, err
+	}
+	m.Sender = senderOf(m.SourceID, m.MessageID, self)
+	m.addEnrichedAttachments(row)
+	return m, id, nil
+}
+
+// decodeRowObject decodes one feed row, which must be a JSON object.
+func decodeRowObject(raw json.RawMessage) (rawObject, error) {
+	if k := jsonKind(raw); k != '{' {
+		if !json.Valid(raw) {
+			return nil, errors.New("not valid JSON")
+		}
+		return nil, fmt.Errorf("want a JSON object, got %s", kindName(k))
+	}
+	var row rawObject
+	if err := json.Unmarshal(raw, &row); err != nil {
+		return nil, fmt.Errorf("not valid JSON: %w", err)
+	}
+	return row, nil
+}
+
+// readColumns reads the row's top-level columns: the string fields,
+// created_at, the advisory enrichment and, from the method, the Kind.
+func (m *Message) readColumns(row rawObject) error {
+	var err error
 	for _, f := range []struct {
 		key string
 		dst *string
@@ -320,19 +343,19 @@ func parseRow(raw json.RawMessage, self string) (m *Message, id string, err erro
 		{"status", &m.Status},
 	} {
 		if *f.dst, err = row.str(f.key, f.key); err != nil {
-			return nil, id, err
+			return err
 		}
 	}
 
 	created, isString, err := row.strOK("created_at", "created_at")
 	if err != nil {
-		return nil, id, err
+		return err
 	}
 	if !isString {
-		return nil, id, errors.New("created_at is missing")
+		return errors.New("created_at is missing")
 	}
 	if m.CreatedAt, err = time.Parse(time.RFC3339Nano, created); err != nil {
-		return nil, id, fmt.Errorf("created_at %s: %w", quoteCut(created), err)
+		return fmt.Errorf("created_at %s: %w", quoteCut(created), err)
 	}
 
 	// Enrichment is advisory: a wrong type is ignored, not an error.
@@ -348,22 +371,28 @@ func parseRow(raw json.RawMessage, self string) (m *Message, id string, err erro
 	default:
 		m.Kind = KindMessage
 	}
+	return nil
+}
 
+// readContent reads the text, attachments and message fields by Kind:
+// an own notify from response_body, an upload from its file fields, a
+// message from its JSON-RPC request_body.
+func (m *Message) readContent(row rawObject) error {
 	body, err := row.object("request_body", "request_body")
 	if err != nil {
-		return nil, id, err
+		return err
 	}
 	var msg rawObject
 	switch m.Kind {
 	case KindOwnNotify:
 		if err := m.readNotify(row); err != nil {
-			return nil, id, err
+			return err
 		}
 	case KindUpload:
 		if body != nil {
 			a, ok, err := fileFields(body, "request_body")
 			if err != nil {
-				return nil, id, err
+				return err
 			}
 			if ok {
 				m.Attachments = append(m.Attachments, a)
@@ -372,7 +401,7 @@ func parseRow(raw json.RawMessage, self string) (m *Message, id string, err erro
 		m.Text = m.Summary
 	default:
 		if msg, err = m.readBody(body); err != nil {
-			return nil, id, err
+			return err
 		}
 	}
 	// A notify or upload row may still carry a JSON-RPC body; read its
@@ -380,34 +409,32 @@ func parseRow(raw json.RawMessage, self string) (m *Message, id string, err erro
 	if msg == nil && body != nil {
 		params, err := body.object("params", "request_body.params")
 		if err != nil {
-			return nil, id, err
+			return err
 		}
 		if params != nil {
 			if msg, err = params.object("message", "request_body.params.message"); err != nil {
-				return nil, id, err
+				return err
 			}
 		}
 	}
-	if err := m.readMessageFields(msg); err != nil {
-		return nil, id, err
-	}
+	return m.readMessageFields(msg)
+}
 
-	// Sender by source_id only, never by method (PROTOCOL.md §5). An empty
-	// string is treated like null: it is not a workspace id.
+// senderOf classifies the sender by source_id only, never by method
+// (PROTOCOL.md §5). An empty string is treated like null: it is not a
+// workspace id.
+func senderOf(sourceID, messageID, self string) Sender {
 	switch {
-	case m.SourceID == "":
-		m.Sender = SenderCanvasUser
-		if strings.HasPrefix(m.MessageID, "cron-") {
-			m.Sender = SenderCron
+	case sourceID == "":
+		if strings.HasPrefix(messageID, "cron-") {
+			return SenderCron
 		}
-	case self != "" && strings.EqualFold(m.SourceID, self):
-		m.Sender = SenderSelf
+		return SenderCanvasUser
+	case self != "" && strings.EqualFold(sourceID, self):
+		return SenderSelf
 	default:
-		m.Sender = SenderPeer
+		return SenderPeer
 	}
-
-	m.addEnrichedAttachments(row)
-	return m, id, nil
 }
 
 // readNotify reads an own-notify row: response_body {"result": text,
