@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"flag"
 	"fmt"
+	"io"
 	"os"
 	"strings"
 	"sync"
@@ -38,18 +39,7 @@ func runDev(ctx context.Context, env *cliEnv, args []string) error {
 	}
 	defer os.RemoveAll(storeDir)
 
-	environ := append([]string{
-		"MOLECULE_PLATFORM_URL=" + srv.URL(),
-		"MOLECULE_WORKSPACE_ID=" + agent.ID,
-		"MOLECULE_WORKSPACE_TOKEN=" + agent.Token,
-		"MOLECULE_POLL_INTERVAL=1s",
-		"NATS_STORE_DIR=" + storeDir,
-	}, env.environ...)
-	// The dev workspace is ours: whatever the caller's environment says about
-	// a real platform must not leak into it.
-	environ = withoutKeys(environ, "MOLECULE_WORKSPACE_IDS", "MOLECULE_WORKSPACE_TOKENS", "MOLECULE_ORG_ID", "MOLECULE_WORKSPACE_TOKEN_FILE",
-		"MOLECULE_PLATFORM_URLS", "MOLECULE_ORG_IDS")
-	environ = append(environ, "MOLECULE_PLATFORM_URL="+srv.URL(), "MOLECULE_WORKSPACE_ID="+agent.ID, "MOLECULE_WORKSPACE_TOKEN="+agent.Token)
+	environ := devEnviron(env.environ, srv.URL(), agent, storeDir)
 	cfg, err := parseConfig(&cliEnv{stdin: env.stdin, stdout: env.stdout, stderr: env.stderr, environ: environ}, "dev", args,
 		config.NeedPlatform|config.NeedHandler, func(fs *flag.FlagSet) {
 			fs.BoolVar(&once, "once", false, "send the demo messages, wait for their replies, exit 0 (non-zero if they do not arrive)")
@@ -61,13 +51,8 @@ func runDev(ctx context.Context, env *cliEnv, args []string) error {
 	}
 	log := cfg.NewLogger(env.stderr)
 
-	// The peer is a poll-mode agent too, so our replies queue on its feed.
-	peerClient, err := molecule.New(molecule.Config{PlatformURL: srv.URL(), WorkspaceID: peer.ID, Token: peer.Token})
-	if err != nil {
+	if err := registerDevPeer(ctx, srv, peer); err != nil {
 		return err
-	}
-	if _, err := peerClient.Register(ctx, molecule.RegisterRequest{Mode: molecule.DeliveryPoll, AgentCard: map[string]any{"name": "dev-peer"}}); err != nil {
-		return fmt.Errorf("register the dev peer: %w", err)
 	}
 
 	rt, err := relay.Open(ctx, cfg, log)
@@ -88,19 +73,7 @@ func runDev(ctx context.Context, env *cliEnv, args []string) error {
 	replies := make(chan string, 16)
 	go watchReplies(runCtx, srv, agent.ID, peer.ID, out, replies)
 
-	send := func(line string) {
-		if rest, ok := strings.CutPrefix(line, "@peer "); ok {
-			out.printf("→ peer %s: %s\n", short(peer.ID), rest)
-			if code, body, err := srv.SendPeer(ctx, peer, agent.ID, rest); err != nil || code != 200 {
-				out.printf("  send failed: %d %s %v\n", code, body, err)
-			}
-			return
-		}
-		out.printf("→ canvas user: %s\n", line)
-		if code, body, err := srv.SendCanvas(ctx, agent.ID, line); err != nil || code != 200 {
-			out.printf("  send failed: %d %s %v\n", code, body, err)
-		}
-	}
+	d := &devSender{srv: srv, agent: agent, peer: peer, out: out}
 	// Messages can only queue once the poller registered the workspace in
 	// poll mode (until then the platform treats it as a URL-less push
 	// workspace and answers 503).
@@ -108,30 +81,99 @@ func runDev(ctx context.Context, env *cliEnv, args []string) error {
 		return err
 	}
 	if demo || once {
-		send("hello from the canvas")
-		send("@peer hello from a peer agent")
+		d.send(ctx, "hello from the canvas")
+		d.send(ctx, "@peer hello from a peer agent")
 	}
 	if once {
-		deadline := time.After(timeout)
-		for got := 0; got < 2; {
-			select {
-			case <-replies:
-				got++
-			case err := <-runErr:
-				return fmt.Errorf("pipeline stopped: %v", err)
-			case <-deadline:
-				return fmt.Errorf("the demo replies did not arrive within %s", timeout)
-			case <-ctx.Done():
-				return nil
-			}
+		if stopped, err := waitDemoReplies(ctx, replies, runErr, timeout); stopped || err != nil {
+			return err
 		}
 		out.printf("\nBoth replies arrived: the pipeline works.\n")
 		cancel()
 		return <-runErr
 	}
+	return d.prompt(ctx, env.stdin, replies, runErr, cancel)
+}
+
+// devEnviron is the dev command's environment: the platform double's
+// workspace and a temporary store, over the caller's environment minus
+// whatever it says about a real platform.
+func devEnviron(callerEnv []string, platformURL string, agent moleculetest.Workspace, storeDir string) []string {
+	environ := append([]string{
+		"MOLECULE_PLATFORM_URL=" + platformURL,
+		"MOLECULE_WORKSPACE_ID=" + agent.ID,
+		"MOLECULE_WORKSPACE_TOKEN=" + agent.Token,
+		"MOLECULE_POLL_INTERVAL=1s",
+		"NATS_STORE_DIR=" + storeDir,
+	}, callerEnv...)
+	// The dev workspace is ours: whatever the caller's environment says about
+	// a real platform must not leak into it.
+	environ = withoutKeys(environ, "MOLECULE_WORKSPACE_IDS", "MOLECULE_WORKSPACE_TOKENS", "MOLECULE_ORG_ID", "MOLECULE_WORKSPACE_TOKEN_FILE",
+		"MOLECULE_PLATFORM_URLS", "MOLECULE_ORG_IDS")
+	return append(environ, "MOLECULE_PLATFORM_URL="+platformURL, "MOLECULE_WORKSPACE_ID="+agent.ID, "MOLECULE_WORKSPACE_TOKEN="+agent.Token)
+}
+
+// registerDevPeer registers the peer as a poll-mode agent too, so our
+// replies queue on its feed.
+func registerDevPeer(ctx context.Context, srv *moleculetest.Server, peer moleculetest.Workspace) error {
+	peerClient, err := molecule.New(molecule.Config{PlatformURL: srv.URL(), WorkspaceID: peer.ID, Token: peer.Token})
+	if err != nil {
+		return err
+	}
+	if _, err := peerClient.Register(ctx, molecule.RegisterRequest{Mode: molecule.DeliveryPoll, AgentCard: map[string]any{"name": "dev-peer"}}); err != nil {
+		return fmt.Errorf("register the dev peer: %w", err)
+	}
+	return nil
+}
+
+// waitDemoReplies waits for the two demo replies; stopped says ctx ended
+// first (Ctrl-C), which is no failure.
+func waitDemoReplies(ctx context.Context, replies <-chan string, runErr <-chan error, timeout time.Duration) (stopped bool, err error) {
+	deadline := time.After(timeout)
+	for got := 0; got < 2; {
+		select {
+		case <-replies:
+			got++
+		case err := <-runErr:
+			return false, fmt.Errorf("pipeline stopped: %v", err)
+		case <-deadline:
+			return false, fmt.Errorf("the demo replies did not arrive within %s", timeout)
+		case <-ctx.Done():
+			return true, nil
+		}
+	}
+	return false, nil
+}
+
+// devSender sends what the dev user types to the platform double.
+type devSender struct {
+	srv         *moleculetest.Server
+	agent, peer moleculetest.Workspace
+	out         *syncWriter
+}
+
+// send sends line as a canvas user, or, prefixed with "@peer ", as the
+// peer agent.
+func (d *devSender) send(ctx context.Context, line string) {
+	if rest, ok := strings.CutPrefix(line, "@peer "); ok {
+		d.out.printf("→ peer %s: %s\n", short(d.peer.ID), rest)
+		if code, body, err := d.srv.SendPeer(ctx, d.peer, d.agent.ID, rest); err != nil || code != 200 {
+			d.out.printf("  send failed: %d %s %v\n", code, body, err)
+		}
+		return
+	}
+	d.out.printf("→ canvas user: %s\n", line)
+	if code, body, err := d.srv.SendCanvas(ctx, d.agent.ID, line); err != nil || code != 200 {
+		d.out.printf("  send failed: %d %s %v\n", code, body, err)
+	}
+}
+
+// prompt sends every line read from stdin until the pipeline stops or ctx
+// ends (then it stops the pipeline and returns its result).
+func (d *devSender) prompt(ctx context.Context, stdin io.Reader, replies <-chan string, runErr <-chan error, cancel context.CancelFunc) error {
 	lines := make(chan string)
 	go func() {
-		sc := bufio.NewScanner(env.stdin)
+		sc := bufio.NewScanner(stdin)
 		for sc.Scan() {
 			lines <- sc.Text()
 		}
@@ -145,7 +187,7 @@ func runDev(ctx context.Context, env *cliEnv, args []string) error {
 				continue
 			}
 			if l = strings.TrimSpace(l); l != "" {
-				send(l)
+				d.send(ctx, l)
 			}
 		case <-replies:
 		case err := <-runErr:
