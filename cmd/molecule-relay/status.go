@@ -6,6 +6,7 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"io"
 	"strings"
 	"text/tabwriter"
 	"time"
@@ -150,32 +151,15 @@ func orDash(s string) string {
 }
 
 func runDLQ(ctx context.Context, env *cliEnv, args []string) error {
-	if len(args) == 0 {
-		return usageError{errors.New("dlq needs a subcommand: list | show SEQ | replay SEQ | purge")}
-	}
-	sub, rest := args[0], args[1:]
-	switch sub {
-	case "list", "show", "replay", "purge":
-	default:
-		// Refused before anything is opened (an embedded server included).
-		return usageError{fmt.Errorf("unknown dlq subcommand %q: list | show SEQ | replay SEQ | purge", sub)}
+	sub, seq, rest, err := dlqArgs(args)
+	if err != nil {
+		return err
 	}
 	var (
 		f      dlq.Filter
 		asJSON bool
 		yes    bool
 	)
-	// Positional SEQ first, then flags.
-	var seq uint64
-	if sub == "show" || sub == "replay" {
-		if len(rest) == 0 {
-			return usageError{fmt.Errorf("dlq %s needs a sequence number (see dlq list)", sub)}
-		}
-		if _, err := fmt.Sscan(rest[0], &seq); err != nil || seq == 0 {
-			return usageError{fmt.Errorf("dlq %s: %q is not a sequence number", sub, rest[0])}
-		}
-		rest = rest[1:]
-	}
 	cfg, err := parseConfig(env, "dlq "+sub, rest, 0, func(fs *flag.FlagSet) {
 		fs.StringVar(&f.Stage, "stage", "", "only dead letters of this stage (poller, dispatcher, replier)")
 		fs.StringVar(&f.WorkspaceID, "workspace", "", "only dead letters of this workspace")
@@ -195,25 +179,7 @@ func runDLQ(ctx context.Context, env *cliEnv, args []string) error {
 	js := rt.Conn.JS
 	switch sub {
 	case "list":
-		entries, err := dlq.List(ctx, js, f)
-		if err != nil {
-			return err
-		}
-		if asJSON {
-			return json.NewEncoder(env.stdout).Encode(entries)
-		}
-		tw := tabwriter.NewWriter(env.stdout, 2, 4, 2, ' ', 0)
-		fmt.Fprintln(tw, "SEQ\tSTORED\tSTAGE\tWORKSPACE\tACTIVITY\tREASON\tDELIVERIES\tERROR")
-		for _, e := range entries {
-			if e.DeadLetter == nil {
-				fmt.Fprintf(tw, "%d\t%s\t-\t-\t-\tundecodable\t-\t%s\n", e.Seq, e.Stored.Format(time.RFC3339), e.DecodeError)
-				continue
-			}
-			d := e.DeadLetter
-			fmt.Fprintf(tw, "%d\t%s\t%s\t%s\t%s\t%s\t%d\t%s\n", e.Seq, e.Stored.Format(time.RFC3339), d.Stage, d.WorkspaceID,
-				orDash(d.ActivityID), d.Reason, d.Deliveries, oneLine(d.Error, 80))
-		}
-		return tw.Flush()
+		return dlqList(ctx, js, env.stdout, f, asJSON)
 	case "show":
 		e, err := dlq.Get(ctx, js, seq)
 		if err != nil {
@@ -229,22 +195,77 @@ func runDLQ(ctx context.Context, env *cliEnv, args []string) error {
 		fmt.Fprintf(env.stdout, "replayed dead letter %d\n", seq)
 		return nil
 	case "purge":
-		if !yes {
-			entries, err := dlq.List(ctx, js, f)
-			if err != nil {
-				return err
-			}
-			fmt.Fprintf(env.stdout, "%d dead letter(s) match; run again with --yes to delete them\n", len(entries))
-			return nil
+		return dlqPurge(ctx, js, env.stdout, f, yes)
+	}
+	panic("unreachable: subcommand checked above")
+}
+
+// dlqArgs checks the dlq subcommand and its positional SEQ (show and
+// replay) before anything is opened (an embedded server included), and
+// returns the arguments left for the flags.
+func dlqArgs(args []string) (sub string, seq uint64, rest []string, err error) {
+	if len(args) == 0 {
+		return "", 0, nil, usageError{errors.New("dlq needs a subcommand: list | show SEQ | replay SEQ | purge")}
+	}
+	sub, rest = args[0], args[1:]
+	switch sub {
+	case "list", "show", "replay", "purge":
+	default:
+		return "", 0, nil, usageError{fmt.Errorf("unknown dlq subcommand %q: list | show SEQ | replay SEQ | purge", sub)}
+	}
+	// Positional SEQ first, then flags.
+	if sub == "show" || sub == "replay" {
+		if len(rest) == 0 {
+			return "", 0, nil, usageError{fmt.Errorf("dlq %s needs a sequence number (see dlq list)", sub)}
 		}
-		n, err := dlq.Purge(ctx, js, f)
+		if _, err := fmt.Sscan(rest[0], &seq); err != nil || seq == 0 {
+			return "", 0, nil, usageError{fmt.Errorf("dlq %s: %q is not a sequence number", sub, rest[0])}
+		}
+		rest = rest[1:]
+	}
+	return sub, seq, rest, nil
+}
+
+// dlqList prints the dead letters that match f, as a table or as JSON.
+func dlqList(ctx context.Context, js jetstream.JetStream, w io.Writer, f dlq.Filter, asJSON bool) error {
+	entries, err := dlq.List(ctx, js, f)
+	if err != nil {
+		return err
+	}
+	if asJSON {
+		return json.NewEncoder(w).Encode(entries)
+	}
+	tw := tabwriter.NewWriter(w, 2, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "SEQ\tSTORED\tSTAGE\tWORKSPACE\tACTIVITY\tREASON\tDELIVERIES\tERROR")
+	for _, e := range entries {
+		if e.DeadLetter == nil {
+			fmt.Fprintf(tw, "%d\t%s\t-\t-\t-\tundecodable\t-\t%s\n", e.Seq, e.Stored.Format(time.RFC3339), e.DecodeError)
+			continue
+		}
+		d := e.DeadLetter
+		fmt.Fprintf(tw, "%d\t%s\t%s\t%s\t%s\t%s\t%d\t%s\n", e.Seq, e.Stored.Format(time.RFC3339), d.Stage, d.WorkspaceID,
+			orDash(d.ActivityID), d.Reason, d.Deliveries, oneLine(d.Error, 80))
+	}
+	return tw.Flush()
+}
+
+// dlqPurge deletes the dead letters that match f; without yes it only
+// counts them.
+func dlqPurge(ctx context.Context, js jetstream.JetStream, w io.Writer, f dlq.Filter, yes bool) error {
+	if !yes {
+		entries, err := dlq.List(ctx, js, f)
 		if err != nil {
 			return err
 		}
-		fmt.Fprintf(env.stdout, "purged %d dead letter(s)\n", n)
+		fmt.Fprintf(w, "%d dead letter(s) match; run again with --yes to delete them\n", len(entries))
 		return nil
 	}
-	panic("unreachable: subcommand checked above")
+	n, err := dlq.Purge(ctx, js, f)
+	if err != nil {
+		return err
+	}
+	fmt.Fprintf(w, "purged %d dead letter(s)\n", n)
+	return nil
 }
 
 func oneLine(s string, n int) string {
