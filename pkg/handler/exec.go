@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"log/slog"
 	"os"
 	"os/exec"
 	"strings"
@@ -118,36 +119,21 @@ func (h *execHandler) Handle(ctx context.Context, req *Request) (string, error) 
 	defer cancel()
 	log := loggerOf(req)
 
-	// Our own pipes rather than exec's copying goroutines: Wait then
-	// returns when the program exits, even if a descendant holds a pipe.
-	inR, inW, err := os.Pipe()
+	p, err := openPipes()
 	if err != nil {
 		return "", fmt.Errorf("handler: exec %s: %w", h.program, err)
 	}
-	defer inW.Close()
-	outR, outW, err := os.Pipe()
-	if err != nil {
-		inR.Close()
-		return "", fmt.Errorf("handler: exec %s: %w", h.program, err)
-	}
-	defer outR.Close()
-	errR, errW, err := os.Pipe()
-	if err != nil {
-		inR.Close()
-		outW.Close()
-		return "", fmt.Errorf("handler: exec %s: %w", h.program, err)
-	}
-	defer errR.Close()
+	defer p.inW.Close()
+	defer p.outR.Close()
+	defer p.errR.Close()
 
 	cmd := exec.CommandContext(ctx, h.path, h.args...)
 	cmd.Env = h.env()
-	cmd.Stdin, cmd.Stdout, cmd.Stderr = inR, outW, errW
+	cmd.Stdin, cmd.Stdout, cmd.Stderr = p.inR, p.outW, p.errW
 	setProcessGroup(cmd)
 	start := time.Now()
 	err = cmd.Start()
-	inR.Close()
-	outW.Close()
-	errW.Close()
+	p.closeChildEnds()
 	if err != nil {
 		return "", fmt.Errorf("handler: exec %s: start: %w", h.program, err)
 	}
@@ -155,34 +141,91 @@ func (h *execHandler) Handle(ctx context.Context, req *Request) (string, error) 
 
 	stdout := &capBuffer{max: h.opts.MaxOutputBytes}
 	stderr := &tailBuffer{max: stderrTail}
-	var wg sync.WaitGroup
-	wg.Add(3)
-	go func() {
-		defer wg.Done()
-		// A program that does not read its stdin gets EPIPE here; fine.
-		_, _ = inW.Write(in)
-		_ = inW.Close()
-	}()
-	go func() { defer wg.Done(); _, _ = io.Copy(stdout, outR) }()
-	go func() { defer wg.Done(); _, _ = io.Copy(stderr, errR) }()
+	copied := p.copy(in, stdout, stderr)
 
 	stop := keepAlive(ctx, req, h.opts.ProgressInterval)
 	waitErr := cmd.Wait()
 	stop()
 	killGroup(cmd)
-	_ = inW.Close() // unblocks the stdin writer if nobody reads
+	_ = p.inW.Close() // unblocks the stdin writer if nobody reads
+	h.awaitOutput(p, copied, log)
+	return h.result(ctx, waitErr, stdout, stderr, time.Since(start), log)
+}
+
+// execPipes are the program's stdin, stdout and stderr: our own pipes
+// rather than exec's copying goroutines, so Wait returns when the program
+// exits even if a descendant holds a pipe.
+type execPipes struct {
+	inR, inW, outR, outW, errR, errW *os.File
+}
+
+// openPipes opens the three pipes, or none.
+func openPipes() (*execPipes, error) {
+	var p execPipes
+	var err error
+	if p.inR, p.inW, err = os.Pipe(); err != nil {
+		return nil, err
+	}
+	if p.outR, p.outW, err = os.Pipe(); err != nil {
+		p.inR.Close()
+		p.inW.Close()
+		return nil, err
+	}
+	if p.errR, p.errW, err = os.Pipe(); err != nil {
+		p.inR.Close()
+		p.inW.Close()
+		p.outR.Close()
+		p.outW.Close()
+		return nil, err
+	}
+	return &p, nil
+}
+
+// closeChildEnds closes the ends the started program holds (or, when it
+// did not start, nobody needs).
+func (p *execPipes) closeChildEnds() {
+	p.inR.Close()
+	p.outW.Close()
+	p.errW.Close()
+}
+
+// copy writes in to the program's stdin and collects its stdout and
+// stderr, each in its own goroutine; the WaitGroup says when all three are
+// done.
+func (p *execPipes) copy(in []byte, stdout *capBuffer, stderr *tailBuffer) *sync.WaitGroup {
+	var wg sync.WaitGroup
+	wg.Add(3)
+	go func() {
+		defer wg.Done()
+		// A program that does not read its stdin gets EPIPE here; fine.
+		_, _ = p.inW.Write(in)
+		_ = p.inW.Close()
+	}()
+	go func() { defer wg.Done(); _, _ = io.Copy(stdout, p.outR) }()
+	go func() { defer wg.Done(); _, _ = io.Copy(stderr, p.errR) }()
+	return &wg
+}
+
+// awaitOutput waits for the copies to finish after the program exited, at
+// most pipeGrace: a descendant outside the process group may hold the
+// output open, and then the pipes are closed under it.
+func (h *execHandler) awaitOutput(p *execPipes, copied *sync.WaitGroup, log *slog.Logger) {
 	drained := make(chan struct{})
-	go func() { wg.Wait(); close(drained) }()
+	go func() { copied.Wait(); close(drained) }()
 	select {
 	case <-drained:
 	case <-time.After(pipeGrace):
 		log.Warn("exec: a descendant outside the process group holds the output open; closing it", "program", h.program)
-		outR.Close()
-		errR.Close()
+		p.outR.Close()
+		p.errR.Close()
 		<-drained
 	}
-	elapsed := time.Since(start)
+}
 
+// result turns the program's end into the handler's answer: its trimmed
+// stdout, or the error (killed by the timeout, an ExitError with the tail
+// of stderr, or ErrOutputTooLarge).
+func (h *execHandler) result(ctx context.Context, waitErr error, stdout *capBuffer, stderr *tailBuffer, elapsed time.Duration, log *slog.Logger) (string, error) {
 	if ctxErr := ctx.Err(); ctxErr != nil {
 		return "", fmt.Errorf("handler: exec %s: killed after %s: %w", h.program, elapsed.Round(time.Millisecond), ctxErr)
 	}
