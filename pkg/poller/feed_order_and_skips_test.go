@@ -1,7 +1,7 @@
 package poller_test
 
-// PROTOCOL.md Part 1 behaviours the poller relies on that had no decisive
-// test: an inconclusive generation probe is logged and polling carries on
+// PROTOCOL.md Part 1 behaviours the poller relies on:
+// an inconclusive generation probe is logged and polling carries on
 // (§1); a full page is fetched again at once (§4); a newest-first cold-start
 // or post-410 batch is delivered oldest first (§4); upload manifests and
 // self-messages are skipped while the cursor passes them (§5).
@@ -20,7 +20,7 @@ import (
 
 // §1: a probe answer other than 410 or 200 is inconclusive: log it and
 // carry on (T exits; that is wrong).
-func TestGapInconclusiveProbeCarriesOn(t *testing.T) {
+func TestInconclusiveProbeCarriesOn(t *testing.T) {
 	e := newEnv(t)
 	// The first GET /activity of a run is the generation probe.
 	e.plat.InjectFault(moleculetest.Fault{Method: http.MethodGet, PathPrefix: "/workspaces/" + e.ws.ID + "/activity",
@@ -42,7 +42,7 @@ func TestGapInconclusiveProbeCarriesOn(t *testing.T) {
 
 // §4: a full page (len == limit) means fetch again at once: one run drains
 // a backlog larger than a page, page after page, with since_id.
-func TestGapFullPageFetchesAgainAtOnce(t *testing.T) {
+func TestFullPageFetchesAgainAtOnce(t *testing.T) {
 	e := newEnv(t)
 	p := e.poller(poller.Config{PageLimit: 3})
 	seedAtARow(e, p)
@@ -80,7 +80,7 @@ func TestGapFullPageFetchesAgainAtOnce(t *testing.T) {
 // §4: without since_id the platform answers newest first; the batch of a
 // cold start and of a post-410 reset is processed oldest first and the
 // newest row becomes the cursor.
-func TestGapNewestFirstBatchesAreDeliveredOldestFirst(t *testing.T) {
+func TestNewestFirstBatchesAreDeliveredOldestFirst(t *testing.T) {
 	e := newEnv(t)
 	e.register(e.ws)
 	for i := range 3 {
@@ -118,7 +118,7 @@ func TestGapNewestFirstBatchesAreDeliveredOldestFirst(t *testing.T) {
 // §5: rows that are the agent's own self-messages (source_id == self) and
 // chat upload manifests are skipped, and the cursor still advances past
 // them, so they are never read again.
-func TestGapSelfAndUploadRowsAreSkippedAndPassed(t *testing.T) {
+func TestSelfAndUploadRowsAreSkippedAndPassed(t *testing.T) {
 	t.Run("self-message from the real double", func(t *testing.T) {
 		e := newEnv(t)
 		p := e.poller(poller.Config{})

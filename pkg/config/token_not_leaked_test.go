@@ -10,7 +10,7 @@ import (
 // Ids and tokens pasted into each other's variables (a swapped pair of
 // comma lists, or a token in MOLECULE_WORKSPACE_ID) are refused, but the
 // error must not print the token: errors reach CI logs.
-func TestAuditSwappedIDAndTokenErrorDoesNotLeakToken(t *testing.T) {
+func TestSwappedIDAndTokenErrorDoesNotLeakToken(t *testing.T) {
 	const tokB = "bbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbb"
 	cases := map[string][]string{
 		"single": {"MOLECULE_PLATFORM_URL=http://127.0.0.1:9", "MOLECULE_WORKSPACE_ID=" + tokA, "MOLECULE_WORKSPACE_TOKEN=" + wsA},

@@ -1,7 +1,7 @@
 package replier_test
 
 // PROTOCOL.md behaviours of the peer-reply path (POST /workspaces/:peer/a2a)
-// that the replier relies on and that had no test. Part 2 §9 lists the
+// that the replier relies on. Part 2 §9 lists the
 // platform's answers; Part 1 §6 says 200 {"status":"queued"} and 202
 // {"queued":true} are success; §17.14 says 502/503 on /a2a may be retried
 // only with the same messageId; Retry-After is honoured (§2). What the
@@ -55,7 +55,7 @@ func messageIDOf(t *testing.T, body []byte) string {
 // 503 {"waking":true} / {"busy":true} with Retry-After, and 502, on /a2a:
 // the reply is retried (not dead-lettered), re-posted with the same
 // messageId, not before the platform's Retry-After, and delivered once.
-func TestGapA2ARetryableRefusalsAreRetriedWithTheSameMessageID(t *testing.T) {
+func TestA2ARetryableRefusalsAreRetriedWithTheSameMessageID(t *testing.T) {
 	t.Parallel()
 	cases := []struct {
 		name     string
@@ -113,7 +113,7 @@ func TestGapA2ARetryableRefusalsAreRetriedWithTheSameMessageID(t *testing.T) {
 // 402 budget, 403 hierarchy, 401 caller token after a delete, and a bare
 // 404 (tenant routing) on /a2a: the reply is dead-lettered as permanent
 // after a single POST, and the queue is not stalled.
-func TestGapA2APermanentRefusalsAreDeadLettered(t *testing.T) {
+func TestA2APermanentRefusalsAreDeadLettered(t *testing.T) {
 	t.Parallel()
 	cases := []struct {
 		name    string
@@ -182,7 +182,7 @@ func TestGapA2APermanentRefusalsAreDeadLettered(t *testing.T) {
 // Part 1 §6: a push-mode peer that does not answer within the platform's
 // idle timeout gets the message queued, 202 {"queued":true}; that is a
 // success: marked sent, acked, never re-posted.
-func TestGapA2APushPeer202QueuedIsSuccess(t *testing.T) {
+func TestA2APushPeer202QueuedIsSuccess(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t, moleculetest.WithPushTimeout(200*time.Millisecond))
 	hold := make(chan struct{})
@@ -222,7 +222,7 @@ func TestGapA2APushPeer202QueuedIsSuccess(t *testing.T) {
 // Part 1 §6 / Part 2 §9: the replier tells the platform how long it will
 // wait for a push peer (X-Timeout, whole seconds, from A2ATimeout), and
 // sends the caller header the platform reads.
-func TestGapA2ASendsXTimeout(t *testing.T) {
+func TestA2ASendsXTimeout(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t)
 	e.publish(t, e.peerReply("act-1", "hello"))

@@ -15,15 +15,15 @@ import (
 	"github.com/molecule-ai/molecule-relay/pkg/molecule/moleculetest"
 )
 
-const auditNATSPassword = "nats-pa55word-that-must-not-leak"
+const secretNATSPassword = "nats-pa55word-that-must-not-leak"
 
-// auditAuthNATS starts a NATS server that requires a user name and password
+// startAuthNATS starts a NATS server that requires a user name and password
 // and returns its URL with the credentials in it (a form NATS_URL accepts).
-func auditAuthNATS(t *testing.T, jetStream bool) string {
+func startAuthNATS(t *testing.T, jetStream bool) string {
 	t.Helper()
 	ns, err := server.NewServer(&server.Options{
 		Host: "127.0.0.1", Port: -1, JetStream: jetStream, StoreDir: t.TempDir(),
-		Username: "relay", Password: auditNATSPassword, NoLog: true, NoSigs: true,
+		Username: "relay", Password: secretNATSPassword, NoLog: true, NoSigs: true,
 	})
 	if err != nil {
 		t.Fatal(err)
@@ -34,7 +34,7 @@ func auditAuthNATS(t *testing.T, jetStream bool) string {
 		t.Fatal("nats server not ready")
 	}
 	t.Cleanup(func() { ns.Shutdown(); ns.WaitForShutdown() })
-	return fmt.Sprintf("nats://relay:%s@127.0.0.1:%d", auditNATSPassword, ns.Addr().(*net.TCPAddr).Port)
+	return fmt.Sprintf("nats://relay:%s@127.0.0.1:%d", secretNATSPassword, ns.Addr().(*net.TCPAddr).Port)
 }
 
 type lockedBuffer struct {
@@ -56,12 +56,12 @@ func (l *lockedBuffer) String() string {
 
 // The info-level "running" line of a long-running connect must not carry
 // the NATS password of a NATS_URL with user information.
-func TestAuditConnectLogDoesNotLeakNATSPassword(t *testing.T) {
+func TestConnectLogDoesNotLeakNATSPassword(t *testing.T) {
 	srv := moleculetest.NewServer()
 	t.Cleanup(srv.Close)
 	ws := srv.CreateWorkspace("audit-nats-url")
 	environ := []string{"MOLECULE_PLATFORM_URL=" + srv.URL(), "MOLECULE_WORKSPACE_ID=" + ws.ID, "MOLECULE_WORKSPACE_TOKEN=" + ws.Token,
-		"NATS_URL=" + auditAuthNATS(t, true), "MOLECULE_POLL_INTERVAL=200ms", "MOLECULE_LOG_LEVEL=info"}
+		"NATS_URL=" + startAuthNATS(t, true), "MOLECULE_POLL_INTERVAL=200ms", "MOLECULE_LOG_LEVEL=info"}
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	var out, errb lockedBuffer
@@ -77,7 +77,7 @@ func TestAuditConnectLogDoesNotLeakNATSPassword(t *testing.T) {
 		t.Fatal("connect did not stop")
 	}
 	for _, line := range strings.Split(errb.String(), "\n") {
-		if strings.Contains(line, auditNATSPassword) {
+		if strings.Contains(line, secretNATSPassword) {
 			t.Errorf("NATS password logged: %s", line)
 		}
 	}
@@ -85,17 +85,17 @@ func TestAuditConnectLogDoesNotLeakNATSPassword(t *testing.T) {
 
 // A topology failure (JetStream disabled) is reported with the NATS URL;
 // the error printed must not carry the password.
-func TestAuditTopologyErrorDoesNotLeakNATSPassword(t *testing.T) {
+func TestTopologyErrorDoesNotLeakNATSPassword(t *testing.T) {
 	srv := moleculetest.NewServer()
 	t.Cleanup(srv.Close)
 	ws := srv.CreateWorkspace("audit-nats-topology")
 	environ := []string{"MOLECULE_PLATFORM_URL=" + srv.URL(), "MOLECULE_WORKSPACE_ID=" + ws.ID, "MOLECULE_WORKSPACE_TOKEN=" + ws.Token,
-		"NATS_URL=" + auditAuthNATS(t, false)}
+		"NATS_URL=" + startAuthNATS(t, false)}
 	r := runCLI(t, environ, "connect", "--once")
 	if r.code == exitOK {
 		t.Fatalf("connect --once succeeded without JetStream:\n%s", r.stderr)
 	}
-	if strings.Contains(r.stderr, auditNATSPassword) {
+	if strings.Contains(r.stderr, secretNATSPassword) {
 		t.Errorf("NATS password in the error output:\n%s", r.stderr)
 	}
 }

@@ -1,7 +1,7 @@
 package molecule_test
 
 // PROTOCOL.md behaviours of POST /workspaces/:peer/a2a that the client
-// relies on and that had no test: the refusals of Part 2 §9 (402 budget,
+// relies on: the refusals of Part 2 §9 (402 budget,
 // 503 waking/busy with Retry-After, 502, bare 404, 403 hierarchy), each
 // typed and never re-sent (Part 1 §2: never re-send a POST blindly), and
 // the long /a2a timeout (Part 1 §6: a push peer may hold the call).
@@ -33,7 +33,7 @@ func a2aRequests(s *moleculetest.Server, to string) int {
 
 // Part 2 §9 refusals of /a2a: each is an *APIError with the right status,
 // sentinel, message and Retry-After, and the POST is sent exactly once.
-func TestGapA2ARefusalsAreTypedAndNeverResent(t *testing.T) {
+func TestA2ARefusalsAreTypedAndNeverResent(t *testing.T) {
 	sentinels := []error{molecule.ErrUnauthorized, molecule.ErrCursorLost, molecule.ErrRateLimited,
 		molecule.ErrPlatformUnavailable, molecule.ErrTenantRouting, molecule.ErrNotFound, molecule.ErrWorkspaceRemoved}
 	cases := []struct {
@@ -96,7 +96,7 @@ func TestGapA2ARefusalsAreTypedAndNeverResent(t *testing.T) {
 // Part 2 §9 (caller checks): a caller that may not talk to the target per
 // the hierarchy gets 403 from the real double; it is a plain *APIError (no
 // sentinel: not auth, not unavailable) and is not re-sent.
-func TestGapA2AHierarchy403(t *testing.T) {
+func TestA2AHierarchy403(t *testing.T) {
 	s := platform(t)
 	_, ca := registered(t, s, "a")
 	c := s.CreateWorkspace("c")
@@ -122,7 +122,7 @@ func TestGapA2AHierarchy403(t *testing.T) {
 // minutes), so SendA2A is bounded by its context only, never by
 // RequestTimeout. The control shows RequestTimeout is in force for the
 // other calls of the same client.
-func TestGapA2ANotBoundedByRequestTimeout(t *testing.T) {
+func TestA2ANotBoundedByRequestTimeout(t *testing.T) {
 	ctx := context.Background()
 	s := platform(t)
 	a, _ := registered(t, s, "a")

@@ -16,18 +16,18 @@ import (
 	"github.com/molecule-ai/molecule-relay/pkg/handler"
 )
 
-type auditLog struct {
+type capturedLog struct {
 	mu sync.Mutex
 	b  bytes.Buffer
 }
 
-func (l *auditLog) Write(p []byte) (int, error) {
+func (l *capturedLog) Write(p []byte) (int, error) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	return l.b.Write(p)
 }
 
-func (l *auditLog) String() string {
+func (l *capturedLog) String() string {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	return l.b.String()
@@ -37,7 +37,7 @@ func (l *auditLog) String() string {
 // body (FastAPI's default 422 answer carries the request under "input").
 // The dispatcher logs the handler's error at warn level: the message text
 // must not appear there (bodies are logged at debug only).
-func TestAuditHandlerErrorBodyNotLoggedAboveDebug(t *testing.T) {
+func TestHandlerErrorBodyNotLoggedAboveDebug(t *testing.T) {
 	t.Parallel()
 	const secretText = "my bank PIN is 4711, please remember it"
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
@@ -56,7 +56,7 @@ func TestAuditHandlerErrorBodyNotLoggedAboveDebug(t *testing.T) {
 	in := inbound(1)
 	in.Text = secretText
 	e.publish(t, in)
-	var logs auditLog
+	var logs capturedLog
 	log := slog.New(slog.NewTextHandler(&logs, &slog.HandlerOptions{Level: slog.LevelInfo}))
 	d := newDispatcher(t, e.js, e.topo, h, dispatcher.Config{Concurrency: 1, Logger: log})
 	st, err := d.Drain(ctx(t), 300*time.Millisecond)
