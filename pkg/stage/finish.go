@@ -1,0 +1,96 @@
+package stage
+
+import (
+	"context"
+	"log/slog"
+	"time"
+
+	"github.com/molecule-ai/molecule-relay/pkg/dlq"
+	"github.com/molecule-ai/molecule-relay/pkg/events"
+)
+
+// LastDelivery says whether d is the consumer's last allowed delivery of
+// its message (MaxDeliver reached): a retry would then never come, so a
+// failure should be dead-lettered instead.
+func (r *Runner) LastDelivery(d *Delivery) bool {
+	return r.maxDeliver > 0 && d.Meta.NumDelivered >= uint64(r.maxDeliver)
+}
+
+// MaxDeliver is the consumer's delivery limit (0: none).
+func (r *Runner) MaxDeliver() int { return r.maxDeliver }
+
+// Retry naks d with the backoff of its delivery count (RetryDelay), or
+// with atLeast when that is longer (a platform's Retry-After), capped at
+// RetryMax. Plain Nak ignores the consumer's BackOff (nats-server#4726),
+// so the delay is explicit.
+func (r *Runner) Retry(d *Delivery, atLeast time.Duration) {
+	delay := RetryDelay(r.cfg.RetryBase, r.cfg.RetryMax, d.Meta.NumDelivered)
+	if atLeast > delay {
+		delay = min(atLeast, r.cfg.RetryMax)
+	}
+	r.RetryIn(d, delay)
+}
+
+// RetryIn naks d for redelivery after delay and counts it as retried.
+func (r *Runner) RetryIn(d *Delivery, delay time.Duration) {
+	r.stats.retried.Add(1)
+	_ = d.Msg.NakWithDelay(delay)
+}
+
+// Defer hands d back without spending effort on it, because the run's
+// deadline leaves no room (start-margin rule): at once (delay 0) for
+// another worker, or after delay. It counts as deferred.
+func (r *Runner) Defer(d *Delivery, delay time.Duration) {
+	r.stats.deferred.Add(1)
+	if delay <= 0 {
+		_ = d.Msg.Nak()
+		return
+	}
+	_ = d.Msg.NakWithDelay(delay)
+}
+
+// Ack acknowledges d and waits for the server's confirmation, so a
+// finished message stops counting against the consumer's ack-pending
+// limit before its slot is reused. A lost ack is harmless when the stage
+// recorded its outcome: lost says what the redelivery will find.
+func (r *Runner) Ack(runCtx context.Context, d *Delivery, log *slog.Logger, lost string) {
+	ctx, cancel := r.OpContext(runCtx)
+	defer cancel()
+	if err := d.Msg.DoubleAck(ctx); err != nil {
+		log.Warn(r.target.Stage+": ack not confirmed; a redelivery will find "+lost, "error", err)
+	}
+}
+
+// DeadLetter publishes a dead letter for d with reason and cause, then
+// terminates the message. If the dead letter cannot be written the message
+// is retried instead, so nothing is dropped.
+func (r *Runner) DeadLetter(runCtx context.Context, d *Delivery, reason string, cause error) {
+	msg, meta := d.Msg, d.Meta
+	dl := events.DeadLetter{
+		Stage:           r.target.Stage,
+		WorkspaceID:     dlq.WorkspaceOfSubject(msg.Subject()),
+		ActivityID:      d.ActivityID,
+		Reason:          reason,
+		Error:           cause.Error(),
+		Deliveries:      meta.NumDelivered,
+		OriginalSubject: msg.Subject(),
+		OriginalStream:  meta.Stream,
+		OriginalSeq:     meta.Sequence.Stream,
+		Envelope:        dlq.EnvelopeOf(msg.Data()),
+	}
+	if d.WorkspaceID != "" {
+		dl.WorkspaceID = d.WorkspaceID
+	}
+	ctx, cancel := r.OpContext(runCtx)
+	defer cancel()
+	if err := dlq.Publish(ctx, r.js, dl); err != nil {
+		r.log.Error(r.target.Stage+": dead letter not written; retrying the message", "subject", msg.Subject(), "reason", reason, "error", err)
+		r.Retry(d, 0)
+		return
+	}
+	r.stats.deadLettered.Add(1)
+	r.log.Warn(r.target.Stage+": message dead-lettered", "workspace", dl.WorkspaceID, "activity", dl.ActivityID, "reason", reason, "deliveries", meta.NumDelivered)
+	if err := msg.TermWithReason(reason); err == nil {
+		r.stats.terminated.Add(1)
+	}
+}

@@ -1,0 +1,38 @@
+package stage
+
+import "context"
+
+// counting counts every delivery taken from the queue.
+func (r *Runner) counting(next Process) Process {
+	return func(ctx context.Context, d *Delivery) {
+		r.stats.received.Add(1)
+		next(ctx, d)
+	}
+}
+
+// withMetadata reads the delivery's JetStream metadata; a message without
+// any is not a JetStream message, with nothing to redeliver or record: it
+// is terminated.
+func (r *Runner) withMetadata(next Process) Process {
+	return func(ctx context.Context, d *Delivery) {
+		meta, err := d.Msg.Metadata()
+		if err != nil {
+			r.log.Error(r.target.Stage+": message without JetStream metadata", "subject", d.Msg.Subject(), "error", err)
+			_ = d.Msg.Term()
+			return
+		}
+		d.Meta = meta
+		next(ctx, d)
+	}
+}
+
+// keepingAlive keeps the message the stage's until its Process returned,
+// the writes after the work included (KeepAlive every ProgressInterval).
+func (r *Runner) keepingAlive(next Process) Process {
+	return func(ctx context.Context, d *Delivery) {
+		progress, stop := KeepAlive(d.Msg, r.cfg.ProgressInterval)
+		defer stop()
+		d.Progress = progress
+		next(ctx, d)
+	}
+}

@@ -1,0 +1,211 @@
+package stage
+
+import (
+	"context"
+	"errors"
+	"log/slog"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+)
+
+// poolOptions shape one pull loop.
+type poolOptions struct {
+	// idle, when positive, makes the loop a drain: it stops fetching once
+	// no message arrived for idle and nothing is in flight.
+	idle time.Duration
+	// maxWait, when set, is asked right before each pull (after the free
+	// slots for it were taken) how long the pull may wait; a value <= 0
+	// stops fetching (the start-margin rule).
+	maxWait func() time.Duration
+}
+
+// pool is one run of the pull loop: it fetches from a durable consumer with
+// a bounded buffer and processes each message in its own goroutine.
+//
+// Bounded buffer: a message counts against Concurrency from the moment it
+// is fetched until its processing returned (after its ack, nak or term).
+// Each pull asks for exactly as many messages as there are free slots, so
+// no message ever waits in a client buffer while its AckWait runs.
+// Consumer.Consume and Consumer.Messages pre-fetch up to PullMaxMessages
+// beyond what is being processed and re-pull at a threshold, so messages
+// can sit in the buffer past AckWait and be redelivered to another worker
+// while still queued here (nats.go#1929); that is why this loop uses Fetch.
+type pool struct {
+	cons     jetstream.Consumer
+	cfg      Config
+	opts     poolOptions
+	process  func(msg jetstream.Msg)
+	log      *slog.Logger
+	sem      chan struct{}
+	wg       sync.WaitGroup
+	inflight atomic.Int64
+	lastMsg  time.Time
+	failures int
+}
+
+// runPool fetches from cons and calls process for each message in its own
+// goroutine, never more than cfg.Concurrency at once, until ctx ends (or,
+// in drain mode, the queue stays empty; or maxWait says stop). It then
+// waits for every process call to return and flushes the connection.
+// Messages a pull delivers after the stop began are nak'd for immediate
+// redelivery elsewhere. It returns nil on a stop by ctx, idle or maxWait,
+// and the error when the connection is closed under it.
+func runPool(ctx context.Context, js jetstream.JetStream, cons jetstream.Consumer, cfg Config, opts poolOptions, process func(jetstream.Msg)) error {
+	p := &pool{cons: cons, cfg: cfg, opts: opts, process: process, log: cfg.Logger,
+		sem: make(chan struct{}, cfg.Concurrency), lastMsg: time.Now()}
+	err := p.loop(ctx)
+	p.wg.Wait()
+	if nc := js.Conn(); nc != nil && !nc.IsClosed() {
+		fctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+		_ = nc.FlushWithContext(fctx)
+		cancel()
+	}
+	return err
+}
+
+// loop pulls until a stop; it returns the error that closed the
+// connection, if that was the stop.
+func (p *pool) loop(ctx context.Context) error {
+	for ctx.Err() == nil {
+		n, ok := p.takeSlots(ctx)
+		if !ok {
+			return nil
+		}
+		// Only now, with the slots held, is it known how long the pull
+		// may wait: the wait for a slot can outlast the admission cut-off.
+		wait, ok := pullWait(ctx, p.cfg, p.opts)
+		if !ok {
+			p.release(n)
+			return nil
+		}
+		got, err := p.pull(ctx, n, wait)
+		if errors.Is(err, nats.ErrConnectionClosed) {
+			return err
+		}
+		if err != nil {
+			p.failures++
+			p.log.Warn("stage: pull failed", "error", err, "failures", p.failures)
+			if !sleep(ctx, backoffDelay(p.failures)) {
+				return nil
+			}
+			continue
+		}
+		p.failures = 0
+		if p.opts.idle > 0 && got == 0 && p.inflight.Load() == 0 && time.Since(p.lastMsg) >= p.opts.idle {
+			return nil
+		}
+	}
+	return nil
+}
+
+// takeSlots takes one slot (blocking), then every free one up to
+// FetchBatch; false when ctx ended first.
+func (p *pool) takeSlots(ctx context.Context) (int, bool) {
+	select {
+	case p.sem <- struct{}{}:
+	case <-ctx.Done():
+		return 0, false
+	}
+	n := 1
+	for n < p.cfg.FetchBatch {
+		select {
+		case p.sem <- struct{}{}:
+			n++
+		default:
+			return n, true
+		}
+	}
+	return n, true
+}
+
+func (p *pool) release(n int) {
+	for range n {
+		<-p.sem
+	}
+}
+
+// pull fetches up to n messages (holding n slots) and starts their
+// processing; it gives back the slots it did not use. The error is the
+// fetch's or the pull's end, except a cancellation by the stop.
+func (p *pool) pull(ctx context.Context, n int, wait time.Duration) (got int, err error) {
+	batch, err := p.cons.Fetch(n, jetstream.FetchMaxWait(wait))
+	if err != nil {
+		p.release(n)
+		return 0, err
+	}
+	for msg := range batch.Messages() {
+		got++
+		if ctx.Err() != nil {
+			_ = msg.Nak()
+			<-p.sem
+			continue
+		}
+		p.lastMsg = time.Now()
+		p.start(msg)
+	}
+	p.release(n - got)
+	err = batch.Error()
+	if err != nil && !errors.Is(err, nats.ErrConnectionClosed) && (ctx.Err() != nil || errors.Is(err, context.Canceled)) {
+		err = nil
+	}
+	return got, err
+}
+
+// start processes msg in its own goroutine, which gives back its slot.
+func (p *pool) start(msg jetstream.Msg) {
+	p.inflight.Add(1)
+	p.wg.Add(1)
+	go func() {
+		defer func() {
+			<-p.sem
+			p.inflight.Add(-1)
+			p.wg.Done()
+		}()
+		p.process(msg)
+	}()
+}
+
+// pullWait is how long the next pull may wait, or false when fetching
+// must stop (maxWait says so, or ctx's deadline is at hand). It must be
+// asked right before the pull.
+func pullWait(ctx context.Context, cfg Config, opts poolOptions) (time.Duration, bool) {
+	wait := cfg.FetchWait
+	if opts.idle > 0 && opts.idle < wait {
+		wait = opts.idle
+	}
+	if opts.maxWait != nil {
+		mw := opts.maxWait()
+		if mw <= 0 {
+			return 0, false
+		}
+		wait = min(wait, mw)
+	}
+	if dl, ok := ctx.Deadline(); ok {
+		rem := time.Until(dl) - 10*time.Millisecond
+		if rem <= 0 {
+			return 0, false
+		}
+		wait = min(wait, rem)
+	}
+	return max(wait, time.Millisecond), true
+}
+
+func backoffDelay(failures int) time.Duration {
+	d := 100 * time.Millisecond << min(failures, 6)
+	return min(d, 5*time.Second)
+}
+
+func sleep(ctx context.Context, d time.Duration) bool {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return false
+	case <-t.C:
+		return true
+	}
+}

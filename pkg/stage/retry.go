@@ -1,0 +1,44 @@
+package stage
+
+import (
+	"context"
+	"errors"
+	"math/rand/v2"
+	"time"
+
+	"github.com/cenkalti/backoff/v4"
+	"github.com/nats-io/nats.go"
+)
+
+// RetryDelay is the NakWithDelay delay before delivery+1:
+// min(maxDelay, base*2^(delivery-1)), with ±20% jitter. Plain Nak ignores a
+// consumer's BackOff (nats-server#4726), so the stages compute the delay.
+func RetryDelay(base, maxDelay time.Duration, delivery uint64) time.Duration {
+	if delivery < 1 {
+		delivery = 1
+	}
+	d := base
+	for i := uint64(1); i < delivery && d < maxDelay; i++ {
+		d *= 2
+	}
+	d = min(d, maxDelay)
+	jitter := 0.8 + 0.4*rand.Float64()
+	return time.Duration(float64(d) * jitter)
+}
+
+// RetryWrite retries a JetStream write with exponential backoff (50 ms up
+// to 2 s between tries) until it succeeds, returns a backoff.Permanent
+// error, the connection is closed, or ctx ends.
+func RetryWrite(ctx context.Context, op func() error) error {
+	b := backoff.NewExponentialBackOff()
+	b.InitialInterval = 50 * time.Millisecond
+	b.MaxInterval = 2 * time.Second
+	b.MaxElapsedTime = 0
+	return backoff.Retry(func() error {
+		err := op()
+		if errors.Is(err, nats.ErrConnectionClosed) {
+			return backoff.Permanent(err)
+		}
+		return err
+	}, backoff.WithContext(b, ctx))
+}
