@@ -31,6 +31,7 @@ import (
 	"github.com/molecule-ai/molecule-relay/pkg/molecule/moleculetest"
 	"github.com/molecule-ai/molecule-relay/pkg/poller"
 	"github.com/molecule-ai/molecule-relay/pkg/replier"
+	"github.com/molecule-ai/molecule-relay/pkg/stage"
 )
 
 var (
@@ -183,7 +184,7 @@ func start(b testing.TB, sc scenario) *pipeline {
 	}
 	for range inproc {
 		js, topo := conn()
-		d, err := dispatcher.New(js, topo, sc.handler, dispatcher.Config{Concurrency: sc.concurrency, Logger: log})
+		d, err := dispatcher.New(js, topo, sc.handler, dispatcher.Config{Config: stage.Config{Concurrency: sc.concurrency, Logger: log}})
 		if err != nil {
 			b.Fatal(err)
 		}

@@ -22,6 +22,7 @@ import (
 	"github.com/molecule-ai/molecule-relay/pkg/molecule/moleculetest"
 	"github.com/molecule-ai/molecule-relay/pkg/poller"
 	"github.com/molecule-ai/molecule-relay/pkg/replier"
+	"github.com/molecule-ai/molecule-relay/pkg/stage"
 )
 
 // stageTopology looks up, as a stage's own user, the part of the topology
@@ -101,7 +102,7 @@ func TestPipelineSurvivesNodeKill(t *testing.T) {
 	for i := range 2 {
 		_, js := c.Connect(t, clustertest.UserDispatcher)
 		d, err := dispatcher.New(js, stageTopology(t, js, events.StageDispatcher, tcfg), echo, dispatcher.Config{
-			Concurrency: 4, StoreTimeout: 3 * time.Second, Logger: testLogger(fmt.Sprintf("dispatcher-%d", i)),
+			Config: stage.Config{Concurrency: 4, StoreTimeout: 3 * time.Second, Logger: testLogger(fmt.Sprintf("dispatcher-%d", i))},
 		})
 		if err != nil {
 			t.Fatalf("dispatcher.New: %v", err)

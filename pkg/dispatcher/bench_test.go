@@ -12,6 +12,7 @@ import (
 	"github.com/molecule-ai/molecule-relay/pkg/dispatcher"
 	"github.com/molecule-ai/molecule-relay/pkg/events"
 	"github.com/molecule-ai/molecule-relay/pkg/handler"
+	"github.com/molecule-ai/molecule-relay/pkg/stage"
 )
 
 // BenchmarkDispatch measures dispatcher throughput on file storage: b.N
@@ -62,7 +63,7 @@ func BenchmarkDispatch(b *testing.B) {
 				}
 				return "echo: " + req.Message.Text, nil
 			})
-			d, err := dispatcher.New(js, topo, h, dispatcher.Config{Concurrency: tc.concurrency, Logger: quiet})
+			d, err := dispatcher.New(js, topo, h, dispatcher.Config{Config: stage.Config{Concurrency: tc.concurrency, Logger: quiet}})
 			if err != nil {
 				b.Fatal(err)
 			}

@@ -28,10 +28,10 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
-	"github.com/molecule-ai/molecule-relay/pkg/dispatcher/workpool"
 	"github.com/molecule-ai/molecule-relay/pkg/dlq"
 	"github.com/molecule-ai/molecule-relay/pkg/events"
 	"github.com/molecule-ai/molecule-relay/pkg/handler"
+	"github.com/molecule-ai/molecule-relay/pkg/stage"
 )
 
 // ErrPanic wraps a handler panic; it is retried like any other error.
@@ -42,13 +42,13 @@ var ErrPanic = errors.New("dispatcher: handler panicked")
 // handled-record bucket, so any number of Dispatchers in any number of
 // processes can share the work. It is safe for concurrent use.
 type Dispatcher struct {
-	js         jetstream.JetStream
-	topo       *events.Topology
-	h          handler.Handler
-	cfg        Config
-	log        *slog.Logger
-	maxDeliver int
-	stats      counters
+	js    jetstream.JetStream
+	topo  *events.Topology
+	h     handler.Handler
+	cfg   Config
+	log   *slog.Logger
+	run   *stage.Runner
+	stats counters
 }
 
 // New validates cfg, applies its defaults (ProgressInterval from the
@@ -59,56 +59,32 @@ func New(js jetstream.JetStream, topo *events.Topology, h handler.Handler, cfg C
 		return nil, fmt.Errorf("%w: need a JetStream handle, a topology with the dispatcher consumer and handled bucket, and a handler", ErrInvalidConfig)
 	}
 	cfg.SetDefaults()
-	ackWait := topo.Config.DispatcherAckWait
-	maxDeliver := topo.Config.DispatcherMaxDeliver
-	if ci := topo.Dispatcher.CachedInfo(); ci != nil {
-		ackWait = ci.Config.AckWait
-		maxDeliver = ci.Config.MaxDeliver
+	d := &Dispatcher{js: js, topo: topo, h: h}
+	run, err := stage.New(js, dlq.DispatcherTarget(topo), cfg.Config, topo.Config.DispatcherAckWait, topo.Config.DispatcherMaxDeliver,
+		d.admit, d.process)
+	if err != nil {
+		return nil, fmt.Errorf("%w: %w", ErrInvalidConfig, err)
 	}
-	if cfg.ProgressInterval == 0 {
-		cfg.ProgressInterval = ackWait / 3
-	}
-	if err := cfg.Validate(ackWait); err != nil {
+	cfg.Config = run.Config()
+	if err := cfg.Validate(0); err != nil {
 		return nil, err
 	}
-	return &Dispatcher{
-		js:         js,
-		topo:       topo,
-		h:          h,
-		cfg:        cfg,
-		log:        cfg.Logger.With("stage", events.StageDispatcher),
-		maxDeliver: maxDeliver,
-	}, nil
+	d.cfg, d.run, d.log = cfg, run, run.Logger()
+	return d, nil
 }
 
 // Config returns the effective configuration (defaults applied).
 func (d *Dispatcher) Config() Config { return d.cfg }
 
 // Stats returns the counters since New.
-func (d *Dispatcher) Stats() Stats { return d.stats.snapshot() }
-
-func (d *Dispatcher) poolConfig() workpool.Config {
-	return workpool.Config{
-		Concurrency: d.cfg.Concurrency,
-		FetchBatch:  d.cfg.FetchBatch,
-		FetchWait:   d.cfg.FetchWait,
-		Logger:      d.log,
-	}
-}
+func (d *Dispatcher) Stats() Stats { return d.stats.snapshot(d.run.Stats()) }
 
 // Run handles messages until ctx ends, then stops fetching, lets the
 // handlers in flight finish (each bounded by HandlerTimeout) and returns
 // nil. Messages that exhaust their deliveries unacknowledged are swept to
 // the dead-letter stream while it runs. It returns an error only if the
 // NATS connection is closed under it.
-func (d *Dispatcher) Run(ctx context.Context) error {
-	err := d.swept().Serve(ctx, d.poolConfig(), workpool.Options{MaxWait: d.admitWait(ctx)},
-		func(msg jetstream.Msg) { d.process(ctx, msg) })
-	if err != nil {
-		return fmt.Errorf("dispatcher: %w", err)
-	}
-	return nil
-}
+func (d *Dispatcher) Run(ctx context.Context) error { return d.run.Run(ctx) }
 
 // Drain handles messages until the queue has stayed empty for idle (if
 // not set, 1 second) with nothing in flight, or ctx ends, or — when ctx has
@@ -118,111 +94,71 @@ func (d *Dispatcher) Run(ctx context.Context) error {
 // exhausted their deliveries to the dead-letter stream. For CLI one-shots
 // and scheduled Lambda drains.
 func (d *Dispatcher) Drain(ctx context.Context, idle time.Duration) (Stats, error) {
-	if idle <= 0 {
-		idle = time.Second
-	}
-	before := d.stats.snapshot()
-	err := d.swept().Drain(ctx, d.poolConfig(), workpool.Options{Idle: idle, MaxWait: d.admitWait(ctx)},
-		func(msg jetstream.Msg) { d.process(ctx, msg) })
-	stats := d.stats.snapshot().sub(before)
-	if err != nil {
-		return stats, fmt.Errorf("dispatcher: %w", err)
-	}
-	return stats, nil
+	before := d.Stats()
+	_, err := d.run.Drain(ctx, idle)
+	return d.Stats().sub(before), err
 }
 
-func (d *Dispatcher) swept() workpool.Swept {
-	return workpool.Swept{JS: d.js, Consumer: d.topo.Dispatcher, Target: dlq.DispatcherTarget(d.topo),
-		Interval: d.cfg.SweepInterval, Stage: "dispatcher", Log: d.log}
-}
-
-// admitWait implements the start-margin rule for the pool: with a ctx
+// admit implements the start-margin rule for the pull loop: with a ctx
 // deadline, a pull may only wait until the last moment a handler can still
 // be started.
-func (d *Dispatcher) admitWait(ctx context.Context) func() time.Duration {
-	return func() time.Duration {
-		dl, ok := ctx.Deadline()
-		if !ok {
-			return d.cfg.FetchWait
-		}
-		return time.Until(dl) - d.cfg.HandlerTimeout - d.cfg.StartMargin
-	}
-}
+func (d *Dispatcher) admit(left time.Duration) time.Duration { return left - d.cfg.HandlerTimeout }
 
-// opContext bounds the writes after a handler; it outlives a cancelled run
-// context so that a stop lets work in flight finish cleanly.
-func (d *Dispatcher) opContext(runCtx context.Context) (context.Context, context.CancelFunc) {
-	return context.WithTimeout(context.WithoutCancel(runCtx), d.cfg.StoreTimeout)
-}
-
-func (d *Dispatcher) process(runCtx context.Context, msg jetstream.Msg) {
-	d.stats.received.Add(1)
-	meta, err := msg.Metadata()
-	if err != nil {
-		// Not a JetStream message: nothing to redeliver or record.
-		d.log.Error("dispatcher: message without JetStream metadata", "subject", msg.Subject(), "error", err)
-		_ = msg.Term()
-		return
-	}
-	in, err := events.DecodeInbound(msg.Data())
+func (d *Dispatcher) process(runCtx context.Context, m *stage.Delivery) {
+	in, err := events.DecodeInbound(m.Msg.Data())
 	if err == nil {
 		err = validateInbound(in)
 	}
 	if err != nil {
-		d.deadLetter(runCtx, msg, meta, nil, events.ReasonMalformed, err)
+		d.run.DeadLetter(runCtx, m, events.ReasonMalformed, err)
 		return
 	}
-	runCtx, span := tracing.Start(tracing.Extract(runCtx, msg.Headers()), "handle", trace.SpanKindConsumer)
+	m.WorkspaceID, m.ActivityID = in.WorkspaceID, in.ActivityID
+	runCtx, span := tracing.Start(tracing.Extract(runCtx, m.Msg.Headers()), "handle", trace.SpanKindConsumer)
 	defer span.End()
-	log := tracing.Log(runCtx, d.log.With("workspace", in.WorkspaceID, "activity", in.ActivityID, "delivery", meta.NumDelivered))
-
-	// Keep the message ours until it is finished, writes after the
-	// handler included.
-	progress, stopKeepAlive := workpool.KeepAlive(msg, d.cfg.ProgressInterval)
-	defer stopKeepAlive()
+	log := tracing.Log(runCtx, d.log.With("workspace", in.WorkspaceID, "activity", in.ActivityID, "delivery", m.Meta.NumDelivered))
 
 	key := events.HandledKey(in.WorkspaceID, in.ActivityID)
-	ctx, cancel := d.opContext(runCtx)
+	ctx, cancel := d.run.OpContext(runCtx)
 	entry, err := d.topo.Handled.Get(ctx, key)
 	cancel()
 	switch {
 	case err == nil:
-		d.duplicate(runCtx, msg, meta, in, entry.Value(), log)
+		d.duplicate(runCtx, m, in, entry.Value(), log)
 		return
 	case errors.Is(err, jetstream.ErrKeyNotFound):
 	default:
 		log.Warn("dispatcher: handled record unreadable; retrying later", "error", err)
-		d.retry(msg, meta)
+		d.run.Retry(m, 0)
 		return
 	}
 
-	if dl, ok := runCtx.Deadline(); ok && time.Until(dl) < d.cfg.HandlerTimeout+d.cfg.StartMargin {
+	if !d.run.Fits(runCtx, d.cfg.HandlerTimeout) {
 		// Not enough time left in this invocation to run a handler:
 		// hand the message back at once for another worker.
-		d.stats.deferred.Add(1)
-		_ = msg.Nak()
+		d.run.Defer(m, 0)
 		return
 	}
 
 	if dup, holder, err := d.claimPeerMessage(runCtx, in); err != nil {
 		log.Warn("dispatcher: peer messageId claim failed; retrying later", "error", err)
-		d.retry(msg, meta)
+		d.run.Retry(m, 0)
 		return
 	} else if dup {
-		d.peerDuplicate(runCtx, msg, in, holder, log)
+		d.peerDuplicate(runCtx, m, in, holder, log)
 		return
 	}
 
-	text, herr := d.runHandler(runCtx, meta, in, progress, log)
+	text, herr := d.runHandler(runCtx, m, in, log)
 	if h := d.cfg.TestHooks; h != nil && h.AfterHandler != nil && h.AfterHandler(runCtx, in) != nil {
 		return
 	}
 	if herr != nil {
 		d.stats.handlerErrors.Add(1)
-		d.handlerFailed(runCtx, msg, meta, in, herr, log)
+		d.handlerFailed(runCtx, m, herr, log)
 		return
 	}
-	d.complete(runCtx, msg, meta, in, key, text, log)
+	d.complete(runCtx, m, in, key, text, log)
 }
 
 // validateInbound checks what the dispatcher relies on beyond
@@ -243,7 +179,7 @@ func validateInbound(in *events.Inbound) error {
 	return nil
 }
 
-func (d *Dispatcher) runHandler(runCtx context.Context, meta *jetstream.MsgMetadata, in *events.Inbound, progress func(), log *slog.Logger) (text string, err error) {
+func (d *Dispatcher) runHandler(runCtx context.Context, del *stage.Delivery, in *events.Inbound, log *slog.Logger) (text string, err error) {
 	deadline := time.Now().Add(d.cfg.HandlerTimeout)
 	if dl, ok := runCtx.Deadline(); ok && dl.Before(deadline) {
 		deadline = dl
@@ -255,15 +191,15 @@ func (d *Dispatcher) runHandler(runCtx context.Context, meta *jetstream.MsgMetad
 	m := *in // the handler gets its own copy
 	req := &handler.Request{
 		Message:  &m,
-		Delivery: meta.NumDelivered,
+		Delivery: del.Meta.NumDelivered,
 		Deadline: deadline,
 		Logger:   log,
-		Progress: progress,
+		Progress: del.Progress,
 	}
 	start := time.Now()
 	defer func() {
 		took := time.Since(start)
-		d.stats.observe(took)
+		d.stats.handler.Observe(took)
 		if d.cfg.ObserveHandler != nil {
 			d.cfg.ObserveHandler(took)
 		}
@@ -274,7 +210,7 @@ func (d *Dispatcher) runHandler(runCtx context.Context, meta *jetstream.MsgMetad
 	return d.h.Handle(hctx, req)
 }
 
-func (d *Dispatcher) handlerFailed(runCtx context.Context, msg jetstream.Msg, meta *jetstream.MsgMetadata, in *events.Inbound, herr error, log *slog.Logger) {
+func (d *Dispatcher) handlerFailed(runCtx context.Context, m *stage.Delivery, herr error, log *slog.Logger) {
 	// The handler's answer or stderr may quote the message: whole only at
 	// debug level (and in the dead letter, which holds the message anyway).
 	log.Debug("dispatcher: handler error in full", "error", herr)
@@ -282,53 +218,13 @@ func (d *Dispatcher) handlerFailed(runCtx context.Context, msg jetstream.Msg, me
 	switch {
 	case errors.Is(herr, handler.ErrPermanent):
 		log.Warn("dispatcher: handler failed permanently", "error", brief)
-		d.deadLetter(runCtx, msg, meta, in, events.ReasonPermanent, herr)
-	case d.maxDeliver > 0 && meta.NumDelivered >= uint64(d.maxDeliver):
-		log.Warn("dispatcher: handler failed on the last allowed delivery", "error", brief, "max_deliver", d.maxDeliver)
-		d.deadLetter(runCtx, msg, meta, in, events.ReasonMaxDeliveries, herr)
+		d.run.DeadLetter(runCtx, m, events.ReasonPermanent, herr)
+	case d.run.LastDelivery(m):
+		log.Warn("dispatcher: handler failed on the last allowed delivery", "error", brief, "max_deliver", d.run.MaxDeliver())
+		d.run.DeadLetter(runCtx, m, events.ReasonMaxDeliveries, herr)
 	default:
 		log.Warn("dispatcher: handler failed; will retry", "error", brief)
-		d.retry(msg, meta)
-	}
-}
-
-// retry naks msg with the backoff of its delivery count. Plain Nak ignores
-// the consumer's BackOff (nats-server#4726), so the delay is explicit.
-func (d *Dispatcher) retry(msg jetstream.Msg, meta *jetstream.MsgMetadata) {
-	d.stats.retried.Add(1)
-	_ = msg.NakWithDelay(workpool.RetryDelay(d.cfg.RetryBase, d.cfg.RetryMax, meta.NumDelivered))
-}
-
-// deadLetter publishes a dead letter for msg and then terminates it. If
-// the dead letter cannot be written the message is retried instead, so
-// nothing is dropped.
-func (d *Dispatcher) deadLetter(runCtx context.Context, msg jetstream.Msg, meta *jetstream.MsgMetadata, in *events.Inbound, reason string, cause error) {
-	dl := events.DeadLetter{
-		Stage:           events.StageDispatcher,
-		WorkspaceID:     dlq.WorkspaceOfSubject(msg.Subject()),
-		Reason:          reason,
-		Error:           cause.Error(),
-		Deliveries:      meta.NumDelivered,
-		OriginalSubject: msg.Subject(),
-		OriginalStream:  meta.Stream,
-		OriginalSeq:     meta.Sequence.Stream,
-		Envelope:        dlq.EnvelopeOf(msg.Data()),
-	}
-	if in != nil {
-		dl.WorkspaceID, dl.ActivityID = in.WorkspaceID, in.ActivityID
-	}
-	ctx, cancel := d.opContext(runCtx)
-	defer cancel()
-	if err := dlq.Publish(ctx, d.js, dl); err != nil {
-		d.log.Error("dispatcher: dead letter not written; retrying the message", "subject", msg.Subject(), "reason", reason, "error", err)
-		d.retry(msg, meta)
-		return
-	}
-	d.stats.deadLettered.Add(1)
-	d.log.Warn("dispatcher: message dead-lettered", "workspace", dl.WorkspaceID, "activity", dl.ActivityID, "reason", reason, "deliveries", meta.NumDelivered,
-		"action", "inspect it with `molecule-relay dlq show SEQ`, fix the cause, then `dlq replay SEQ`")
-	if err := msg.TermWithReason(reason); err == nil {
-		d.stats.terminated.Add(1)
+		d.run.Retry(m, 0)
 	}
 }
 
@@ -367,9 +263,9 @@ func BuildReply(in *events.Inbound, text string, handledAt time.Time) events.Rep
 	return r
 }
 
-func (d *Dispatcher) complete(runCtx context.Context, msg jetstream.Msg, meta *jetstream.MsgMetadata, in *events.Inbound, key, text string, log *slog.Logger) {
+func (d *Dispatcher) complete(runCtx context.Context, m *stage.Delivery, in *events.Inbound, key, text string, log *slog.Logger) {
 	now := time.Now().UTC()
-	rec := dlq.HandledRecord{Outcome: dlq.OutcomeReplied, Delivery: meta.NumDelivered, HandledAt: now}
+	rec := dlq.HandledRecord{Outcome: dlq.OutcomeReplied, Delivery: m.Meta.NumDelivered, HandledAt: now}
 	if text == "" {
 		rec.Outcome = dlq.OutcomeNoReply
 	} else if why := d.loopGuard(in); why != "" {
@@ -378,20 +274,20 @@ func (d *Dispatcher) complete(runCtx context.Context, msg jetstream.Msg, meta *j
 	} else {
 		data, err := BuildReply(in, text, now).Marshal()
 		if err != nil {
-			d.handlerFailed(runCtx, msg, meta, in, fmt.Errorf("%w: encode reply: %v", handler.ErrPermanent, err), log)
+			d.handlerFailed(runCtx, m, fmt.Errorf("%w: encode reply: %v", handler.ErrPermanent, err), log)
 			return
 		}
 		rec.Reply = data
 	}
 	recData, err := json.Marshal(rec)
 	if err != nil {
-		d.handlerFailed(runCtx, msg, meta, in, fmt.Errorf("%w: encode handled record: %v", handler.ErrPermanent, err), log)
+		d.handlerFailed(runCtx, m, fmt.Errorf("%w: encode handled record: %v", handler.ErrPermanent, err), log)
 		return
 	}
 
-	ctx, cancel := d.opContext(runCtx)
+	ctx, cancel := d.run.OpContext(runCtx)
 	defer cancel()
-	err = workpool.RetryWrite(ctx, func() error {
+	err = stage.RetryWrite(ctx, func() error {
 		_, err := d.topo.Handled.Create(ctx, key, recData)
 		if errors.Is(err, jetstream.ErrKeyExists) {
 			return backoff.Permanent(err)
@@ -403,15 +299,15 @@ func (d *Dispatcher) complete(runCtx context.Context, msg jetstream.Msg, meta *j
 		// redelivered while this one ran): its record wins.
 		entry, gerr := d.topo.Handled.Get(ctx, key)
 		if gerr != nil {
-			d.retry(msg, meta)
+			d.run.Retry(m, 0)
 			return
 		}
-		d.duplicate(runCtx, msg, meta, in, entry.Value(), log)
+		d.duplicate(runCtx, m, in, entry.Value(), log)
 		return
 	}
 	if err != nil {
 		log.Error("dispatcher: handled record not stored; the handler will run again on redelivery", "error", err)
-		d.retry(msg, meta)
+		d.run.Retry(m, 0)
 		return
 	}
 	if h := d.cfg.TestHooks; h != nil && h.AfterRecord != nil && h.AfterRecord(runCtx, in) != nil {
@@ -420,7 +316,7 @@ func (d *Dispatcher) complete(runCtx context.Context, msg jetstream.Msg, meta *j
 	if rec.Reply != nil {
 		if err := d.publishReply(ctx, in, rec.Reply); err != nil {
 			log.Error("dispatcher: reply publish failed; will republish on redelivery", "error", err)
-			d.retry(msg, meta)
+			d.run.Retry(m, 0)
 			return
 		}
 	}
@@ -436,7 +332,7 @@ func (d *Dispatcher) complete(runCtx context.Context, msg jetstream.Msg, meta *j
 	default:
 		d.stats.skipped.Add(1)
 	}
-	d.ack(ctx, msg, log)
+	d.ack(runCtx, m, log)
 	log.Debug("dispatcher: handled", "outcome", rec.Outcome)
 }
 
@@ -444,17 +340,17 @@ func (d *Dispatcher) complete(runCtx context.Context, msg jetstream.Msg, meta *j
 // recorded reply (its Nats-Msg-Id makes a second copy within the duplicate
 // window harmless, and after it the replier's record stops a second post),
 // then ack. The handler does not run.
-func (d *Dispatcher) duplicate(runCtx context.Context, msg jetstream.Msg, meta *jetstream.MsgMetadata, in *events.Inbound, value []byte, log *slog.Logger) {
+func (d *Dispatcher) duplicate(runCtx context.Context, m *stage.Delivery, in *events.Inbound, value []byte, log *slog.Logger) {
 	var rec dlq.HandledRecord
 	if err := json.Unmarshal(value, &rec); err != nil {
 		log.Error("dispatcher: handled record unreadable; acking without republishing", "error", err)
 	}
-	ctx, cancel := d.opContext(runCtx)
+	ctx, cancel := d.run.OpContext(runCtx)
 	defer cancel()
 	if len(rec.Reply) > 0 {
 		if err := d.publishReply(ctx, in, rec.Reply); err != nil {
 			log.Error("dispatcher: republish of recorded reply failed; retrying", "error", err)
-			d.retry(msg, meta)
+			d.run.Retry(m, 0)
 			return
 		}
 	}
@@ -463,7 +359,7 @@ func (d *Dispatcher) duplicate(runCtx context.Context, msg jetstream.Msg, meta *
 	}
 	d.stats.duplicates.Add(1)
 	log.Info("dispatcher: redelivery of a handled message; handler not run again", "outcome", rec.Outcome)
-	d.ack(ctx, msg, log)
+	d.ack(runCtx, m, log)
 }
 
 func (d *Dispatcher) publishReply(ctx context.Context, in *events.Inbound, data []byte) error {
@@ -472,7 +368,7 @@ func (d *Dispatcher) publishReply(ctx context.Context, in *events.Inbound, data 
 	ctx, span := tracing.Start(ctx, "reply-publish", trace.SpanKindProducer)
 	defer span.End()
 	tracing.Inject(ctx, m.Header)
-	err := workpool.RetryWrite(ctx, func() error {
+	err := stage.RetryWrite(ctx, func() error {
 		_, err := d.js.PublishMsg(ctx, m)
 		return err
 	})
@@ -482,12 +378,8 @@ func (d *Dispatcher) publishReply(ctx context.Context, in *events.Inbound, data 
 	return err
 }
 
-// ack acknowledges and waits for the server's confirmation, so a finished
-// message stops counting against the consumer's ack-pending limit before
-// its slot is reused. A lost ack is harmless: the redelivery finds the
-// handled record.
-func (d *Dispatcher) ack(ctx context.Context, msg jetstream.Msg, log *slog.Logger) {
-	if err := msg.DoubleAck(ctx); err != nil {
-		log.Warn("dispatcher: ack not confirmed; a redelivery will find the handled record", "error", err)
-	}
+// ack acknowledges and waits for the server's confirmation. A lost ack is
+// harmless: the redelivery finds the handled record.
+func (d *Dispatcher) ack(runCtx context.Context, m *stage.Delivery, log *slog.Logger) {
+	d.run.Ack(runCtx, m, log, "the handled record")
 }

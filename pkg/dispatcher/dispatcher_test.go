@@ -18,6 +18,7 @@ import (
 	"github.com/molecule-ai/molecule-relay/pkg/dlq"
 	"github.com/molecule-ai/molecule-relay/pkg/events"
 	"github.com/molecule-ai/molecule-relay/pkg/handler"
+	"github.com/molecule-ai/molecule-relay/pkg/stage"
 )
 
 var quiet = slog.New(slog.DiscardHandler)
@@ -127,7 +128,7 @@ func TestConcurrencyIsBounded(t *testing.T) {
 		cur.Add(-1)
 		return "ok", nil
 	})
-	d := newDispatcher(t, e.js, e.topo, h, dispatcher.Config{Concurrency: conc})
+	d := newDispatcher(t, e.js, e.topo, h, dispatcher.Config{Config: stage.Config{Concurrency: conc}})
 
 	var ackPeak atomic.Int64
 	stop := make(chan struct{})
@@ -303,7 +304,7 @@ func TestRetryableErrorIsRedeliveredWithDelay(t *testing.T) {
 	})
 	in := inbound(1)
 	e.publish(t, in)
-	d := newDispatcher(t, e.js, e.topo, h, dispatcher.Config{RetryBase: 300 * time.Millisecond, RetryMax: time.Second})
+	d := newDispatcher(t, e.js, e.topo, h, dispatcher.Config{Config: stage.Config{RetryBase: 300 * time.Millisecond, RetryMax: time.Second}})
 	start := time.Now()
 	st, err := d.Drain(ctx(t), time.Second)
 	if err != nil {
@@ -341,7 +342,7 @@ func TestPermanentErrorIsDeadLetteredAndDoesNotStall(t *testing.T) {
 	for i := 2; i <= 4; i++ {
 		e.publish(t, inbound(i))
 	}
-	d := newDispatcher(t, e.js, e.topo, h, dispatcher.Config{Concurrency: 1})
+	d := newDispatcher(t, e.js, e.topo, h, dispatcher.Config{Config: stage.Config{Concurrency: 1}})
 	st, err := d.Drain(ctx(t), 300*time.Millisecond)
 	if err != nil {
 		t.Fatal(err)
@@ -410,7 +411,7 @@ func TestMalformedEnvelopesAreDeadLettered(t *testing.T) {
 	good := inbound(9)
 	e.publish(t, good)
 	var c calls
-	d := newDispatcher(t, e.js, e.topo, echo(&c), dispatcher.Config{Concurrency: 1})
+	d := newDispatcher(t, e.js, e.topo, echo(&c), dispatcher.Config{Config: stage.Config{Concurrency: 1}})
 	st, err := d.Drain(ctx(t), 300*time.Millisecond)
 	if err != nil {
 		t.Fatal(err)
@@ -572,7 +573,7 @@ func TestDrainHonoursStartMargin(t *testing.T) {
 	e := newEnv(t, events.TopologyConfig{})
 	e.publish(t, inbound(1))
 	var c calls
-	d := newDispatcher(t, e.js, e.topo, echo(&c), dispatcher.Config{HandlerTimeout: 5 * time.Second, StartMargin: time.Second})
+	d := newDispatcher(t, e.js, e.topo, echo(&c), dispatcher.Config{Config: stage.Config{StartMargin: time.Second}, HandlerTimeout: 5 * time.Second})
 
 	// 2s left < 5s + 1s: no handler may start.
 	short, cancel := context.WithTimeout(context.Background(), 2*time.Second)
@@ -639,10 +640,10 @@ func TestConfigValidation(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t, events.TopologyConfig{})
 	cases := []dispatcher.Config{
-		{Concurrency: -1},
+		{Config: stage.Config{Concurrency: -1}},
 		{MaxHops: -2},
-		{RetryBase: time.Minute, RetryMax: time.Second},
-		{ProgressInterval: 5 * time.Second}, // >= AckWait 1s
+		{Config: stage.Config{RetryBase: time.Minute, RetryMax: time.Second}},
+		{Config: stage.Config{ProgressInterval: 5 * time.Second}}, // >= AckWait 1s
 	}
 	for _, cfg := range cases {
 		if _, err := dispatcher.New(e.js, e.topo, echo(nil), cfg); !errors.Is(err, dispatcher.ErrInvalidConfig) {

@@ -9,6 +9,7 @@ import (
 	"github.com/molecule-ai/molecule-relay/pkg/dispatcher"
 	"github.com/molecule-ai/molecule-relay/pkg/events"
 	"github.com/molecule-ai/molecule-relay/pkg/handler"
+	"github.com/molecule-ai/molecule-relay/pkg/stage"
 )
 
 // A drain decides how long a pull may wait (the start-margin rule) only
@@ -28,7 +29,7 @@ func TestDrainFetchesNoMessageItCannotStart(t *testing.T) {
 		}
 		return "ok", nil
 	})
-	d := newDispatcher(t, e.js, e.topo, h, dispatcher.Config{Concurrency: 1, HandlerTimeout: 2 * time.Second, StartMargin: 500 * time.Millisecond})
+	d := newDispatcher(t, e.js, e.topo, h, dispatcher.Config{Config: stage.Config{Concurrency: 1, StartMargin: 500 * time.Millisecond}, HandlerTimeout: 2 * time.Second})
 
 	// A 4 s invocation: room for the first handler (2 s + 0.5 s), none for
 	// a second one after it.

@@ -14,6 +14,7 @@ import (
 	"github.com/molecule-ai/molecule-relay/pkg/dispatcher"
 	"github.com/molecule-ai/molecule-relay/pkg/events"
 	"github.com/molecule-ai/molecule-relay/pkg/handler"
+	"github.com/molecule-ai/molecule-relay/pkg/stage"
 )
 
 type capturedLog struct {
@@ -58,7 +59,7 @@ func TestHandlerErrorBodyNotLoggedAboveDebug(t *testing.T) {
 	e.publish(t, in)
 	var logs capturedLog
 	log := slog.New(slog.NewTextHandler(&logs, &slog.HandlerOptions{Level: slog.LevelInfo}))
-	d := newDispatcher(t, e.js, e.topo, h, dispatcher.Config{Concurrency: 1, Logger: log})
+	d := newDispatcher(t, e.js, e.topo, h, dispatcher.Config{Config: stage.Config{Concurrency: 1, Logger: log}})
 	st, err := d.Drain(ctx(t), 300*time.Millisecond)
 	if err != nil {
 		t.Fatal(err)

@@ -10,8 +10,8 @@ import (
 
 	"github.com/nats-io/nats.go/jetstream"
 
-	"github.com/molecule-ai/molecule-relay/pkg/dispatcher/workpool"
 	"github.com/molecule-ai/molecule-relay/pkg/events"
+	"github.com/molecule-ai/molecule-relay/pkg/stage"
 )
 
 // peerClaim is the value of an events.PeerMessageKey: which activity row
@@ -43,9 +43,9 @@ func (d *Dispatcher) claimPeerMessage(runCtx context.Context, in *events.Inbound
 	if err != nil {
 		return false, "", err
 	}
-	ctx, cancel := d.opContext(runCtx)
+	ctx, cancel := d.run.OpContext(runCtx)
 	defer cancel()
-	err = workpool.RetryWrite(ctx, func() error {
+	err = stage.RetryWrite(ctx, func() error {
 		_, err := d.topo.Handled.Create(ctx, key, data)
 		if errors.Is(err, jetstream.ErrKeyExists) {
 			return nil
@@ -69,11 +69,9 @@ func (d *Dispatcher) claimPeerMessage(runCtx context.Context, in *events.Inbound
 
 // peerDuplicate acks a peer message whose messageId another activity row
 // already carried; its handler does not run and nothing is replied.
-func (d *Dispatcher) peerDuplicate(runCtx context.Context, msg jetstream.Msg, in *events.Inbound, holder string, log *slog.Logger) {
+func (d *Dispatcher) peerDuplicate(runCtx context.Context, m *stage.Delivery, in *events.Inbound, holder string, log *slog.Logger) {
 	d.stats.peerDuplicates.Add(1)
 	log.Info("dispatcher: peer message already received in another activity row; handler not run",
 		"sender", in.SourceWorkspaceID, "first_activity", holder)
-	ctx, cancel := d.opContext(runCtx)
-	defer cancel()
-	d.ack(ctx, msg, log)
+	d.ack(runCtx, m, log)
 }

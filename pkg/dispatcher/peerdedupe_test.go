@@ -10,6 +10,7 @@ import (
 	"github.com/molecule-ai/molecule-relay/pkg/dispatcher"
 	"github.com/molecule-ai/molecule-relay/pkg/events"
 	"github.com/molecule-ai/molecule-relay/pkg/handler"
+	"github.com/molecule-ai/molecule-relay/pkg/stage"
 )
 
 // A peer message is de-duplicated on the sender's messageId, scoped to the
@@ -42,7 +43,7 @@ func TestPeerMessageIDDeduplicated(t *testing.T) {
 		}
 		return "", nil
 	})
-	d := newDispatcher(t, e.js, e.topo, h, dispatcher.Config{RetryBase: 50 * time.Millisecond, RetryMax: 100 * time.Millisecond})
+	d := newDispatcher(t, e.js, e.topo, h, dispatcher.Config{Config: stage.Config{RetryBase: 50 * time.Millisecond, RetryMax: 100 * time.Millisecond}})
 	// The first message is handled (and fails once) before the others
 	// arrive, so it owns the claim.
 	e.publish(t, msgs[0])

@@ -3,13 +3,17 @@ package dispatcher
 import (
 	"sync/atomic"
 	"time"
+
+	"github.com/molecule-ai/molecule-relay/pkg/stage"
 )
 
 // Stats counts what a Dispatcher did. Stats() returns the totals since New;
-// Drain returns the counts of that drain alone.
+// Drain returns the counts of that drain alone. The embedded stage.Stats
+// counts what every stage counts: Received, Retried, Deferred (the
+// context's deadline left no room for a handler run), DeadLettered and
+// Terminated.
 type Stats struct {
-	// Received counts messages taken from the queue.
-	Received uint64
+	stage.Stats
 	// Handled counts handler runs that succeeded and were recorded.
 	Handled uint64
 	// Replied, NoReply and Skipped split Handled: a reply was published,
@@ -29,15 +33,6 @@ type Stats struct {
 	// HandlerErrors counts handler runs that returned an error (or
 	// panicked).
 	HandlerErrors uint64
-	// Retried counts messages nak'd with a delay for redelivery.
-	Retried uint64
-	// Deferred counts messages handed back because the context's deadline
-	// left no room for a handler run (start-margin rule).
-	Deferred uint64
-	// DeadLettered counts dead letters this dispatcher published; each is
-	// followed by a Term, counted in Terminated.
-	DeadLettered uint64
-	Terminated   uint64
 	// HandlerRuns, HandlerTime and HandlerMax describe handler latency:
 	// mean = HandlerTime / HandlerRuns.
 	HandlerRuns uint64
@@ -56,7 +51,7 @@ func (s Stats) MeanHandlerTime() time.Duration {
 // sub returns s - prev, counter by counter (HandlerMax is kept as is).
 func (s Stats) sub(prev Stats) Stats {
 	return Stats{
-		Received:       s.Received - prev.Received,
+		Stats:          s.Stats.Sub(prev.Stats),
 		Handled:        s.Handled - prev.Handled,
 		Replied:        s.Replied - prev.Replied,
 		NoReply:        s.NoReply - prev.NoReply,
@@ -64,37 +59,24 @@ func (s Stats) sub(prev Stats) Stats {
 		Duplicates:     s.Duplicates - prev.Duplicates,
 		PeerDuplicates: s.PeerDuplicates - prev.PeerDuplicates,
 		HandlerErrors:  s.HandlerErrors - prev.HandlerErrors,
-		Retried:        s.Retried - prev.Retried,
-		Deferred:       s.Deferred - prev.Deferred,
-		DeadLettered:   s.DeadLettered - prev.DeadLettered,
-		Terminated:     s.Terminated - prev.Terminated,
 		HandlerRuns:    s.HandlerRuns - prev.HandlerRuns,
 		HandlerTime:    s.HandlerTime - prev.HandlerTime,
 		HandlerMax:     s.HandlerMax,
 	}
 }
 
+// counters are the dispatcher's own counters; the stage runner keeps the
+// shared ones.
 type counters struct {
-	received, handled, replied, noReply, skipped, duplicates   atomic.Uint64
-	handlerErrors, retried, deferred, deadLettered, terminated atomic.Uint64
-	handlerRuns, peerDuplicates                                atomic.Uint64
-	handlerNanos, handlerMax                                   atomic.Int64
+	handled, replied, noReply, skipped, duplicates atomic.Uint64
+	peerDuplicates, handlerErrors                  atomic.Uint64
+	handler                                        stage.Durations
 }
 
-func (c *counters) observe(d time.Duration) {
-	c.handlerRuns.Add(1)
-	c.handlerNanos.Add(int64(d))
-	for {
-		cur := c.handlerMax.Load()
-		if int64(d) <= cur || c.handlerMax.CompareAndSwap(cur, int64(d)) {
-			return
-		}
-	}
-}
-
-func (c *counters) snapshot() Stats {
+func (c *counters) snapshot(shared stage.Stats) Stats {
+	runs, total, longest := c.handler.Load()
 	return Stats{
-		Received:       c.received.Load(),
+		Stats:          shared,
 		Handled:        c.handled.Load(),
 		Replied:        c.replied.Load(),
 		NoReply:        c.noReply.Load(),
@@ -102,12 +84,8 @@ func (c *counters) snapshot() Stats {
 		Duplicates:     c.duplicates.Load(),
 		PeerDuplicates: c.peerDuplicates.Load(),
 		HandlerErrors:  c.handlerErrors.Load(),
-		Retried:        c.retried.Load(),
-		Deferred:       c.deferred.Load(),
-		DeadLettered:   c.deadLettered.Load(),
-		Terminated:     c.terminated.Load(),
-		HandlerRuns:    c.handlerRuns.Load(),
-		HandlerTime:    time.Duration(c.handlerNanos.Load()),
-		HandlerMax:     time.Duration(c.handlerMax.Load()),
+		HandlerRuns:    runs,
+		HandlerTime:    total,
+		HandlerMax:     longest,
 	}
 }

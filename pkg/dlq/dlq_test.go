@@ -17,6 +17,7 @@ import (
 	"github.com/molecule-ai/molecule-relay/pkg/dlq"
 	"github.com/molecule-ai/molecule-relay/pkg/events"
 	"github.com/molecule-ai/molecule-relay/pkg/handler"
+	"github.com/molecule-ai/molecule-relay/pkg/stage"
 )
 
 const (
@@ -154,7 +155,7 @@ func TestReplayRedeliversToTheDispatcher(t *testing.T) {
 		}
 		return "now it works", nil
 	})
-	d, err := dispatcher.New(js, topo, h, dispatcher.Config{Logger: quiet})
+	d, err := dispatcher.New(js, topo, h, dispatcher.Config{Config: stage.Config{Logger: quiet}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -252,9 +253,10 @@ func TestSweepMovesMessagesThatNeverGetAcked(t *testing.T) {
 	ctx := bg(t)
 	var runs atomic.Int32
 	h := handler.Func(func(ctx context.Context, req *handler.Request) (string, error) { runs.Add(1); return "x", nil })
-	d, err := dispatcher.New(js, topo, h, dispatcher.Config{Logger: quiet, TestHooks: &dispatcher.Hooks{
-		AfterHandler: func(context.Context, *events.Inbound) error { return errors.New("crash") },
-	}})
+	d, err := dispatcher.New(js, topo, h, dispatcher.Config{
+		Config: stage.Config{Logger: quiet}, TestHooks: &dispatcher.Hooks{
+			AfterHandler: func(context.Context, *events.Inbound) error { return errors.New("crash") },
+		}})
 	if err != nil {
 		t.Fatal(err)
 	}

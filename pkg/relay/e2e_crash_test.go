@@ -17,6 +17,7 @@ import (
 	"github.com/molecule-ai/molecule-relay/pkg/handler"
 	"github.com/molecule-ai/molecule-relay/pkg/poller"
 	"github.com/molecule-ai/molecule-relay/pkg/replier"
+	"github.com/molecule-ai/molecule-relay/pkg/stage"
 )
 
 // errKilled is what a crash hook returns: the process died there.
@@ -404,7 +405,7 @@ func TestE2ENATSRestartMidRun(t *testing.T) {
 	}))
 	pl := w.StartPipeline(pipelinetest.PipelineConfig{
 		Handler:    slow,
-		Dispatcher: dispatcher.Config{Concurrency: 4},
+		Dispatcher: dispatcher.Config{Config: stage.Config{Concurrency: 4}},
 		Poller:     poller.Config{OverlapWindow: 30 * time.Second, OverlapEvery: 200 * time.Millisecond},
 	})
 	pl.Recorder = slow

@@ -17,6 +17,7 @@ import (
 	"github.com/molecule-ai/molecule-relay/pkg/molecule/moleculetest"
 	"github.com/molecule-ai/molecule-relay/pkg/poller"
 	"github.com/molecule-ai/molecule-relay/pkg/replier"
+	"github.com/molecule-ai/molecule-relay/pkg/stage"
 )
 
 // checkHandledOnce checks that the handler completed exactly once for every
@@ -188,7 +189,7 @@ func TestE2EPoisonMessageDeadLetteredAndReplayed(t *testing.T) {
 				}
 				return handler.Echo.Handle(ctx, req)
 			}))
-			pl := w.StartPipeline(pipelinetest.PipelineConfig{Handler: rec, Dispatcher: dispatcher.Config{Concurrency: 1}})
+			pl := w.StartPipeline(pipelinetest.PipelineConfig{Handler: rec, Dispatcher: dispatcher.Config{Config: stage.Config{Concurrency: 1}}})
 			w.WaitSeeded(w.Agent.ID)
 
 			w.SendCanvas("poison pill")

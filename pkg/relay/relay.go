@@ -23,6 +23,7 @@ import (
 	"github.com/molecule-ai/molecule-relay/pkg/molecule"
 	"github.com/molecule-ai/molecule-relay/pkg/poller"
 	"github.com/molecule-ai/molecule-relay/pkg/replier"
+	"github.com/molecule-ai/molecule-relay/pkg/stage"
 	"github.com/molecule-ai/molecule-relay/pkg/tracing"
 )
 
@@ -292,11 +293,10 @@ func (rt *Runtime) poller(batched bool) (*poller.Poller, error) {
 // Dispatcher builds the dispatcher stage core around h.
 func (rt *Runtime) Dispatcher(h handler.Handler) (*dispatcher.Dispatcher, error) {
 	return dispatcher.New(rt.Conn.JS, rt.Topo, h, dispatcher.Config{
-		Concurrency:    rt.Cfg.Concurrency,
+		Config:         stage.Config{Concurrency: rt.Cfg.Concurrency, Logger: rt.Log.With("stage", events.StageDispatcher)},
 		HandlerTimeout: rt.Cfg.HandlerTimeout.D(),
 		MaxHops:        rt.Cfg.MaxHops,
 		ReplyToReplies: rt.Cfg.ReplyToReplies,
-		Logger:         rt.Log.With("stage", events.StageDispatcher),
 		ObserveHandler: rt.handlerObserver(),
 		OnReply:        rt.Hooks.OnReply,
 	})

@@ -89,7 +89,8 @@ func (r *Runner) DeadLetter(runCtx context.Context, d *Delivery, reason string, 
 		return
 	}
 	r.stats.deadLettered.Add(1)
-	r.log.Warn(r.target.Stage+": message dead-lettered", "workspace", dl.WorkspaceID, "activity", dl.ActivityID, "reason", reason, "deliveries", meta.NumDelivered)
+	r.log.Warn(r.target.Stage+": message dead-lettered", "workspace", dl.WorkspaceID, "activity", dl.ActivityID, "reason", reason, "deliveries", meta.NumDelivered,
+		"action", "inspect it with `molecule-relay dlq show SEQ`, fix the cause, then `dlq replay SEQ`")
 	if err := msg.TermWithReason(reason); err == nil {
 		r.stats.terminated.Add(1)
 	}

@@ -1,6 +1,9 @@
 package stage
 
-import "sync/atomic"
+import (
+	"sync/atomic"
+	"time"
+)
 
 // Stats counts what every stage does with its deliveries. A stage's own
 // Stats embeds it.
@@ -41,4 +44,28 @@ func (c *counters) snapshot() Stats {
 		DeadLettered: c.deadLettered.Load(),
 		Terminated:   c.terminated.Load(),
 	}
+}
+
+// Durations accumulates how long something took: how often, in total and
+// the longest. Safe for concurrent use; the zero value is ready.
+type Durations struct {
+	n          atomic.Uint64
+	total, max atomic.Int64
+}
+
+// Observe adds one duration.
+func (d *Durations) Observe(x time.Duration) {
+	d.n.Add(1)
+	d.total.Add(int64(x))
+	for {
+		cur := d.max.Load()
+		if int64(x) <= cur || d.max.CompareAndSwap(cur, int64(x)) {
+			return
+		}
+	}
+}
+
+// Load returns the count, the total and the longest so far.
+func (d *Durations) Load() (n uint64, total, longest time.Duration) {
+	return d.n.Load(), time.Duration(d.total.Load()), time.Duration(d.max.Load())
 }
