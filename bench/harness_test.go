@@ -170,7 +170,7 @@ func start(b testing.TB, sc scenario) *pipeline {
 	}
 
 	jsR, topoR := conn()
-	r, err := replier.New(jsR, topoR, map[string]*molecule.Client{p.agent.ID: client()}, replier.Config{Concurrency: sc.replyConc, Logger: log})
+	r, err := replier.New(jsR, topoR, map[string]*molecule.Client{p.agent.ID: client()}, replier.Config{Config: stage.Config{Concurrency: sc.replyConc, Logger: log}})
 	if err != nil {
 		b.Fatal(err)
 	}

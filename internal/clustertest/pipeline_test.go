@@ -111,7 +111,7 @@ func TestPipelineSurvivesNodeKill(t *testing.T) {
 	}
 	_, replJS := c.Connect(t, clustertest.UserReplier)
 	r, err := replier.New(replJS, stageTopology(t, replJS, events.StageReplier, tcfg), map[string]*molecule.Client{ws.ID: client()},
-		replier.Config{Concurrency: 4, StoreTimeout: 3 * time.Second, Logger: testLogger(events.StageReplier)})
+		replier.Config{Config: stage.Config{Concurrency: 4, StoreTimeout: 3 * time.Second, Logger: testLogger(events.StageReplier)}})
 	if err != nil {
 		t.Fatalf("replier.New: %v", err)
 	}

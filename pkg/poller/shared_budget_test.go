@@ -17,6 +17,7 @@ import (
 	"github.com/molecule-ai/molecule-relay/pkg/molecule/moleculetest"
 	"github.com/molecule-ai/molecule-relay/pkg/poller"
 	"github.com/molecule-ai/molecule-relay/pkg/replier"
+	"github.com/molecule-ai/molecule-relay/pkg/stage"
 )
 
 // Several workspaces of one SaaS org share ONE rate-limit bucket: the NEW
@@ -200,8 +201,9 @@ func (e *env) echoReplies(t *testing.T, clients []*molecule.Client) {
 	for _, c := range clients {
 		byID[c.WorkspaceID()] = c
 	}
-	r, err := replier.New(e.js, e.topo, byID, replier.Config{Logger: quietLogger(), NotifyTimeout: 5 * time.Second,
-		RetryBase: 50 * time.Millisecond, RetryMax: 2 * time.Second})
+	r, err := replier.New(e.js, e.topo, byID, replier.Config{
+		Config: stage.Config{Logger: quietLogger(), RetryBase: 50 * time.Millisecond, RetryMax: 2 * time.Second}, NotifyTimeout: 5 * time.Second,
+	})
 	if err != nil {
 		t.Fatalf("replier.New: %v", err)
 	}

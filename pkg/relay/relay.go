@@ -305,10 +305,9 @@ func (rt *Runtime) Dispatcher(h handler.Handler) (*dispatcher.Dispatcher, error)
 // Replier builds the replier stage core.
 func (rt *Runtime) Replier() (*replier.Replier, error) {
 	return replier.New(rt.Conn.JS, rt.Topo, rt.ClientMap(), replier.Config{
-		Concurrency:   rt.Cfg.ReplyConcurrency,
+		Config:        stage.Config{Concurrency: rt.Cfg.ReplyConcurrency, Logger: rt.Log.With("stage", events.StageReplier)},
 		A2ATimeout:    rt.Cfg.A2ATimeout.D(),
 		ReconcileSkew: rt.Cfg.ReconcileSkew.D(),
-		Logger:        rt.Log.With("stage", events.StageReplier),
 		Observer:      rt.replyObserver(),
 		BeforeNotify: func() func(string, string) {
 			if rt.ledger == nil {

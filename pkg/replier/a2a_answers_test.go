@@ -23,6 +23,7 @@ import (
 	"github.com/molecule-ai/molecule-relay/pkg/events"
 	"github.com/molecule-ai/molecule-relay/pkg/molecule/moleculetest"
 	"github.com/molecule-ai/molecule-relay/pkg/replier"
+	"github.com/molecule-ai/molecule-relay/pkg/stage"
 )
 
 // a2aPosts are the requests the double received for POST
@@ -149,7 +150,7 @@ func TestA2APermanentRefusalsAreDeadLettered(t *testing.T) {
 			e := newEnv(t)
 			rep, to := tc.prepare(e)
 			e.publish(t, rep)
-			r := e.replier(t, e.js, e.topo, replier.Config{Concurrency: 1})
+			r := e.replier(t, e.js, e.topo, replier.Config{Config: stage.Config{Concurrency: 1}})
 			st, err := r.Drain(bg(t), 300*time.Millisecond)
 			if err != nil {
 				t.Fatal(err)

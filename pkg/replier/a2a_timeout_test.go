@@ -15,6 +15,7 @@ import (
 	"github.com/molecule-ai/molecule-relay/pkg/molecule"
 	"github.com/molecule-ai/molecule-relay/pkg/molecule/moleculetest"
 	"github.com/molecule-ai/molecule-relay/pkg/replier"
+	"github.com/molecule-ai/molecule-relay/pkg/stage"
 )
 
 // A push peer whose agent answers after the replier's A2ATimeout but
@@ -75,7 +76,7 @@ func TestA2AXTimeoutShrinksToTheRunDeadline(t *testing.T) {
 			t.Parallel()
 			e := newEnv(t)
 			e.publish(t, e.peerReply("act-1", "hello"))
-			r := e.replier(t, e.js, e.topo, replier.Config{StartMargin: 2 * time.Second})
+			r := e.replier(t, e.js, e.topo, replier.Config{Config: stage.Config{StartMargin: 2 * time.Second}})
 			ctx, cancel := context.WithTimeout(bg(t), tc.deadline)
 			defer cancel()
 			start := time.Now()

@@ -7,6 +7,7 @@ import (
 
 	"github.com/molecule-ai/molecule-relay/pkg/molecule/moleculetest"
 	"github.com/molecule-ai/molecule-relay/pkg/replier"
+	"github.com/molecule-ai/molecule-relay/pkg/stage"
 )
 
 // A drain under a deadline takes no reply while the workspace's rate
@@ -29,7 +30,7 @@ func TestDrainTakesNoReplyItsBudgetCannotPostInTime(t *testing.T) {
 		}
 	}
 	e.publish(t, e.canvasReply("act-1", "reply"))
-	r := e.replier(t, e.js, e.topo, replier.Config{RateReserve: 5, StartMargin: 100 * time.Millisecond})
+	r := e.replier(t, e.js, e.topo, replier.Config{Config: stage.Config{StartMargin: 100 * time.Millisecond}, RateReserve: 5})
 
 	// The shortest invocation that still admits a reply (minPostWindow is
 	// at least MinA2ATimeout + A2AGrace); the window resets ~1 min later.
@@ -73,7 +74,7 @@ func TestDrainHandsBackBudgetBlockedReplyAndPostsOthers(t *testing.T) {
 	toB := e.canvasReply("act-b", "reply to B")
 	toB.WorkspaceID = e.b.ID
 	e.publish(t, toB)
-	r := e.replier(t, e.js, e.topo, replier.Config{RateReserve: 5, StartMargin: 100 * time.Millisecond})
+	r := e.replier(t, e.js, e.topo, replier.Config{Config: stage.Config{StartMargin: 100 * time.Millisecond}, RateReserve: 5})
 
 	deadline := replier.MinA2ATimeout + replier.A2AGrace + 2*time.Second
 	inv, cancel := context.WithTimeout(bg(t), deadline)

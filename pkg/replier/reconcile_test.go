@@ -14,6 +14,7 @@ import (
 	"github.com/molecule-ai/molecule-relay/pkg/molecule"
 	"github.com/molecule-ai/molecule-relay/pkg/molecule/moleculetest"
 	"github.com/molecule-ai/molecule-relay/pkg/replier"
+	"github.com/molecule-ai/molecule-relay/pkg/stage"
 )
 
 // fillFeed writes n canvas rows to A's feed (8 senders at once). A must
@@ -197,7 +198,7 @@ func TestReconcileUnreadableFeedDeadLetters(t *testing.T) {
 		Status: 500, Body: `{"error":"internal"}`})
 	e.publish(t, e.canvasReply("act-1", "answer once"))
 	_, js, topo := e.conn(t)
-	r := e.replier(t, js, topo, replier.Config{ReconcileTimeout: 200 * time.Millisecond, RetryBase: 10 * time.Millisecond, RetryMax: 50 * time.Millisecond})
+	r := e.replier(t, js, topo, replier.Config{Config: stage.Config{RetryBase: 10 * time.Millisecond, RetryMax: 50 * time.Millisecond}, ReconcileTimeout: 200 * time.Millisecond})
 	runCtx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() { done <- r.Run(runCtx) }()

@@ -9,6 +9,7 @@ import (
 	"github.com/molecule-ai/molecule-relay/pkg/dlq"
 	"github.com/molecule-ai/molecule-relay/pkg/events"
 	"github.com/molecule-ai/molecule-relay/pkg/replier"
+	"github.com/molecule-ai/molecule-relay/pkg/stage"
 )
 
 // A reply to a peer the platform cannot deliver to — one with no URL (a
@@ -36,7 +37,7 @@ func TestRefusedPeerDeadLetteredAfterShortRetry(t *testing.T) {
 			rep := e.peerReply("act-1", "x")
 			rep.TargetWorkspaceID = to
 			e.publish(t, rep)
-			r := e.replier(t, e.js, e.topo, replier.Config{Concurrency: 1})
+			r := e.replier(t, e.js, e.topo, replier.Config{Config: stage.Config{Concurrency: 1}})
 			st, err := r.Drain(bg(t), time.Second)
 			if err != nil {
 				t.Fatal(err)

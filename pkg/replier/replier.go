@@ -36,10 +36,10 @@ import (
 	"github.com/cenkalti/backoff/v4"
 	"github.com/nats-io/nats.go/jetstream"
 
-	"github.com/molecule-ai/molecule-relay/pkg/dispatcher/workpool"
 	"github.com/molecule-ai/molecule-relay/pkg/dlq"
 	"github.com/molecule-ai/molecule-relay/pkg/events"
 	"github.com/molecule-ai/molecule-relay/pkg/molecule"
+	"github.com/molecule-ai/molecule-relay/pkg/stage"
 )
 
 // ErrNoClient: a reply for a workspace this replier holds no client
@@ -50,13 +50,13 @@ var ErrNoClient = errors.New("replier: no platform client for the reply's worksp
 // so any number of Repliers in any number of processes can share the work.
 // It is safe for concurrent use.
 type Replier struct {
-	js         jetstream.JetStream
-	topo       *events.Topology
-	clients    map[string]*molecule.Client
-	cfg        Config
-	log        *slog.Logger
-	maxDeliver int
-	stats      counters
+	js      jetstream.JetStream
+	topo    *events.Topology
+	clients map[string]*molecule.Client
+	cfg     Config
+	log     *slog.Logger
+	run     *stage.Runner
+	stats   counters
 }
 
 // New validates cfg, applies its defaults and returns a Replier. clients
@@ -77,78 +77,46 @@ func New(js jetstream.JetStream, topo *events.Topology, clients map[string]*mole
 		}
 	}
 	cfg.SetDefaults()
-	ackWait := topo.Config.ReplierAckWait
-	maxDeliver := topo.Config.ReplierMaxDeliver
-	if ci := topo.Replier.CachedInfo(); ci != nil {
-		ackWait = ci.Config.AckWait
-		maxDeliver = ci.Config.MaxDeliver
+	r := &Replier{js: js, topo: topo, clients: clients}
+	run, err := stage.New(js, dlq.ReplierTarget(topo), cfg.Config, topo.Config.ReplierAckWait, topo.Config.ReplierMaxDeliver,
+		r.admit, r.process)
+	if err != nil {
+		return nil, fmt.Errorf("%w: %w", ErrInvalidConfig, err)
 	}
-	if cfg.ProgressInterval == 0 {
-		cfg.ProgressInterval = ackWait / 3
-	}
-	if err := cfg.Validate(ackWait); err != nil {
+	cfg.Config = run.Config()
+	if err := cfg.Validate(0); err != nil {
 		return nil, err
 	}
-	return &Replier{
-		js:         js,
-		topo:       topo,
-		clients:    clients,
-		cfg:        cfg,
-		log:        cfg.Logger.With("stage", events.StageReplier),
-		maxDeliver: maxDeliver,
-	}, nil
+	r.cfg, r.run, r.log = cfg, run, run.Logger()
+	return r, nil
 }
 
 // Config returns the effective configuration (defaults applied).
 func (r *Replier) Config() Config { return r.cfg }
 
 // Stats returns the counters since New.
-func (r *Replier) Stats() Stats { return r.stats.snapshot() }
-
-func (r *Replier) poolConfig() workpool.Config {
-	return workpool.Config{Concurrency: r.cfg.Concurrency, FetchBatch: r.cfg.FetchBatch, FetchWait: r.cfg.FetchWait, Logger: r.log}
-}
+func (r *Replier) Stats() Stats { return r.stats.snapshot(r.run.Stats()) }
 
 // Run posts replies until ctx ends, then stops fetching, lets the posts in
 // flight finish and returns nil. Replies that exhaust their deliveries
 // unacknowledged are swept to the dead-letter stream while it runs. It
 // returns an error only if the NATS connection is closed under it.
-func (r *Replier) Run(ctx context.Context) error {
-	err := r.swept().Serve(ctx, r.poolConfig(), workpool.Options{MaxWait: r.admitWait(ctx)},
-		func(msg jetstream.Msg) { r.process(ctx, msg) })
-	if err != nil {
-		return fmt.Errorf("replier: %w", err)
-	}
-	return nil
-}
+func (r *Replier) Run(ctx context.Context) error { return r.run.Run(ctx) }
 
 // Drain posts replies until the queue has stayed empty for idle (if not
 // set, 1 second) with nothing in flight, or ctx ends, or — when ctx has a
 // deadline — the deadline leaves no room for a post (the longer of
 // NotifyTimeout and MinA2ATimeout + A2AGrace, plus StartMargin), counting
 // the wait for the first workspace whose rate budget allows one (see
-// admitWait). It waits for the posts in flight and returns the counts of
+// admit). It waits for the posts in flight and returns the counts of
 // this drain. It first sweeps replies that exhausted their deliveries.
 func (r *Replier) Drain(ctx context.Context, idle time.Duration) (Stats, error) {
-	if idle <= 0 {
-		idle = time.Second
-	}
-	before := r.stats.snapshot()
-	err := r.swept().Drain(ctx, r.poolConfig(), workpool.Options{Idle: idle, MaxWait: r.admitWait(ctx)},
-		func(msg jetstream.Msg) { r.process(ctx, msg) })
-	stats := r.stats.snapshot().sub(before)
-	if err != nil {
-		return stats, fmt.Errorf("replier: %w", err)
-	}
-	return stats, nil
+	before := r.Stats()
+	_, err := r.run.Drain(ctx, idle)
+	return r.Stats().sub(before), err
 }
 
-func (r *Replier) swept() workpool.Swept {
-	return workpool.Swept{JS: r.js, Consumer: r.topo.Replier, Target: dlq.ReplierTarget(r.topo),
-		Interval: r.cfg.SweepInterval, Stage: "replier", Log: r.log}
-}
-
-// admitWait implements the start-margin rule for the pool: with a ctx
+// admit implements the start-margin rule for the pull loop: with a ctx
 // deadline, a pull may only wait until the last moment a post can still be
 // started, and none is made when no client's rate budget allows a post
 // before that moment (every reply taken would be handed back unposted,
@@ -156,18 +124,12 @@ func (r *Replier) swept() workpool.Swept {
 // workspaces, so a pull cannot pick them by workspace: while any budget
 // allows a post, replies are taken, and one whose own budget does not is
 // handed back by waitBudget until its window resets.
-func (r *Replier) admitWait(ctx context.Context) func() time.Duration {
-	return func() time.Duration {
-		dl, ok := ctx.Deadline()
-		if !ok {
-			return r.cfg.FetchWait
-		}
-		left := time.Until(dl) - r.minPostWindow() - r.cfg.StartMargin
-		if left > 0 && r.budgetWait() > left {
-			return 0
-		}
-		return left
+func (r *Replier) admit(left time.Duration) time.Duration {
+	left -= r.minPostWindow()
+	if left > 0 && r.budgetWait() > left {
+		return 0
 	}
+	return left
 }
 
 // budgetWait is how long until some client's rate budget allows a post
@@ -193,14 +155,9 @@ func (r *Replier) minPostWindow() time.Duration {
 	return max(r.cfg.NotifyTimeout, MinA2ATimeout+A2AGrace)
 }
 
-func (r *Replier) opContext(runCtx context.Context) (context.Context, context.CancelFunc) {
-	return context.WithTimeout(context.WithoutCancel(runCtx), r.cfg.StoreTimeout)
-}
-
 // job is one reply being processed.
 type job struct {
-	msg    jetstream.Msg
-	meta   *jetstream.MsgMetadata
+	*stage.Delivery
 	rep    *events.Reply
 	client *molecule.Client
 	key    string
@@ -213,28 +170,22 @@ type job struct {
 	rec dlq.ReplyRecord
 }
 
-func (r *Replier) process(runCtx context.Context, msg jetstream.Msg) {
-	r.stats.received.Add(1)
-	meta, err := msg.Metadata()
-	if err != nil {
-		r.log.Error("replier: message without JetStream metadata", "subject", msg.Subject(), "error", err)
-		_ = msg.Term()
-		return
-	}
-	j := &job{msg: msg, meta: meta}
-	runCtx = tracing.Extract(runCtx, msg.Headers())
-	rep, err := events.DecodeReply(msg.Data())
+func (r *Replier) process(runCtx context.Context, d *stage.Delivery) {
+	j := &job{Delivery: d}
+	runCtx = tracing.Extract(runCtx, d.Msg.Headers())
+	rep, err := events.DecodeReply(d.Msg.Data())
 	if err != nil {
 		r.deadLetter(runCtx, j, events.ReasonMalformed, err)
 		return
 	}
 	j.rep = rep
+	j.WorkspaceID, j.ActivityID = rep.WorkspaceID, rep.ActivityID
 	j.key = events.ReplyKey(rep.WorkspaceID, rep.ActivityID)
 	j.route = dlq.RouteNotify
 	if rep.Source == events.SourcePeerAgent {
 		j.route = dlq.RouteA2A
 	}
-	j.log = tracing.Log(runCtx, r.log.With("workspace", rep.WorkspaceID, "activity", rep.ActivityID, "route", j.route, "delivery", meta.NumDelivered))
+	j.log = tracing.Log(runCtx, r.log.With("workspace", rep.WorkspaceID, "activity", rep.ActivityID, "route", j.route, "delivery", d.Meta.NumDelivered))
 	j.client = r.clients[rep.WorkspaceID]
 	if j.client == nil {
 		r.deadLetter(runCtx, j, events.ReasonPermanent, fmt.Errorf("%w: %s", ErrNoClient, rep.WorkspaceID))
@@ -245,10 +196,7 @@ func (r *Replier) process(runCtx context.Context, msg jetstream.Msg) {
 		return
 	}
 
-	_, stop := workpool.KeepAlive(msg, r.cfg.ProgressInterval)
-	defer stop()
-
-	ctx, cancel := r.opContext(runCtx)
+	ctx, cancel := r.run.OpContext(runCtx)
 	rec, rev, found, err := r.getRecord(ctx, j.key)
 	cancel()
 	if err != nil {
@@ -276,7 +224,7 @@ func (r *Replier) process(runCtx context.Context, msg jetstream.Msg) {
 	}
 	now := time.Now().UTC()
 	rec = dlq.ReplyRecord{State: dlq.StatePosting, Route: j.route, PostingAt: now, Deadline: now.Add(r.postTimeout(j)), Attempts: 1}
-	ctx, cancel = r.opContext(runCtx)
+	ctx, cancel = r.run.OpContext(runCtx)
 	rev, err = r.createRecord(ctx, j.key, rec)
 	cancel()
 	if errors.Is(err, jetstream.ErrKeyExists) {
@@ -307,8 +255,7 @@ func (r *Replier) waitBudget(runCtx context.Context, j *job) bool {
 		}
 		if _, ok := r.postFits(runCtx, j, d); !ok {
 			j.log.Debug("replier: rate budget at reserve until past the deadline; handing the reply back", "wait", d.Round(time.Millisecond))
-			r.stats.deferred.Add(1)
-			_ = j.msg.NakWithDelay(d)
+			r.run.Defer(j.Delivery, d)
 			return false
 		}
 		if !r.sleepBudget(runCtx, j, d) {
@@ -325,8 +272,7 @@ func (r *Replier) sleepBudget(runCtx context.Context, j *job, d time.Duration) b
 	case <-t.C:
 		return true
 	case <-runCtx.Done():
-		r.stats.deferred.Add(1)
-		_ = j.msg.Nak()
+		r.run.Defer(j.Delivery, 0)
 		return false
 	}
 }
@@ -352,8 +298,7 @@ func (r *Replier) roomToPost(runCtx context.Context, j *job) bool {
 	if j.xTimeout, ok = r.postFits(runCtx, j, 0); ok {
 		return true
 	}
-	r.stats.deferred.Add(1)
-	_ = j.msg.Nak()
+	r.run.Defer(j.Delivery, 0)
 	return false
 }
 
@@ -398,7 +343,7 @@ func (r *Replier) resume(runCtx context.Context, j *job, rec dlq.ReplyRecord, re
 	now := time.Now().UTC()
 	rec.State, rec.PostingAt, rec.Deadline, rec.AnsweredAt = dlq.StatePosting, now, now.Add(r.postTimeout(j)), time.Time{}
 	rec.Attempts++
-	ctx, cancel := r.opContext(runCtx)
+	ctx, cancel := r.run.OpContext(runCtx)
 	newRev, err := r.updateRecord(ctx, j.key, rec, rev)
 	cancel()
 	if err != nil {
@@ -457,7 +402,7 @@ func (r *Replier) post(runCtx context.Context, j *job, rec dlq.ReplyRecord, rev 
 // the reply's end-to-end latency.
 func (r *Replier) observePost(j *job, start time.Time, err error) {
 	now := time.Now()
-	r.stats.observe(now.Sub(start))
+	r.stats.post.Observe(now.Sub(start))
 	if o := r.cfg.Observer; o != nil {
 		o.ObservePost(j.route, now.Sub(start))
 		if err == nil {
@@ -519,12 +464,12 @@ func (r *Replier) postFailed(runCtx context.Context, j *job, rev uint64, err err
 		r.deadLetter(runCtx, j, events.ReasonPermanent, cause)
 	case refusedForNow:
 		r.forgetPosting(runCtx, j, rev)
-		if j.meta.NumDelivered >= RefusalRetries {
-			j.log.Warn("replier: the platform kept refusing the reply; dead-lettering it", "error", err, "deliveries", j.meta.NumDelivered, "action", rf.reason)
+		if j.Meta.NumDelivered >= RefusalRetries {
+			j.log.Warn("replier: the platform kept refusing the reply; dead-lettering it", "error", err, "deliveries", j.Meta.NumDelivered, "action", rf.reason)
 			r.deadLetter(runCtx, j, events.ReasonPermanent, cause)
 			return
 		}
-		j.log.Warn("replier: the platform refused the reply; retrying a few times before dead-lettering it", "error", err, "deliveries", j.meta.NumDelivered, "of", RefusalRetries)
+		j.log.Warn("replier: the platform refused the reply; retrying a few times before dead-lettering it", "error", err, "deliveries", j.Meta.NumDelivered, "of", RefusalRetries)
 		r.retry(runCtx, j, molecule.RetryAfterOf(err), false, cause)
 	case notDelivered:
 		r.forgetPosting(runCtx, j, rev)
@@ -540,7 +485,7 @@ func (r *Replier) postFailed(runCtx context.Context, j *job, rev uint64, err err
 // reconciling. A failure to delete is harmless: reconciliation then finds
 // nothing and posts.
 func (r *Replier) forgetPosting(runCtx context.Context, j *job, rev uint64) {
-	ctx, cancel := r.opContext(runCtx)
+	ctx, cancel := r.run.OpContext(runCtx)
 	defer cancel()
 	if err := r.topo.Replies.Delete(ctx, j.key, jetstream.LastRevision(rev)); err != nil {
 		j.log.Debug("replier: posting record not deleted", "error", err)
@@ -552,7 +497,7 @@ func (r *Replier) forgetPosting(runCtx context.Context, j *job, rev uint64) {
 // (the dead letter is then ReasonAmbiguous; settle only leaves it unknown
 // when the feed could not be read, and cause says so).
 func (r *Replier) retry(runCtx context.Context, j *job, retryAfter time.Duration, mayBeDelivered bool, cause error) {
-	if r.maxDeliver > 0 && j.meta.NumDelivered >= uint64(r.maxDeliver) {
+	if r.run.LastDelivery(j.Delivery) {
 		reason := events.ReasonMaxDeliveries
 		if mayBeDelivered && j.route == dlq.RouteNotify {
 			reason = events.ReasonAmbiguous
@@ -560,55 +505,24 @@ func (r *Replier) retry(runCtx context.Context, j *job, retryAfter time.Duration
 		r.deadLetter(runCtx, j, reason, cause)
 		return
 	}
-	delay := workpool.RetryDelay(r.cfg.RetryBase, r.cfg.RetryMax, j.meta.NumDelivered)
-	if retryAfter > delay {
-		delay = min(retryAfter, r.cfg.RetryMax)
-	}
-	r.stats.retried.Add(1)
-	_ = j.msg.NakWithDelay(delay)
+	r.run.Retry(j.Delivery, retryAfter)
 }
 
+// deadLetter publishes j's dead letter and terminates it (stage.Runner's
+// DeadLetter).
 func (r *Replier) deadLetter(runCtx context.Context, j *job, reason string, cause error) {
-	msg, meta := j.msg, j.meta
-	dl := events.DeadLetter{
-		Stage:           events.StageReplier,
-		WorkspaceID:     dlq.WorkspaceOfSubject(msg.Subject()),
-		Reason:          reason,
-		Error:           cause.Error(),
-		Deliveries:      meta.NumDelivered,
-		OriginalSubject: msg.Subject(),
-		OriginalStream:  meta.Stream,
-		OriginalSeq:     meta.Sequence.Stream,
-		Envelope:        dlq.EnvelopeOf(msg.Data()),
-	}
-	if j.rep != nil {
-		dl.WorkspaceID, dl.ActivityID = j.rep.WorkspaceID, j.rep.ActivityID
-	}
-	ctx, cancel := r.opContext(runCtx)
-	defer cancel()
-	if err := dlq.Publish(ctx, r.js, dl); err != nil {
-		r.log.Error("replier: dead letter not written; retrying the reply", "subject", msg.Subject(), "reason", reason, "error", err)
-		r.stats.retried.Add(1)
-		_ = msg.NakWithDelay(workpool.RetryDelay(r.cfg.RetryBase, r.cfg.RetryMax, meta.NumDelivered))
-		return
-	}
-	r.stats.deadLettered.Add(1)
-	r.log.Warn("replier: reply dead-lettered", "workspace", dl.WorkspaceID, "activity", dl.ActivityID, "reason", reason, "deliveries", meta.NumDelivered,
-		"action", "inspect it with `molecule-relay dlq show SEQ`, fix the cause, then `dlq replay SEQ`")
-	if err := msg.TermWithReason(reason); err == nil {
-		r.stats.terminated.Add(1)
-	}
+	r.run.DeadLetter(runCtx, j.Delivery, reason, cause)
 }
 
 // markSent records that the reply was delivered. It returns false (and
 // naks) when the record could not be written: the redelivery then finds
 // "posting" and reconciles or re-posts with the same messageId.
 func (r *Replier) markSent(runCtx context.Context, j *job, rec dlq.ReplyRecord, rev uint64) bool {
-	ctx, cancel := r.opContext(runCtx)
+	ctx, cancel := r.run.OpContext(runCtx)
 	defer cancel()
 	data, err := json.Marshal(rec)
 	if err == nil {
-		err = workpool.RetryWrite(ctx, func() error {
+		err = stage.RetryWrite(ctx, func() error {
 			_, err := r.topo.Replies.Update(ctx, j.key, data, rev)
 			if err != nil && isWrongRevision(err) {
 				// Someone else wrote the record meanwhile; we know the
@@ -620,8 +534,7 @@ func (r *Replier) markSent(runCtx context.Context, j *job, rec dlq.ReplyRecord, 
 	}
 	if err != nil {
 		j.log.Error("replier: reply delivered but not recorded as sent; the redelivery will reconcile", "error", err)
-		r.stats.retried.Add(1)
-		_ = j.msg.NakWithDelay(workpool.RetryDelay(r.cfg.RetryBase, r.cfg.RetryMax, j.meta.NumDelivered))
+		r.run.Retry(j.Delivery, 0)
 		return false
 	}
 	return true
@@ -632,11 +545,7 @@ func isWrongRevision(err error) bool { return errors.Is(err, jetstream.ErrKeyRev
 // ack acknowledges and waits for the server's confirmation (a lost ack is
 // harmless: the redelivery finds "sent").
 func (r *Replier) ack(runCtx context.Context, j *job) {
-	ctx, cancel := r.opContext(runCtx)
-	defer cancel()
-	if err := j.msg.DoubleAck(ctx); err != nil {
-		j.log.Warn("replier: ack not confirmed; a redelivery will find the sent record", "error", err)
-	}
+	r.run.Ack(runCtx, j.Delivery, j.log, "the sent record")
 }
 
 func (r *Replier) getRecord(ctx context.Context, key string) (dlq.ReplyRecord, uint64, bool, error) {
@@ -661,7 +570,7 @@ func (r *Replier) createRecord(ctx context.Context, key string, rec dlq.ReplyRec
 		return 0, err
 	}
 	var rev uint64
-	err = workpool.RetryWrite(ctx, func() error {
+	err = stage.RetryWrite(ctx, func() error {
 		var err error
 		rev, err = r.topo.Replies.Create(ctx, key, data)
 		if errors.Is(err, jetstream.ErrKeyExists) {
@@ -678,7 +587,7 @@ func (r *Replier) updateRecord(ctx context.Context, key string, rec dlq.ReplyRec
 		return 0, err
 	}
 	var newRev uint64
-	err = workpool.RetryWrite(ctx, func() error {
+	err = stage.RetryWrite(ctx, func() error {
 		var err error
 		newRev, err = r.topo.Replies.Update(ctx, key, data, rev)
 		if err != nil && isWrongRevision(err) {

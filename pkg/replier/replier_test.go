@@ -21,6 +21,7 @@ import (
 	"github.com/molecule-ai/molecule-relay/pkg/molecule"
 	"github.com/molecule-ai/molecule-relay/pkg/molecule/moleculetest"
 	"github.com/molecule-ai/molecule-relay/pkg/replier"
+	"github.com/molecule-ai/molecule-relay/pkg/stage"
 )
 
 var quiet = slog.New(slog.DiscardHandler)
@@ -332,7 +333,7 @@ func TestPermanentFailuresAreDeadLettered(t *testing.T) {
 			e.publish(t, rep)
 			ok := e.canvasReply("act-2", "behind the poison")
 			e.publish(t, ok)
-			r := e.replier(t, e.js, e.topo, replier.Config{Concurrency: 1})
+			r := e.replier(t, e.js, e.topo, replier.Config{Config: stage.Config{Concurrency: 1}})
 			st, err := r.Drain(bg(t), 300*time.Millisecond)
 			if err != nil {
 				t.Fatal(err)
@@ -499,9 +500,9 @@ func TestConfigValidation(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t)
 	for _, cfg := range []replier.Config{
-		{Concurrency: -1},
-		{RetryBase: time.Minute, RetryMax: time.Second},
-		{ProgressInterval: 2 * time.Second}, // >= AckWait 1s
+		{Config: stage.Config{Concurrency: -1}},
+		{Config: stage.Config{RetryBase: time.Minute, RetryMax: time.Second}},
+		{Config: stage.Config{ProgressInterval: 2 * time.Second}}, // >= AckWait 1s
 	} {
 		if _, err := replier.New(e.js, e.topo, e.clients, cfg); !errors.Is(err, replier.ErrInvalidConfig) {
 			t.Errorf("New(%+v) = %v, want ErrInvalidConfig", cfg, err)

@@ -76,8 +76,7 @@ func (r *Replier) awaitFlight(runCtx context.Context, j *job, rec dlq.ReplyRecor
 		return true
 	}
 	handBack := func() bool {
-		r.stats.deferred.Add(1)
-		_ = j.msg.NakWithDelay(max(time.Until(until), 0) + 100*time.Millisecond)
+		r.run.Defer(j.Delivery, max(time.Until(until), 0)+100*time.Millisecond)
 		return false
 	}
 	if dl, ok := runCtx.Deadline(); ok && time.Until(dl) < wait+r.cfg.StartMargin {
@@ -125,7 +124,7 @@ func (r *Replier) unknownOutcome(runCtx context.Context, j *job, rev uint64, cau
 		rec.AnsweredAt = time.Now().UTC()
 		// Recorded so a redelivery after a crash does not wait either; if
 		// the write fails, a redelivery waits for the deadline instead.
-		ctx, cancel := r.opContext(runCtx)
+		ctx, cancel := r.run.OpContext(runCtx)
 		if newRev, err := r.updateRecord(ctx, j.key, rec, rev); err == nil {
 			rev = newRev
 		}

@@ -3,13 +3,17 @@ package replier
 import (
 	"sync/atomic"
 	"time"
+
+	"github.com/molecule-ai/molecule-relay/pkg/stage"
 )
 
 // Stats counts what a Replier did. Stats() returns the totals since New;
-// Drain returns the counts of that drain alone.
+// Drain returns the counts of that drain alone. The embedded stage.Stats
+// counts what every stage counts: Received, Retried, Deferred (the
+// context's deadline left no room for a post), DeadLettered and
+// Terminated.
 type Stats struct {
-	// Received counts replies taken from the queue.
-	Received uint64
+	stage.Stats
 	// Notified and SentA2A count replies the platform accepted, by route.
 	Notified uint64
 	SentA2A  uint64
@@ -26,15 +30,6 @@ type Stats struct {
 	Reposted uint64
 	// PostErrors counts failed posts.
 	PostErrors uint64
-	// Retried counts replies nak'd with a delay for redelivery.
-	Retried uint64
-	// Deferred counts replies handed back because the context's deadline
-	// left no room for a post (start-margin rule).
-	Deferred uint64
-	// DeadLettered counts dead letters published; each is followed by a
-	// Term, counted in Terminated.
-	DeadLettered uint64
-	Terminated   uint64
 	// Posts, PostTime and PostMax describe post latency.
 	Posts    uint64
 	PostTime time.Duration
@@ -43,55 +38,38 @@ type Stats struct {
 
 func (s Stats) sub(p Stats) Stats {
 	return Stats{
-		Received:     s.Received - p.Received,
-		Notified:     s.Notified - p.Notified,
-		SentA2A:      s.SentA2A - p.SentA2A,
-		Duplicates:   s.Duplicates - p.Duplicates,
-		Reconciled:   s.Reconciled - p.Reconciled,
-		Reposted:     s.Reposted - p.Reposted,
-		PostErrors:   s.PostErrors - p.PostErrors,
-		Retried:      s.Retried - p.Retried,
-		Deferred:     s.Deferred - p.Deferred,
-		DeadLettered: s.DeadLettered - p.DeadLettered,
-		Terminated:   s.Terminated - p.Terminated,
-		Posts:        s.Posts - p.Posts,
-		PostTime:     s.PostTime - p.PostTime,
-		PostMax:      s.PostMax,
+		Stats:      s.Stats.Sub(p.Stats),
+		Notified:   s.Notified - p.Notified,
+		SentA2A:    s.SentA2A - p.SentA2A,
+		Duplicates: s.Duplicates - p.Duplicates,
+		Reconciled: s.Reconciled - p.Reconciled,
+		Reposted:   s.Reposted - p.Reposted,
+		PostErrors: s.PostErrors - p.PostErrors,
+		Posts:      s.Posts - p.Posts,
+		PostTime:   s.PostTime - p.PostTime,
+		PostMax:    s.PostMax,
 	}
 }
 
+// counters are the replier's own counters; the stage runner keeps the
+// shared ones.
 type counters struct {
-	received, notified, sentA2A, duplicates, reconciled, reposted  atomic.Uint64
-	postErrors, retried, deferred, deadLettered, terminated, posts atomic.Uint64
-	postNanos, postMax                                             atomic.Int64
+	notified, sentA2A, duplicates, reconciled, reposted, postErrors atomic.Uint64
+	post                                                            stage.Durations
 }
 
-func (c *counters) observe(d time.Duration) {
-	c.posts.Add(1)
-	c.postNanos.Add(int64(d))
-	for {
-		cur := c.postMax.Load()
-		if int64(d) <= cur || c.postMax.CompareAndSwap(cur, int64(d)) {
-			return
-		}
-	}
-}
-
-func (c *counters) snapshot() Stats {
+func (c *counters) snapshot(shared stage.Stats) Stats {
+	posts, total, longest := c.post.Load()
 	return Stats{
-		Received:     c.received.Load(),
-		Notified:     c.notified.Load(),
-		SentA2A:      c.sentA2A.Load(),
-		Duplicates:   c.duplicates.Load(),
-		Reconciled:   c.reconciled.Load(),
-		Reposted:     c.reposted.Load(),
-		PostErrors:   c.postErrors.Load(),
-		Retried:      c.retried.Load(),
-		Deferred:     c.deferred.Load(),
-		DeadLettered: c.deadLettered.Load(),
-		Terminated:   c.terminated.Load(),
-		Posts:        c.posts.Load(),
-		PostTime:     time.Duration(c.postNanos.Load()),
-		PostMax:      time.Duration(c.postMax.Load()),
+		Stats:      shared,
+		Notified:   c.notified.Load(),
+		SentA2A:    c.sentA2A.Load(),
+		Duplicates: c.duplicates.Load(),
+		Reconciled: c.reconciled.Load(),
+		Reposted:   c.reposted.Load(),
+		PostErrors: c.postErrors.Load(),
+		Posts:      posts,
+		PostTime:   total,
+		PostMax:    longest,
 	}
 }
