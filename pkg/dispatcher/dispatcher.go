@@ -265,11 +265,11 @@ func BuildReply(in *events.Inbound, text string, handledAt time.Time) events.Rep
 
 func (d *Dispatcher) complete(runCtx context.Context, m *stage.Delivery, in *events.Inbound, key, text string, log *slog.Logger) {
 	now := time.Now().UTC()
-	rec := dlq.HandledRecord{Outcome: dlq.OutcomeReplied, Delivery: m.Meta.NumDelivered, HandledAt: now}
+	rec := events.HandledRecord{Outcome: events.OutcomeReplied, Delivery: m.Meta.NumDelivered, HandledAt: now}
 	if text == "" {
-		rec.Outcome = dlq.OutcomeNoReply
+		rec.Outcome = events.OutcomeNoReply
 	} else if why := d.loopGuard(in); why != "" {
-		rec.Outcome = dlq.OutcomeSuppressed
+		rec.Outcome = events.OutcomeSuppressed
 		log.Info("dispatcher: reply dropped by the loop guard", "why", why, "hops", in.Hops, "in_reply_to", in.InReplyTo)
 	} else {
 		data, err := BuildReply(in, text, now).Marshal()
@@ -325,9 +325,9 @@ func (d *Dispatcher) complete(runCtx context.Context, m *stage.Delivery, in *eve
 	}
 	d.stats.handled.Add(1)
 	switch rec.Outcome {
-	case dlq.OutcomeReplied:
+	case events.OutcomeReplied:
 		d.stats.replied.Add(1)
-	case dlq.OutcomeNoReply:
+	case events.OutcomeNoReply:
 		d.stats.noReply.Add(1)
 	default:
 		d.stats.skipped.Add(1)
@@ -341,7 +341,7 @@ func (d *Dispatcher) complete(runCtx context.Context, m *stage.Delivery, in *eve
 // window harmless, and after it the replier's record stops a second post),
 // then ack. The handler does not run.
 func (d *Dispatcher) duplicate(runCtx context.Context, m *stage.Delivery, in *events.Inbound, value []byte, log *slog.Logger) {
-	var rec dlq.HandledRecord
+	var rec events.HandledRecord
 	if err := json.Unmarshal(value, &rec); err != nil {
 		log.Error("dispatcher: handled record unreadable; acking without republishing", "error", err)
 	}

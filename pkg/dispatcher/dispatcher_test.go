@@ -15,7 +15,6 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/molecule-ai/molecule-relay/pkg/dispatcher"
-	"github.com/molecule-ai/molecule-relay/pkg/dlq"
 	"github.com/molecule-ai/molecule-relay/pkg/events"
 	"github.com/molecule-ai/molecule-relay/pkg/handler"
 	"github.com/molecule-ai/molecule-relay/pkg/stage"
@@ -473,11 +472,11 @@ func TestLoopGuard(t *testing.T) {
 			if err != nil {
 				t.Fatalf("handled record: %v", err)
 			}
-			var rec dlq.HandledRecord
+			var rec events.HandledRecord
 			if err := json.Unmarshal(entry.Value(), &rec); err != nil {
 				t.Fatal(err)
 			}
-			if want := map[bool]string{true: dlq.OutcomeReplied, false: dlq.OutcomeSuppressed}[tc.wantReply]; rec.Outcome != want {
+			if want := map[bool]string{true: events.OutcomeReplied, false: events.OutcomeSuppressed}[tc.wantReply]; rec.Outcome != want {
 				t.Errorf("record outcome = %q, want %q", rec.Outcome, want)
 			}
 		})

@@ -264,8 +264,8 @@ func forgetRecord(ctx context.Context, js jetstream.JetStream, dl *events.DeadLe
 		if err != nil {
 			return fmt.Errorf("dlq: read reply record: %w", err)
 		}
-		var rec ReplyRecord
-		if json.Unmarshal(entry.Value(), &rec) == nil && rec.State == StatePosting {
+		var rec events.ReplyRecord
+		if json.Unmarshal(entry.Value(), &rec) == nil && rec.State == events.StatePosting {
 			// A post may have reached the platform: keep the record so the
 			// replier reconciles (notify) or re-posts with the same
 			// messageId (a2a) instead of posting blindly.

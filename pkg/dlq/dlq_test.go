@@ -204,12 +204,12 @@ func TestReplayClearsRecordsSoTheStageRunsAgain(t *testing.T) {
 	}
 	// Dispatcher: a handled record (say the message was republished after
 	// an operator fixed something) is removed.
-	put(topo.Handled, events.HandledKey(wsA, "d1"), dlq.HandledRecord{Outcome: dlq.OutcomeNoReply})
+	put(topo.Handled, events.HandledKey(wsA, "d1"), events.HandledRecord{Outcome: events.OutcomeNoReply})
 	// Replier: a "sent" record is removed (the operator asks for a re-send);
 	// a "posting" record is kept so the replier reconciles instead of
 	// posting blindly.
-	put(topo.Replies, events.ReplyKey(wsA, "r-sent"), dlq.ReplyRecord{State: dlq.StateSent})
-	put(topo.Replies, events.ReplyKey(wsA, "r-posting"), dlq.ReplyRecord{State: dlq.StatePosting})
+	put(topo.Replies, events.ReplyKey(wsA, "r-sent"), events.ReplyRecord{State: events.StateSent})
+	put(topo.Replies, events.ReplyKey(wsA, "r-posting"), events.ReplyRecord{State: events.StatePosting})
 	for i, dl := range []events.DeadLetter{
 		deadLetter(events.StageDispatcher, wsA, "d1", events.ReasonPermanent, 11),
 		deadLetter(events.StageReplier, wsA, "r-sent", events.ReasonPermanent, 12),

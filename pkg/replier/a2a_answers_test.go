@@ -101,7 +101,7 @@ func TestA2ARetryableRefusalsAreRetriedWithTheSameMessageID(t *testing.T) {
 			if gap := posts[1].At.Sub(posts[0].At); gap < tc.minDelay {
 				t.Errorf("re-posted after %s; the platform asked for Retry-After %s", gap, tc.minDelay)
 			}
-			if rec, ok := e.record(t, "act-1"); !ok || rec.State != dlq.StateSent {
+			if rec, ok := e.record(t, "act-1"); !ok || rec.State != events.StateSent {
 				t.Errorf("record = %+v, %v; want sent", rec, ok)
 			}
 			if n := e.replyLeft(t); n != 0 {
@@ -170,7 +170,7 @@ func TestA2APermanentRefusalsAreDeadLettered(t *testing.T) {
 			if dl.Reason != events.ReasonPermanent || dl.ActivityID != "act-1" || !strings.Contains(dl.Error, tc.wantErr) {
 				t.Errorf("dead letter = %+v", dl)
 			}
-			if rec, found := e.record(t, "act-1"); found && rec.State == dlq.StatePosting {
+			if rec, found := e.record(t, "act-1"); found && rec.State == events.StatePosting {
 				t.Errorf("posting record kept after a refusal: %+v", rec)
 			}
 			if n := e.replyLeft(t); n != 0 {
@@ -212,7 +212,7 @@ func TestA2APushPeer202QueuedIsSuccess(t *testing.T) {
 	if st.SentA2A != 1 || st.PostErrors != 0 || st.Retried != 0 || st.DeadLettered != 0 {
 		t.Fatalf("stats = %+v; 202 queued must count as sent", st)
 	}
-	if rec, ok := e.record(t, "act-1"); !ok || rec.State != dlq.StateSent {
+	if rec, ok := e.record(t, "act-1"); !ok || rec.State != events.StateSent {
 		t.Errorf("record = %+v, %v; want sent", rec, ok)
 	}
 	if n := e.replyLeft(t); n != 0 {

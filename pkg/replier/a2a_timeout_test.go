@@ -11,7 +11,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/molecule-ai/molecule-relay/pkg/dlq"
+	"github.com/molecule-ai/molecule-relay/pkg/events"
 	"github.com/molecule-ai/molecule-relay/pkg/molecule"
 	"github.com/molecule-ai/molecule-relay/pkg/molecule/moleculetest"
 	"github.com/molecule-ai/molecule-relay/pkg/replier"
@@ -53,7 +53,7 @@ func TestA2APostWaitsForThePlatformPastXTimeout(t *testing.T) {
 	if calls := e.plat.A2ACalls(p.ID); len(calls) != 1 || calls[0].Status != http.StatusOK {
 		t.Fatalf("a2a calls %+v", calls)
 	}
-	if rec, ok := e.record(t, "act-1"); !ok || rec.State != dlq.StateSent {
+	if rec, ok := e.record(t, "act-1"); !ok || rec.State != events.StateSent {
 		t.Errorf("record = %+v, %v; want sent", rec, ok)
 	}
 }

@@ -120,7 +120,7 @@ func (c *Config) Validate(ackWait time.Duration) error {
 
 // Observer receives the replier's latencies.
 type Observer interface {
-	// ObservePost is one post attempt's duration on route (dlq.Route*).
+	// ObservePost is one post attempt's duration on route (events.Route*).
 	ObservePost(route string, d time.Duration)
 	// ObserveDelivered is a reply the platform accepted at "at", for an
 	// inbound row created at created (zero when unknown).

@@ -11,7 +11,7 @@ import (
 
 	"github.com/cenkalti/backoff/v4"
 
-	"github.com/molecule-ai/molecule-relay/pkg/dlq"
+	"github.com/molecule-ai/molecule-relay/pkg/events"
 	"github.com/molecule-ai/molecule-relay/pkg/molecule"
 )
 
@@ -36,7 +36,7 @@ type notifyRow struct {
 // inFlightUntil is when the latest post of rec stopped being in flight: the
 // platform's answer, else the post's own deadline. Records written before
 // the deadline was recorded fall back to PostingAt + NotifyTimeout.
-func (r *Replier) inFlightUntil(rec dlq.ReplyRecord) time.Time {
+func (r *Replier) inFlightUntil(rec events.ReplyRecord) time.Time {
 	switch {
 	case !rec.AnsweredAt.IsZero():
 		return rec.AnsweredAt
@@ -51,7 +51,7 @@ func (r *Replier) inFlightUntil(rec dlq.ReplyRecord) time.Time {
 // both sides by the clock skew between this host and the platform. Earlier
 // attempts were each settled before the next post started, so they need no
 // search.
-func (r *Replier) reconcileWindow(rec dlq.ReplyRecord) (lo, hi time.Time) {
+func (r *Replier) reconcileWindow(rec events.ReplyRecord) (lo, hi time.Time) {
 	return rec.PostingAt.Add(-r.cfg.ReconcileSkew), r.inFlightUntil(rec).Add(r.cfg.ReconcileSkew)
 }
 
@@ -69,7 +69,7 @@ func (r *Replier) reconcileWindow(rec dlq.ReplyRecord) (lo, hi time.Time) {
 // Limitation: notify carries no idempotency key, so the row is matched by
 // text. A second, identical reply text posted by this workspace in the same
 // window would also match (and this reply would be taken as delivered).
-func (r *Replier) reconcileNotify(ctx context.Context, j *job, rec dlq.ReplyRecord) (bool, error) {
+func (r *Replier) reconcileNotify(ctx context.Context, j *job, rec events.ReplyRecord) (bool, error) {
 	lo, hi := r.reconcileWindow(rec)
 	q := molecule.ActivityQuery{Type: "a2a_receive", Source: "canvas", Limit: molecule.MaxActivityLimit, BeforeTS: hi}
 	for pageNo := 1; ; pageNo++ {

@@ -7,7 +7,7 @@ import (
 	"net/http"
 	"strings"
 
-	"github.com/molecule-ai/molecule-relay/pkg/dlq"
+	"github.com/molecule-ai/molecule-relay/pkg/events"
 	"github.com/molecule-ai/molecule-relay/pkg/molecule"
 )
 
@@ -55,8 +55,8 @@ type refusalBody struct {
 	DeliveryConfirmed *bool `json:"delivery_confirmed"`
 }
 
-// classifyRefusal maps a failed post on route (dlq.RouteA2A or
-// dlq.RouteNotify) to what to do, following the error tables of
+// classifyRefusal maps a failed post on route (events.RouteA2A or
+// events.RouteNotify) to what to do, following the error tables of
 // PROTOCOL.md (Part 2 §9 for /a2a, §12 for /notify, Part 3 §5).
 func classifyRefusal(route string, err error) refusal {
 	var ae *molecule.APIError
@@ -106,14 +106,14 @@ func classifyRefusal(route string, err error) refusal {
 }
 
 func removedReason(route string) string {
-	if route == dlq.RouteNotify {
+	if route == events.RouteNotify {
 		return "this workspace was removed on the platform; create a new workspace and token"
 	}
 	return "the peer workspace was removed on the platform; nobody will read this reply"
 }
 
 func notFoundReason(route string, ae *molecule.APIError) string {
-	if route == dlq.RouteNotify {
+	if route == events.RouteNotify {
 		return fmt.Sprintf("the platform does not know this workspace (404 %q): it was removed; create a new workspace and token", ae.Message)
 	}
 	return fmt.Sprintf("the peer workspace does not exist (404 %q): it was removed or never existed", ae.Message)

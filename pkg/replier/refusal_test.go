@@ -8,7 +8,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/molecule-ai/molecule-relay/pkg/dlq"
+	"github.com/molecule-ai/molecule-relay/pkg/events"
 	"github.com/molecule-ai/molecule-relay/pkg/molecule"
 	"github.com/molecule-ai/molecule-relay/pkg/molecule/moleculetest"
 )
@@ -36,46 +36,46 @@ func TestRefusalTable(t *testing.T) {
 		reason              string // in the reason given
 	}{
 		// /a2a: caller checks
-		{dlq.RouteA2A, "403", `{"error":"invalid caller ID"}`, nil, permanentFailure, "MOLECULE_WORKSPACE_ID"},
-		{dlq.RouteA2A, "401", `{"error":"missing caller auth token"}`, nil, permanentFailure, "token"},
-		{dlq.RouteA2A, "401", `{"error":"invalid caller auth token"}`, nil, permanentFailure, "token"},
-		{dlq.RouteA2A, "403", `{"error":"access denied: workspaces cannot communicate per hierarchy rules"}`, nil, permanentFailure, "hierarchy"},
-		{dlq.RouteA2A, "402", `{"error":"workspace budget limit exceeded"}`, nil, permanentFailure, "budget"},
-		{dlq.RouteA2A, "400", `{"error":"invalid JSON"}`, nil, permanentFailure, "invalid JSON"},
+		{events.RouteA2A, "403", `{"error":"invalid caller ID"}`, nil, permanentFailure, "MOLECULE_WORKSPACE_ID"},
+		{events.RouteA2A, "401", `{"error":"missing caller auth token"}`, nil, permanentFailure, "token"},
+		{events.RouteA2A, "401", `{"error":"invalid caller auth token"}`, nil, permanentFailure, "token"},
+		{events.RouteA2A, "403", `{"error":"access denied: workspaces cannot communicate per hierarchy rules"}`, nil, permanentFailure, "hierarchy"},
+		{events.RouteA2A, "402", `{"error":"workspace budget limit exceeded"}`, nil, permanentFailure, "budget"},
+		{events.RouteA2A, "400", `{"error":"invalid JSON"}`, nil, permanentFailure, "invalid JSON"},
 		// /a2a: URL resolution (no row written)
-		{dlq.RouteA2A, "404", `{"error":"workspace not found"}`, nil, refusedForNow, "does not exist"},
-		{dlq.RouteA2A, "503", `{"error":"workspace has no URL","status":"awaiting_agent"}`, nil, refusedForNow, "workspace has no URL"},
-		{dlq.RouteA2A, "503", `{"waking":true,"retry_after":15}`, ra, notDelivered, "waking"},
-		{dlq.RouteA2A, "502", `{"error":"workspace URL is not publicly routable"}`, nil, permanentFailure, "publicly routable"},
-		{dlq.RouteA2A, "410", `{"error":"workspace removed"}`, nil, refusedForNow, "removed"},
+		{events.RouteA2A, "404", `{"error":"workspace not found"}`, nil, refusedForNow, "does not exist"},
+		{events.RouteA2A, "503", `{"error":"workspace has no URL","status":"awaiting_agent"}`, nil, refusedForNow, "workspace has no URL"},
+		{events.RouteA2A, "503", `{"waking":true,"retry_after":15}`, ra, notDelivered, "waking"},
+		{events.RouteA2A, "502", `{"error":"workspace URL is not publicly routable"}`, nil, permanentFailure, "publicly routable"},
+		{events.RouteA2A, "410", `{"error":"workspace removed"}`, nil, refusedForNow, "removed"},
 		// /a2a: delivery outcomes
-		{dlq.RouteA2A, "503", `{"busy":true,"retry_after":30}`, http.Header{"Retry-After": {"30"}}, notDelivered, "busy"},
-		{dlq.RouteA2A, "503", `{"restarting":true}`, nil, notDelivered, "restarting"},
-		{dlq.RouteA2A, "502", `{"error":"failed to reach workspace agent"}`, nil, maybeDelivered, ""},
-		{dlq.RouteA2A, "502", `{"error":"failed to read agent response","delivery_confirmed":false}`, nil, maybeDelivered, ""},
-		{dlq.RouteA2A, "502", `{"error":"failed to read agent response","delivery_confirmed":true}`, nil, delivered, ""},
-		{dlq.RouteA2A, "500", `{"error":"agent exploded"}`, nil, maybeDelivered, ""},
-		{dlq.RouteA2A, "429", `{"error":"rate limit exceeded","retry_after":3}`, http.Header{"Retry-After": {"3"}}, notDelivered, "rate limited"},
-		{dlq.RouteA2A, "404", ``, nil, permanentFailure, "tenant"},
+		{events.RouteA2A, "503", `{"busy":true,"retry_after":30}`, http.Header{"Retry-After": {"30"}}, notDelivered, "busy"},
+		{events.RouteA2A, "503", `{"restarting":true}`, nil, notDelivered, "restarting"},
+		{events.RouteA2A, "502", `{"error":"failed to reach workspace agent"}`, nil, maybeDelivered, ""},
+		{events.RouteA2A, "502", `{"error":"failed to read agent response","delivery_confirmed":false}`, nil, maybeDelivered, ""},
+		{events.RouteA2A, "502", `{"error":"failed to read agent response","delivery_confirmed":true}`, nil, delivered, ""},
+		{events.RouteA2A, "500", `{"error":"agent exploded"}`, nil, maybeDelivered, ""},
+		{events.RouteA2A, "429", `{"error":"rate limit exceeded","retry_after":3}`, http.Header{"Retry-After": {"3"}}, notDelivered, "rate limited"},
+		{events.RouteA2A, "404", ``, nil, permanentFailure, "tenant"},
 		// /notify
-		{dlq.RouteNotify, "400", `{"error":"message is required"}`, nil, permanentFailure, "message is required"},
-		{dlq.RouteNotify, "400", `{"error":"attachment[0]: uri and name are required"}`, nil, permanentFailure, "uri and name"},
-		{dlq.RouteNotify, "404", `{"error":"workspace not found"}`, nil, refusedForNow, "removed"},
-		{dlq.RouteNotify, "403", `{"error":"talk_to_user_disabled","hint":"enable talk to user"}`, nil, permanentFailure, "talk_to_user_disabled"},
-		{dlq.RouteNotify, "401", `{"error":"invalid workspace auth token"}`, nil, permanentFailure, "MOLECULE_WORKSPACE_TOKEN"},
-		{dlq.RouteNotify, "429", `{"error":"rate limit exceeded","retry_after":3}`, http.Header{"Retry-After": {"3"}}, notDelivered, "Retry-After"},
+		{events.RouteNotify, "400", `{"error":"message is required"}`, nil, permanentFailure, "message is required"},
+		{events.RouteNotify, "400", `{"error":"attachment[0]: uri and name are required"}`, nil, permanentFailure, "uri and name"},
+		{events.RouteNotify, "404", `{"error":"workspace not found"}`, nil, refusedForNow, "removed"},
+		{events.RouteNotify, "403", `{"error":"talk_to_user_disabled","hint":"enable talk to user"}`, nil, permanentFailure, "talk_to_user_disabled"},
+		{events.RouteNotify, "401", `{"error":"invalid workspace auth token"}`, nil, permanentFailure, "MOLECULE_WORKSPACE_TOKEN"},
+		{events.RouteNotify, "429", `{"error":"rate limit exceeded","retry_after":3}`, http.Header{"Retry-After": {"3"}}, notDelivered, "Retry-After"},
 	}
 	for _, tc := range cases {
 		t.Run(tc.route+" "+tc.status+" "+tc.body, func(t *testing.T) {
 			path := "/workspaces/" + a.ID + "/notify"
-			if tc.route == dlq.RouteA2A {
+			if tc.route == events.RouteA2A {
 				path = "/workspaces/" + b.ID + "/a2a"
 			}
 			st, _ := strconv.Atoi(tc.status)
 			plat.InjectFault(moleculetest.Fault{Method: http.MethodPost, PathPrefix: path, Status: st, Body: tc.body, Header: tc.header, Count: 1})
 			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 			defer cancel()
-			if tc.route == dlq.RouteA2A {
+			if tc.route == events.RouteA2A {
 				_, err = c.SendA2A(ctx, molecule.A2AMessage{To: b.ID, Text: "hi", MessageID: "m-1"})
 			} else {
 				_, err = c.Notify(ctx, "hi", nil)

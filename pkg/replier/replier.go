@@ -167,7 +167,7 @@ type job struct {
 	// roomToPost.
 	xTimeout time.Duration
 	// rec is the posting record of the post under way.
-	rec dlq.ReplyRecord
+	rec events.ReplyRecord
 }
 
 func (r *Replier) process(runCtx context.Context, d *stage.Delivery) {
@@ -181,9 +181,9 @@ func (r *Replier) process(runCtx context.Context, d *stage.Delivery) {
 	j.rep = rep
 	j.WorkspaceID, j.ActivityID = rep.WorkspaceID, rep.ActivityID
 	j.key = events.ReplyKey(rep.WorkspaceID, rep.ActivityID)
-	j.route = dlq.RouteNotify
+	j.route = events.RouteNotify
 	if rep.Source == events.SourcePeerAgent {
-		j.route = dlq.RouteA2A
+		j.route = events.RouteA2A
 	}
 	j.log = tracing.Log(runCtx, r.log.With("workspace", rep.WorkspaceID, "activity", rep.ActivityID, "route", j.route, "delivery", d.Meta.NumDelivered))
 	j.client = r.clients[rep.WorkspaceID]
@@ -205,12 +205,12 @@ func (r *Replier) process(runCtx context.Context, d *stage.Delivery) {
 		return
 	}
 	switch {
-	case found && rec.State == dlq.StateSent:
+	case found && rec.State == events.StateSent:
 		r.stats.duplicates.Add(1)
 		j.log.Info("replier: reply already sent; acking the redelivery")
 		r.ack(runCtx, j)
 		return
-	case found && rec.State == dlq.StatePosting:
+	case found && rec.State == events.StatePosting:
 		r.resume(runCtx, j, rec, rev)
 		return
 	case found:
@@ -223,7 +223,7 @@ func (r *Replier) process(runCtx context.Context, d *stage.Delivery) {
 		return
 	}
 	now := time.Now().UTC()
-	rec = dlq.ReplyRecord{State: dlq.StatePosting, Route: j.route, PostingAt: now, Deadline: now.Add(r.postTimeout(j)), Attempts: 1}
+	rec = events.ReplyRecord{State: events.StatePosting, Route: j.route, PostingAt: now, Deadline: now.Add(r.postTimeout(j)), Attempts: 1}
 	ctx, cancel = r.run.OpContext(runCtx)
 	rev, err = r.createRecord(ctx, j.key, rec)
 	cancel()
@@ -311,7 +311,7 @@ func (r *Replier) postFits(runCtx context.Context, j *job, after time.Duration) 
 		return xTimeout, true
 	}
 	left := time.Until(dl) - after - r.cfg.StartMargin
-	if j.route == dlq.RouteA2A {
+	if j.route == events.RouteA2A {
 		if fit := (left - A2AGrace).Truncate(time.Second); fit < xTimeout {
 			xTimeout = fit
 		}
@@ -323,15 +323,15 @@ func (r *Replier) postFits(runCtx context.Context, j *job, after time.Duration) 
 // postTimeout bounds one post of j: the notify timeout, or the /a2a
 // X-Timeout (in whole seconds, as sent) plus A2AGrace.
 func (r *Replier) postTimeout(j *job) time.Duration {
-	if j.route == dlq.RouteA2A {
+	if j.route == events.RouteA2A {
 		return (j.xTimeout + time.Second - 1).Truncate(time.Second) + A2AGrace
 	}
 	return r.cfg.NotifyTimeout
 }
 
 // resume continues a reply whose record says a post may have happened.
-func (r *Replier) resume(runCtx context.Context, j *job, rec dlq.ReplyRecord, rev uint64) {
-	if j.route == dlq.RouteNotify {
+func (r *Replier) resume(runCtx context.Context, j *job, rec events.ReplyRecord, rev uint64) {
+	if j.route == events.RouteNotify {
 		if r.settle(runCtx, j, rec, rev) != settledNotDelivered {
 			return
 		}
@@ -341,7 +341,7 @@ func (r *Replier) resume(runCtx context.Context, j *job, rec dlq.ReplyRecord, re
 		return
 	}
 	now := time.Now().UTC()
-	rec.State, rec.PostingAt, rec.Deadline, rec.AnsweredAt = dlq.StatePosting, now, now.Add(r.postTimeout(j)), time.Time{}
+	rec.State, rec.PostingAt, rec.Deadline, rec.AnsweredAt = events.StatePosting, now, now.Add(r.postTimeout(j)), time.Time{}
 	rec.Attempts++
 	ctx, cancel := r.run.OpContext(runCtx)
 	newRev, err := r.updateRecord(ctx, j.key, rec, rev)
@@ -356,7 +356,7 @@ func (r *Replier) resume(runCtx context.Context, j *job, rec dlq.ReplyRecord, re
 }
 
 // post sends the reply; rec is the posting record at revision rev.
-func (r *Replier) post(runCtx context.Context, j *job, rec dlq.ReplyRecord, rev uint64) {
+func (r *Replier) post(runCtx context.Context, j *job, rec events.ReplyRecord, rev uint64) {
 	j.rec = rec
 	if h := r.cfg.TestHooks; h != nil && h.BeforePost != nil && h.BeforePost(runCtx, j.rep) != nil {
 		return
@@ -382,11 +382,11 @@ func (r *Replier) post(runCtx context.Context, j *job, rec dlq.ReplyRecord, rev 
 	if h := r.cfg.TestHooks; h != nil && h.AfterPost != nil && h.AfterPost(runCtx, j.rep) != nil {
 		return
 	}
-	rec.State, rec.SentAt = dlq.StateSent, time.Now().UTC()
+	rec.State, rec.SentAt = events.StateSent, time.Now().UTC()
 	if !r.markSent(runCtx, j, rec, rev) {
 		return
 	}
-	if j.route == dlq.RouteA2A {
+	if j.route == events.RouteA2A {
 		r.stats.sentA2A.Add(1)
 	} else {
 		r.stats.notified.Add(1)
@@ -423,7 +423,7 @@ func toAttachments(in []events.Attachment) []molecule.Attachment {
 }
 
 func (r *Replier) send(ctx context.Context, j *job) error {
-	if j.route == dlq.RouteNotify {
+	if j.route == events.RouteNotify {
 		if f := r.cfg.BeforeNotify; f != nil {
 			f(j.rep.WorkspaceID, j.rep.Text)
 		}
@@ -499,7 +499,7 @@ func (r *Replier) forgetPosting(runCtx context.Context, j *job, rev uint64) {
 func (r *Replier) retry(runCtx context.Context, j *job, retryAfter time.Duration, mayBeDelivered bool, cause error) {
 	if r.run.LastDelivery(j.Delivery) {
 		reason := events.ReasonMaxDeliveries
-		if mayBeDelivered && j.route == dlq.RouteNotify {
+		if mayBeDelivered && j.route == events.RouteNotify {
 			reason = events.ReasonAmbiguous
 		}
 		r.deadLetter(runCtx, j, reason, cause)
@@ -517,7 +517,7 @@ func (r *Replier) deadLetter(runCtx context.Context, j *job, reason string, caus
 // markSent records that the reply was delivered. It returns false (and
 // naks) when the record could not be written: the redelivery then finds
 // "posting" and reconciles or re-posts with the same messageId.
-func (r *Replier) markSent(runCtx context.Context, j *job, rec dlq.ReplyRecord, rev uint64) bool {
+func (r *Replier) markSent(runCtx context.Context, j *job, rec events.ReplyRecord, rev uint64) bool {
 	ctx, cancel := r.run.OpContext(runCtx)
 	defer cancel()
 	data, err := json.Marshal(rec)
@@ -548,8 +548,8 @@ func (r *Replier) ack(runCtx context.Context, j *job) {
 	r.run.Ack(runCtx, j.Delivery, j.log, "the sent record")
 }
 
-func (r *Replier) getRecord(ctx context.Context, key string) (dlq.ReplyRecord, uint64, bool, error) {
-	var rec dlq.ReplyRecord
+func (r *Replier) getRecord(ctx context.Context, key string) (events.ReplyRecord, uint64, bool, error) {
+	var rec events.ReplyRecord
 	entry, err := r.topo.Replies.Get(ctx, key)
 	if errors.Is(err, jetstream.ErrKeyNotFound) {
 		return rec, 0, false, nil
@@ -559,12 +559,12 @@ func (r *Replier) getRecord(ctx context.Context, key string) (dlq.ReplyRecord, u
 	}
 	if err := json.Unmarshal(entry.Value(), &rec); err != nil {
 		// Unreadable: treat as "posting" so nothing is posted blindly.
-		rec = dlq.ReplyRecord{State: dlq.StatePosting}
+		rec = events.ReplyRecord{State: events.StatePosting}
 	}
 	return rec, entry.Revision(), true, nil
 }
 
-func (r *Replier) createRecord(ctx context.Context, key string, rec dlq.ReplyRecord) (uint64, error) {
+func (r *Replier) createRecord(ctx context.Context, key string, rec events.ReplyRecord) (uint64, error) {
 	data, err := json.Marshal(rec)
 	if err != nil {
 		return 0, err
@@ -581,7 +581,7 @@ func (r *Replier) createRecord(ctx context.Context, key string, rec dlq.ReplyRec
 	return rev, err
 }
 
-func (r *Replier) updateRecord(ctx context.Context, key string, rec dlq.ReplyRecord, rev uint64) (uint64, error) {
+func (r *Replier) updateRecord(ctx context.Context, key string, rec events.ReplyRecord, rev uint64) (uint64, error) {
 	data, err := json.Marshal(rec)
 	if err != nil {
 		return 0, err

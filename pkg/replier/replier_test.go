@@ -133,16 +133,16 @@ func (e *env) replyLeft(t *testing.T) uint64 {
 	return info.State.Msgs
 }
 
-func (e *env) record(t *testing.T, act string) (dlq.ReplyRecord, bool) {
+func (e *env) record(t *testing.T, act string) (events.ReplyRecord, bool) {
 	t.Helper()
 	entry, err := e.topo.Replies.Get(bg(t), events.ReplyKey(e.a.ID, act))
 	if errors.Is(err, jetstream.ErrKeyNotFound) {
-		return dlq.ReplyRecord{}, false
+		return events.ReplyRecord{}, false
 	}
 	if err != nil {
 		t.Fatal(err)
 	}
-	var rec dlq.ReplyRecord
+	var rec events.ReplyRecord
 	if err := json.Unmarshal(entry.Value(), &rec); err != nil {
 		t.Fatal(err)
 	}
@@ -185,7 +185,7 @@ func TestCanvasAndSelfRepliesAreNotifiedOnce(t *testing.T) {
 		t.Fatalf("notifications = %v", got)
 	}
 	for _, act := range []string{"act-1", "act-2"} {
-		if rec, ok := e.record(t, act); !ok || rec.State != dlq.StateSent || rec.Route != dlq.RouteNotify {
+		if rec, ok := e.record(t, act); !ok || rec.State != events.StateSent || rec.Route != events.RouteNotify {
 			t.Errorf("record %s = %+v, %v", act, rec, ok)
 		}
 	}
@@ -349,7 +349,7 @@ func TestPermanentFailuresAreDeadLettered(t *testing.T) {
 			if dl.Reason != events.ReasonPermanent || dl.ActivityID != "act-1" || !strings.Contains(dl.Error, tc.wantErr) {
 				t.Errorf("dead letter = %+v", dl)
 			}
-			if rec, found := e.record(t, "act-1"); found && rec.State == dlq.StatePosting {
+			if rec, found := e.record(t, "act-1"); found && rec.State == events.StatePosting {
 				t.Errorf("posting record kept after a refusal that proves nothing was posted: %+v", rec)
 			}
 			if n := e.replyLeft(t); n != 0 {
@@ -488,7 +488,7 @@ func TestCrashPoints(t *testing.T) {
 			if delivered != 1 {
 				t.Fatalf("delivered %d times, want exactly 1", delivered)
 			}
-			if rec, ok := e.record(t, "act-1"); !ok || rec.State != dlq.StateSent {
+			if rec, ok := e.record(t, "act-1"); !ok || rec.State != events.StateSent {
 				t.Errorf("record = %+v, %v; want sent", rec, ok)
 			}
 			tc.check(t, r.Stats())

@@ -5,7 +5,7 @@ import (
 	"net/http"
 	"time"
 
-	"github.com/molecule-ai/molecule-relay/pkg/dlq"
+	"github.com/molecule-ai/molecule-relay/pkg/events"
 	"github.com/molecule-ai/molecule-relay/pkg/molecule"
 )
 
@@ -27,7 +27,7 @@ const (
 // settle decides whether the latest notify of rec (at revision rev)
 // arrived: it waits, in this process, until that post can no longer be in
 // flight, then searches its window of the feed.
-func (r *Replier) settle(runCtx context.Context, j *job, rec dlq.ReplyRecord, rev uint64) settlement {
+func (r *Replier) settle(runCtx context.Context, j *job, rec events.ReplyRecord, rev uint64) settlement {
 	if !r.awaitFlight(runCtx, j, rec) {
 		return settledLater
 	}
@@ -42,7 +42,7 @@ func (r *Replier) settle(runCtx context.Context, j *job, rec dlq.ReplyRecord, re
 	if !found {
 		return settledNotDelivered
 	}
-	rec.State, rec.SentAt, rec.Reconciled = dlq.StateSent, time.Now().UTC(), true
+	rec.State, rec.SentAt, rec.Reconciled = events.StateSent, time.Now().UTC(), true
 	if !r.markSent(runCtx, j, rec, rev) {
 		return settledLater
 	}
@@ -69,7 +69,7 @@ func (r *Replier) reconcileContext(runCtx context.Context) (context.Context, con
 // spends none of the reply's deliveries. Only when the run ends first (or
 // its deadline cannot hold the wait) is the reply handed back, delayed to
 // the end of the flight. False means it was handed back.
-func (r *Replier) awaitFlight(runCtx context.Context, j *job, rec dlq.ReplyRecord) bool {
+func (r *Replier) awaitFlight(runCtx context.Context, j *job, rec events.ReplyRecord) bool {
 	until := r.inFlightUntil(rec)
 	wait := time.Until(until)
 	if wait <= 0 {
@@ -113,7 +113,7 @@ func answered(err error) bool {
 // posting record is dropped and the reply retried with backoff, as any
 // refused post.
 func (r *Replier) unknownOutcome(runCtx context.Context, j *job, rev uint64, cause error) {
-	if j.route != dlq.RouteNotify {
+	if j.route != events.RouteNotify {
 		j.log.Warn("replier: post outcome unknown; will post again with the same messageId", "error", cause)
 		r.retry(runCtx, j, molecule.RetryAfterOf(cause), true, cause)
 		return

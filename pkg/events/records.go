@@ -1,13 +1,14 @@
-package dlq
+package events
 
 import (
 	"encoding/json"
 	"time"
 )
 
-// The durable records the stages keep in their key-value buckets. They live
-// here, beside the dead-letter tooling, because Replay must understand them:
-// a replayed message is only processed again if its record is gone.
+// The durable records the stages keep in their key-value buckets, beside the
+// envelopes they describe: the dispatcher and the replier write them, and
+// dlq.Replay reads them (a replayed message is only processed again if its
+// record is gone).
 
 // Outcomes of a HandledRecord.
 const (
@@ -20,15 +21,14 @@ const (
 	OutcomeSuppressed = "suppressed"
 )
 
-// HandledRecord is the value of an events.BucketHandled key
-// (events.HandledKey). The dispatcher writes it with a create-only put after
+// HandledRecord is the value of a BucketHandled key (HandledKey). The dispatcher writes it with a create-only put after
 // the handler finished and before it publishes the reply and acks, so a
 // redelivery after a lost ack republishes Reply instead of running the
 // handler again.
 type HandledRecord struct {
 	// Outcome is OutcomeReplied, OutcomeNoReply or OutcomeSuppressed.
 	Outcome string `json:"outcome"`
-	// Reply is the events.Reply envelope exactly as published, when
+	// Reply is the Reply envelope exactly as published, when
 	// Outcome is OutcomeReplied.
 	Reply json.RawMessage `json:"reply,omitempty"`
 	// Delivery is the delivery on which the handler finished.
@@ -54,8 +54,7 @@ const (
 	RouteA2A = "a2a"
 )
 
-// ReplyRecord is the value of an events.BucketReplies key
-// (events.ReplyKey). The replier creates it in StatePosting before the POST
+// ReplyRecord is the value of a BucketReplies key (ReplyKey). The replier creates it in StatePosting before the POST
 // and moves it to StateSent after the platform accepted the reply, and only
 // then acks.
 type ReplyRecord struct {
