@@ -103,27 +103,56 @@ func MsgID(dl events.DeadLetter) string {
 // set to now when zero. A workspace id that is not a valid subject token is
 // published under UnknownWorkspace (the envelope keeps the original value).
 func Publish(ctx context.Context, js jetstream.JetStream, dl events.DeadLetter) error {
+	msg, err := message(ctx, dl, MsgID(dl))
+	if err != nil {
+		return err
+	}
+	if _, err := js.PublishMsg(ctx, msg); err != nil {
+		return fmt.Errorf("dlq: publish dead letter of %s %s/%s: %w", dl.Stage, dl.WorkspaceID, dl.ActivityID, err)
+	}
+	return nil
+}
+
+// PublishAsync is Publish without the wait, for a stage that publishes
+// many messages at once and waits for all their acknowledgements (the
+// poller): it returns the future of the stream's acknowledgement. msgID
+// is the dead letter's Nats-Msg-Id; if empty, MsgID(dl).
+func PublishAsync(ctx context.Context, js jetstream.JetStream, dl events.DeadLetter, msgID string) (jetstream.PubAckFuture, error) {
+	if msgID == "" {
+		msgID = MsgID(dl)
+	}
+	msg, err := message(ctx, dl, msgID)
+	if err != nil {
+		return nil, err
+	}
+	f, err := js.PublishMsgAsync(msg, jetstream.WithExpectStream(events.StreamDLQ))
+	if err != nil {
+		return nil, fmt.Errorf("dlq: publish dead letter of %s %s/%s: %w", dl.Stage, dl.WorkspaceID, dl.ActivityID, err)
+	}
+	return f, nil
+}
+
+// message is the NATS message of dl, with msgID as its Nats-Msg-Id and the
+// trace context of ctx.
+func message(ctx context.Context, dl events.DeadLetter, msgID string) (*nats.Msg, error) {
 	if dl.Stage == "" {
-		return fmt.Errorf("dlq: dead letter without a stage")
+		return nil, fmt.Errorf("dlq: dead letter without a stage")
 	}
 	if dl.FailedAt.IsZero() {
 		dl.FailedAt = time.Now().UTC()
 	}
 	data, err := dl.Marshal()
 	if err != nil {
-		return fmt.Errorf("dlq: encode dead letter: %w", err)
+		return nil, fmt.Errorf("dlq: encode dead letter: %w", err)
 	}
 	msg := &nats.Msg{
 		Subject: events.DLQSubject(dl.Stage, subjectToken(dl.WorkspaceID)),
 		Data:    data,
 		Header:  nats.Header{},
 	}
-	msg.Header.Set(jetstream.MsgIDHeader, MsgID(dl))
+	msg.Header.Set(jetstream.MsgIDHeader, msgID)
 	tracing.Inject(ctx, msg.Header)
-	if _, err := js.PublishMsg(ctx, msg); err != nil {
-		return fmt.Errorf("dlq: publish dead letter of %s %s/%s: %w", dl.Stage, dl.WorkspaceID, dl.ActivityID, err)
-	}
-	return nil
+	return msg, nil
 }
 
 func dlqStream(ctx context.Context, js jetstream.JetStream) (jetstream.Stream, error) {

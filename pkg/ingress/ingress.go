@@ -44,7 +44,6 @@ import (
 
 	"github.com/molecule-ai/molecule-relay/pkg/events"
 	"github.com/molecule-ai/molecule-relay/pkg/molecule"
-	"github.com/molecule-ai/molecule-relay/pkg/poller"
 )
 
 // ErrInvalidConfig is matched by every error New returns for a bad Config.
@@ -237,7 +236,7 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		rpcError(w, http.StatusOK, req.ID, CodeInvalidParams, "malformed message: "+err.Error())
 		return
 	}
-	env := poller.Envelope(h.cfg.WorkspaceID, m, now)
+	env := events.NewInbound(h.cfg.WorkspaceID, m, now)
 	data, err := env.Marshal()
 	if err != nil {
 		rpcError(w, http.StatusOK, req.ID, CodeInternalError, "could not encode the message")

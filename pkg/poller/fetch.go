@@ -17,6 +17,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/molecule-ai/molecule-relay/pkg/dlq"
 	"github.com/molecule-ai/molecule-relay/pkg/events"
 	"github.com/molecule-ai/molecule-relay/pkg/molecule"
 )
@@ -410,33 +411,6 @@ func skipReason(m *molecule.Message, allowSelf bool) string {
 	return m.Skip(allowSelf)
 }
 
-// Envelope builds the Inbound envelope of a parsed activity row of
-// workspace ws: Source canvas_user for a canvas user or cron (Cron set),
-// peer_agent with SourceWorkspaceID for a peer, self for a self-message;
-// the row is kept in Raw. polledAt is when the row was read.
-func Envelope(ws string, m *molecule.Message, polledAt time.Time) events.Inbound {
-	env := events.Inbound{
-		WorkspaceID: ws, ActivityID: m.ActivityID, Method: m.Method, MessageID: m.MessageID, Role: m.Role,
-		Text: m.Text, InReplyTo: m.InReplyTo, Hops: m.Hops,
-		PeerName: m.PeerName, PeerRole: m.PeerRole, AgentCardURL: m.AgentCardURL,
-		Raw: m.Raw, CreatedAt: m.CreatedAt, PolledAt: polledAt,
-	}
-	switch m.Sender {
-	case molecule.SenderCron:
-		env.Source, env.Cron = events.SourceCanvasUser, true
-	case molecule.SenderPeer:
-		env.Source, env.SourceWorkspaceID = events.SourcePeerAgent, m.SourceID
-	case molecule.SenderSelf:
-		env.Source, env.SourceWorkspaceID = events.SourceSelf, m.SourceID
-	default:
-		env.Source = events.SourceCanvasUser
-	}
-	for _, a := range m.Attachments {
-		env.Attachments = append(env.Attachments, events.Attachment{URI: a.URI, Name: a.Name, MimeType: a.MimeType, Size: a.Size})
-	}
-	return env
-}
-
 // deliver publishes rows (oldest first) asynchronously, each with
 // Nats-Msg-Id <workspace>:<activity id>, and waits for every ack. Rows
 // below the cursor's floor (backlog left undelivered at a cold start) are
@@ -482,14 +456,9 @@ func (p *Poller) deliver(ctx context.Context, w *workspace, rows []molecule.Acti
 				Error: perr.Error(), Deliveries: 1, OriginalSubject: events.InboundSubject(w.id),
 				Envelope: row.JSON, FailedAt: time.Now().UTC(),
 			}
-			data, err := dl.Marshal()
+			f, err := dlq.PublishAsync(ctx, p.js, dl, "malformed:"+events.InboundMsgID(w.id, id))
 			if err != nil {
-				return fmt.Errorf("poller: encode dead letter: %w", err)
-			}
-			f, err := p.js.PublishMsgAsync(&nats.Msg{Subject: events.DLQSubject(events.StagePoller, w.id), Data: data, Header: tracing.Header(ctx)},
-				jetstream.WithMsgID("malformed:"+events.InboundMsgID(w.id, id)), jetstream.WithExpectStream(events.StreamDLQ))
-			if err != nil {
-				return fmt.Errorf("poller: publish dead letter of row %s: %w", id, err)
+				return fmt.Errorf("poller: dead letter of row %s: %w", id, err)
 			}
 			futures = append(futures, pending{f: f, activity: id, deadLeter: true})
 			continue
@@ -504,7 +473,7 @@ func (p *Poller) deliver(ctx context.Context, w *workspace, rows []molecule.Acti
 		if m.CreatedAt.IsZero() {
 			m.CreatedAt = row.CreatedAt
 		}
-		data, err := Envelope(w.id, m, polledAt).Marshal()
+		data, err := events.NewInbound(w.id, m, polledAt).Marshal()
 		if err != nil {
 			return fmt.Errorf("poller: encode inbound %s: %w", m.ActivityID, err)
 		}
