@@ -1,12 +1,10 @@
 package dispatcher
 
 import (
-	"context"
 	"errors"
 	"fmt"
 	"time"
 
-	"github.com/molecule-ai/molecule-relay/pkg/events"
 	"github.com/molecule-ai/molecule-relay/pkg/stage"
 )
 
@@ -43,25 +41,6 @@ type Config struct {
 	// it). It must be quick and safe for concurrent use. If nil, nothing is
 	// called.
 	OnReply func()
-	// TestHooks are crash points for tests only; nil in production.
-	TestHooks *Hooks
-}
-
-// Hooks are crash points, for tests only. A hook that returns a non-nil
-// error makes the dispatcher abandon the message right there — no further
-// record, publish, ack or nak, as if the process had died at that point;
-// the test then closes the NATS connection and cancels the context to
-// stop the stage for real.
-type Hooks struct {
-	// AfterHandler runs after the handler returned, before anything is
-	// recorded.
-	AfterHandler func(ctx context.Context, m *events.Inbound) error
-	// AfterRecord runs after the handled record was stored, before the
-	// reply is published.
-	AfterRecord func(ctx context.Context, m *events.Inbound) error
-	// AfterReplyPublish runs after the reply publish was acknowledged (or
-	// there was no reply), before the inbound message is acked.
-	AfterReplyPublish func(ctx context.Context, m *events.Inbound) error
 }
 
 // SetDefaults fills every unset field except ProgressInterval, which New

@@ -19,6 +19,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"github.com/molecule-ai/molecule-relay/internal/crashpoint"
 	"github.com/molecule-ai/molecule-relay/pkg/tracing"
 	"go.opentelemetry.io/otel/trace"
 	"log/slog"
@@ -150,7 +151,7 @@ func (d *Dispatcher) process(runCtx context.Context, m *stage.Delivery) {
 	}
 
 	text, herr := d.runHandler(runCtx, m, in, log)
-	if h := d.cfg.TestHooks; h != nil && h.AfterHandler != nil && h.AfterHandler(runCtx, in) != nil {
+	if crashpoint.Hit(runCtx, crashpoint.DispatcherOf(runCtx).AfterHandler, in) {
 		return
 	}
 	if herr != nil {
@@ -310,7 +311,7 @@ func (d *Dispatcher) complete(runCtx context.Context, m *stage.Delivery, in *eve
 		d.run.Retry(m, 0)
 		return
 	}
-	if h := d.cfg.TestHooks; h != nil && h.AfterRecord != nil && h.AfterRecord(runCtx, in) != nil {
+	if crashpoint.Hit(runCtx, crashpoint.DispatcherOf(runCtx).AfterRecord, in) {
 		return
 	}
 	if rec.Reply != nil {
@@ -320,7 +321,7 @@ func (d *Dispatcher) complete(runCtx context.Context, m *stage.Delivery, in *eve
 			return
 		}
 	}
-	if h := d.cfg.TestHooks; h != nil && h.AfterReplyPublish != nil && h.AfterReplyPublish(runCtx, in) != nil {
+	if crashpoint.Hit(runCtx, crashpoint.DispatcherOf(runCtx).AfterReplyPublish, in) {
 		return
 	}
 	d.stats.handled.Add(1)
@@ -354,7 +355,7 @@ func (d *Dispatcher) duplicate(runCtx context.Context, m *stage.Delivery, in *ev
 			return
 		}
 	}
-	if h := d.cfg.TestHooks; h != nil && h.AfterReplyPublish != nil && h.AfterReplyPublish(runCtx, in) != nil {
+	if crashpoint.Hit(runCtx, crashpoint.DispatcherOf(runCtx).AfterReplyPublish, in) {
 		return
 	}
 	d.stats.duplicates.Add(1)

@@ -14,6 +14,7 @@ import (
 
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/molecule-ai/molecule-relay/internal/crashpoint"
 	"github.com/molecule-ai/molecule-relay/pkg/dispatcher"
 	"github.com/molecule-ai/molecule-relay/pkg/events"
 	"github.com/molecule-ai/molecule-relay/pkg/handler"
@@ -169,7 +170,7 @@ var errCrash = errors.New("simulated crash")
 // crashedStage runs a dispatcher on its own connection whose hooks "kill"
 // it: the hook closes the connection, cancels the run context and makes
 // the dispatcher abandon the message.
-func crashedStage(t *testing.T, e *env, h handler.Handler, hooks func(kill func() error) *dispatcher.Hooks) {
+func crashedStage(t *testing.T, e *env, h handler.Handler, hooks func(kill func() error) *crashpoint.Dispatcher) {
 	t.Helper()
 	nc, js, topo := e.conn(t)
 	runCtx, cancel := context.WithCancel(context.Background())
@@ -184,9 +185,9 @@ func crashedStage(t *testing.T, e *env, h handler.Handler, hooks func(kill func(
 		})
 		return errCrash
 	}
-	d := newDispatcher(t, js, topo, h, dispatcher.Config{TestHooks: hooks(kill)})
+	d := newDispatcher(t, js, topo, h, dispatcher.Config{})
 	done := make(chan error, 1)
-	go func() { done <- d.Run(runCtx) }()
+	go func() { done <- d.Run(crashpoint.WithDispatcher(runCtx, hooks(kill))) }()
 	select {
 	case <-killed:
 	case <-time.After(10 * time.Second):
@@ -203,19 +204,19 @@ func TestCrashPoints(t *testing.T) {
 	t.Parallel()
 	cases := []struct {
 		name  string
-		hooks func(kill func() error) *dispatcher.Hooks
+		hooks func(kill func() error) *crashpoint.Dispatcher
 		// wantRuns are the deliveries the handler saw across both stages.
 		wantRuns []uint64
 		wantDup  uint64
 	}{
-		{"mid handler", func(kill func() error) *dispatcher.Hooks {
-			return &dispatcher.Hooks{AfterHandler: func(context.Context, *events.Inbound) error { return kill() }}
+		{"mid handler", func(kill func() error) *crashpoint.Dispatcher {
+			return &crashpoint.Dispatcher{AfterHandler: func(context.Context, *events.Inbound) error { return kill() }}
 		}, []uint64{1, 2}, 0},
-		{"after record before publish", func(kill func() error) *dispatcher.Hooks {
-			return &dispatcher.Hooks{AfterRecord: func(context.Context, *events.Inbound) error { return kill() }}
+		{"after record before publish", func(kill func() error) *crashpoint.Dispatcher {
+			return &crashpoint.Dispatcher{AfterRecord: func(context.Context, *events.Inbound) error { return kill() }}
 		}, []uint64{1}, 1},
-		{"after reply publish before ack", func(kill func() error) *dispatcher.Hooks {
-			return &dispatcher.Hooks{AfterReplyPublish: func(context.Context, *events.Inbound) error { return kill() }}
+		{"after reply publish before ack", func(kill func() error) *crashpoint.Dispatcher {
+			return &crashpoint.Dispatcher{AfterReplyPublish: func(context.Context, *events.Inbound) error { return kill() }}
 		}, []uint64{1}, 1},
 	}
 	for _, tc := range cases {

@@ -12,6 +12,7 @@ import (
 
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/molecule-ai/molecule-relay/internal/crashpoint"
 	"github.com/molecule-ai/molecule-relay/internal/natstest"
 	"github.com/molecule-ai/molecule-relay/pkg/dispatcher"
 	"github.com/molecule-ai/molecule-relay/pkg/dlq"
@@ -253,10 +254,7 @@ func TestSweepMovesMessagesThatNeverGetAcked(t *testing.T) {
 	ctx := bg(t)
 	var runs atomic.Int32
 	h := handler.Func(func(ctx context.Context, req *handler.Request) (string, error) { runs.Add(1); return "x", nil })
-	d, err := dispatcher.New(js, topo, h, dispatcher.Config{
-		Config: stage.Config{Logger: quiet}, TestHooks: &dispatcher.Hooks{
-			AfterHandler: func(context.Context, *events.Inbound) error { return errors.New("crash") },
-		}})
+	d, err := dispatcher.New(js, topo, h, dispatcher.Config{Config: stage.Config{Logger: quiet}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -267,7 +265,10 @@ func TestSweepMovesMessagesThatNeverGetAcked(t *testing.T) {
 	}
 	runCtx, cancel := context.WithCancel(ctx)
 	done := make(chan error, 1)
-	go func() { done <- d.Run(runCtx) }()
+	crashing := crashpoint.WithDispatcher(runCtx, &crashpoint.Dispatcher{
+		AfterHandler: func(context.Context, *events.Inbound) error { return errors.New("crash") },
+	})
+	go func() { done <- d.Run(crashing) }()
 	waitFor(t, 15*time.Second, "the max-delivered message in the DLQ", func() bool {
 		e, _ := dlq.List(ctx, js, dlq.Filter{})
 		return len(e) == 1

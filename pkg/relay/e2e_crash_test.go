@@ -11,6 +11,7 @@ import (
 
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/molecule-ai/molecule-relay/internal/crashpoint"
 	"github.com/molecule-ai/molecule-relay/internal/pipelinetest"
 	"github.com/molecule-ai/molecule-relay/pkg/dispatcher"
 	"github.com/molecule-ai/molecule-relay/pkg/events"
@@ -183,7 +184,7 @@ func TestE2ECrashDispatcherAfterReplyPublish(t *testing.T) {
 	proc1 := w.Proc()
 	var crashed atomic.Bool
 	var run1 *pipelinetest.Running
-	hooks := &dispatcher.Hooks{AfterReplyPublish: func(_ context.Context, m *events.Inbound) error {
+	hooks := &crashpoint.Dispatcher{AfterReplyPublish: func(_ context.Context, m *events.Inbound) error {
 		if m.Text != "crash after publish" || !crashed.CompareAndSwap(false, true) {
 			return nil
 		}
@@ -191,7 +192,7 @@ func TestE2ECrashDispatcherAfterReplyPublish(t *testing.T) {
 		run1.Cancel()
 		return errKilled
 	}}
-	run1 = pipelinetest.Start(t, w.NewDispatcher(proc1, rec, dispatcher.Config{TestHooks: hooks}).Run)
+	run1 = pipelinetest.Start(t, crashpoint.RunDispatcher(w.NewDispatcher(proc1, rec, dispatcher.Config{}).Run, hooks))
 	w.WaitSeeded(w.Agent.ID)
 	w.SendCanvas("crash after publish")
 	pipelinetest.Eventually(t, 15*time.Second, "the crash after the reply publish", crashed.Load)
@@ -238,22 +239,22 @@ func TestE2ECrashReplierAfterPost(t *testing.T) {
 		name string
 		peer bool
 		// hook installs the crash point.
-		hook func(kill func(r *events.Reply) error) *replier.Hooks
+		hook func(kill func(r *events.Reply) error) *crashpoint.Replier
 		// posts is how many times the platform must have accepted the
 		// crashed reply.
 		posts int
 	}{
-		{"notify: after sent record, before ack", false, func(kill func(*events.Reply) error) *replier.Hooks {
-			return &replier.Hooks{AfterSent: func(_ context.Context, r *events.Reply) error { return kill(r) }}
+		{"notify: after sent record, before ack", false, func(kill func(*events.Reply) error) *crashpoint.Replier {
+			return &crashpoint.Replier{AfterSent: func(_ context.Context, r *events.Reply) error { return kill(r) }}
 		}, 1},
-		{"notify: after POST, before sent record (reconciled from the feed)", false, func(kill func(*events.Reply) error) *replier.Hooks {
-			return &replier.Hooks{AfterPost: func(_ context.Context, r *events.Reply) error { return kill(r) }}
+		{"notify: after POST, before sent record (reconciled from the feed)", false, func(kill func(*events.Reply) error) *crashpoint.Replier {
+			return &crashpoint.Replier{AfterPost: func(_ context.Context, r *events.Reply) error { return kill(r) }}
 		}, 1},
-		{"a2a: after sent record, before ack", true, func(kill func(*events.Reply) error) *replier.Hooks {
-			return &replier.Hooks{AfterSent: func(_ context.Context, r *events.Reply) error { return kill(r) }}
+		{"a2a: after sent record, before ack", true, func(kill func(*events.Reply) error) *crashpoint.Replier {
+			return &crashpoint.Replier{AfterSent: func(_ context.Context, r *events.Reply) error { return kill(r) }}
 		}, 1},
-		{"a2a: after POST, before sent record (LIMITATION: re-posted with the same messageId)", true, func(kill func(*events.Reply) error) *replier.Hooks {
-			return &replier.Hooks{AfterPost: func(_ context.Context, r *events.Reply) error { return kill(r) }}
+		{"a2a: after POST, before sent record (LIMITATION: re-posted with the same messageId)", true, func(kill func(*events.Reply) error) *crashpoint.Replier {
+			return &crashpoint.Replier{AfterPost: func(_ context.Context, r *events.Reply) error { return kill(r) }}
 		}, 2},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -271,7 +272,7 @@ func TestE2ECrashReplierAfterPost(t *testing.T) {
 				run1.Cancel()
 				return errKilled
 			}
-			run1 = pipelinetest.Start(t, w.NewReplier(proc1, nil, replier.Config{TestHooks: tc.hook(kill)}).Run)
+			run1 = pipelinetest.Start(t, crashpoint.RunReplier(w.NewReplier(proc1, nil, replier.Config{}).Run, tc.hook(kill)))
 			w.WaitSeeded(w.Agent.ID)
 			if tc.peer {
 				w.SendPeer(0, "crash me")

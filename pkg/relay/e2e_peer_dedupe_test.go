@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/molecule-ai/molecule-relay/internal/crashpoint"
 	"github.com/molecule-ai/molecule-relay/internal/natstest"
 	"github.com/molecule-ai/molecule-relay/internal/pipelinetest"
 	"github.com/molecule-ai/molecule-relay/pkg/dispatcher"
@@ -52,7 +53,7 @@ func TestE2EPeerDuplicateRemovedAtReceiver(t *testing.T) {
 		run1.Cancel()
 		return errKilled
 	}
-	run1 = pipelinetest.Start(t, w.NewReplier(proc1, nil, replier.Config{TestHooks: &replier.Hooks{AfterPost: kill}}).Run)
+	run1 = pipelinetest.Start(t, crashpoint.RunReplier(w.NewReplier(proc1, nil, replier.Config{}).Run, &crashpoint.Replier{AfterPost: kill}))
 	w.WaitSeeded(w.Agent.ID)
 	pipelinetest.Eventually(t, 15*time.Second, "relay B's cursor seeded", func() bool {
 		_, err := procB.Topo.Cursors.Get(pipelinetest.Ctx(t), peer.ID)

@@ -1,12 +1,10 @@
 package replier
 
 import (
-	"context"
 	"errors"
 	"fmt"
 	"time"
 
-	"github.com/molecule-ai/molecule-relay/pkg/events"
 	"github.com/molecule-ai/molecule-relay/pkg/stage"
 )
 
@@ -60,23 +58,6 @@ type Config struct {
 	// Observer, when set, receives post times and deliveries (the metrics
 	// histograms); it must be quick and safe for concurrent use.
 	Observer Observer
-	// TestHooks are crash points for tests only; nil in production.
-	TestHooks *Hooks
-}
-
-// Hooks are crash points, for tests only. A hook that returns a non-nil
-// error makes the replier abandon the reply right there — no further
-// record write, post, ack or nak — as if the process had died; the test
-// then closes the NATS connection and cancels the context.
-type Hooks struct {
-	// BeforePost runs after the "posting" record was written, before the
-	// POST is sent.
-	BeforePost func(ctx context.Context, r *events.Reply) error
-	// AfterPost runs after the platform accepted the POST, before the
-	// record says "sent".
-	AfterPost func(ctx context.Context, r *events.Reply) error
-	// AfterSent runs after the record says "sent", before the ack.
-	AfterSent func(ctx context.Context, r *events.Reply) error
 }
 
 // SetDefaults fills every unset field except ProgressInterval, which New

@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/molecule-ai/molecule-relay/internal/crashpoint"
 	"github.com/molecule-ai/molecule-relay/pkg/dlq"
 	"github.com/molecule-ai/molecule-relay/pkg/events"
 	"github.com/molecule-ai/molecule-relay/pkg/molecule"
@@ -90,8 +91,8 @@ func TestReconcileBusyFeedSettles(t *testing.T) {
 	e := newEnv(t, moleculetest.WithRateLimit(0, 0), moleculetest.WithRequestLogLimit(0))
 	e.pollMode(t)
 	e.publish(t, e.canvasReply("act-1", "answer once"))
-	e.crashedStage(t, func(kill func() error) *replier.Hooks {
-		return &replier.Hooks{AfterPost: func(context.Context, *events.Reply) error { return kill() }}
+	e.crashedStage(t, func(kill func() error) *crashpoint.Replier {
+		return &crashpoint.Replier{AfterPost: func(context.Context, *events.Reply) error { return kill() }}
 	})
 	if err := e.fillFeed(6000); err != nil {
 		t.Fatal(err)
@@ -126,8 +127,8 @@ func TestReconcilePagesWholeWindow(t *testing.T) {
 	// the busy feed fills.
 	var once sync.Once
 	var fillErr error
-	e.crashedStageWith(t, replier.Config{NotifyTimeout: 8 * time.Second}, func(kill func() error) *replier.Hooks {
-		return &replier.Hooks{BeforePost: func(context.Context, *events.Reply) error {
+	e.crashedStageWith(t, replier.Config{NotifyTimeout: 8 * time.Second}, func(kill func() error) *crashpoint.Replier {
+		return &crashpoint.Replier{BeforePost: func(context.Context, *events.Reply) error {
 			once.Do(func() { fillErr = e.fillFeed(2600) })
 			return kill()
 		}}

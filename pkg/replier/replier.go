@@ -27,6 +27,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"github.com/molecule-ai/molecule-relay/internal/crashpoint"
 	"github.com/molecule-ai/molecule-relay/pkg/tracing"
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/trace"
@@ -358,7 +359,7 @@ func (r *Replier) resume(runCtx context.Context, j *job, rec events.ReplyRecord,
 // post sends the reply; rec is the posting record at revision rev.
 func (r *Replier) post(runCtx context.Context, j *job, rec events.ReplyRecord, rev uint64) {
 	j.rec = rec
-	if h := r.cfg.TestHooks; h != nil && h.BeforePost != nil && h.BeforePost(runCtx, j.rep) != nil {
+	if crashpoint.Hit(runCtx, crashpoint.ReplierOf(runCtx).BeforePost, j.rep) {
 		return
 	}
 	// A post outlives a cancelled run context (a clean stop lets it
@@ -379,7 +380,7 @@ func (r *Replier) post(runCtx context.Context, j *job, rec events.ReplyRecord, r
 		r.postFailed(runCtx, j, rev, err)
 		return
 	}
-	if h := r.cfg.TestHooks; h != nil && h.AfterPost != nil && h.AfterPost(runCtx, j.rep) != nil {
+	if crashpoint.Hit(runCtx, crashpoint.ReplierOf(runCtx).AfterPost, j.rep) {
 		return
 	}
 	rec.State, rec.SentAt = events.StateSent, time.Now().UTC()
@@ -391,7 +392,7 @@ func (r *Replier) post(runCtx context.Context, j *job, rec events.ReplyRecord, r
 	} else {
 		r.stats.notified.Add(1)
 	}
-	if h := r.cfg.TestHooks; h != nil && h.AfterSent != nil && h.AfterSent(runCtx, j.rep) != nil {
+	if crashpoint.Hit(runCtx, crashpoint.ReplierOf(runCtx).AfterSent, j.rep) {
 		return
 	}
 	r.ack(runCtx, j)

@@ -15,6 +15,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/molecule-ai/molecule-relay/internal/crashpoint"
 	"github.com/molecule-ai/molecule-relay/internal/natstest"
 	"github.com/molecule-ai/molecule-relay/pkg/dlq"
 	"github.com/molecule-ai/molecule-relay/pkg/events"
@@ -383,13 +384,13 @@ var errCrash = errors.New("simulated crash")
 
 // crashedStage runs a replier on its own connection whose hook "kills" it:
 // closes the connection, cancels the context, abandons the reply.
-func (e *env) crashedStage(t *testing.T, hooks func(kill func() error) *replier.Hooks) {
+func (e *env) crashedStage(t *testing.T, hooks func(kill func() error) *crashpoint.Replier) {
 	t.Helper()
 	e.crashedStageWith(t, replier.Config{}, hooks)
 }
 
 // crashedStageWith is crashedStage with a replier configured by cfg.
-func (e *env) crashedStageWith(t *testing.T, cfg replier.Config, hooks func(kill func() error) *replier.Hooks) {
+func (e *env) crashedStageWith(t *testing.T, cfg replier.Config, hooks func(kill func() error) *crashpoint.Replier) {
 	t.Helper()
 	nc, js, topo := e.conn(t)
 	runCtx, cancel := context.WithCancel(context.Background())
@@ -400,10 +401,9 @@ func (e *env) crashedStageWith(t *testing.T, cfg replier.Config, hooks func(kill
 		once.Do(func() { nc.Close(); cancel(); close(killed) })
 		return errCrash
 	}
-	cfg.TestHooks = hooks(kill)
 	r := e.replier(t, js, topo, cfg)
 	done := make(chan error, 1)
-	go func() { done <- r.Run(runCtx) }()
+	go func() { done <- r.Run(crashpoint.WithReplier(runCtx, hooks(kill))) }()
 	select {
 	case <-killed:
 	case <-time.After(10 * time.Second):
@@ -421,39 +421,39 @@ func TestCrashPoints(t *testing.T) {
 	cases := []struct {
 		name  string
 		peer  bool
-		hooks func(kill func() error) *replier.Hooks
+		hooks func(kill func() error) *crashpoint.Replier
 		check func(t *testing.T, st replier.Stats)
 	}{
-		{"notify: after POST before sent record", false, func(kill func() error) *replier.Hooks {
-			return &replier.Hooks{AfterPost: func(context.Context, *events.Reply) error { return kill() }}
+		{"notify: after POST before sent record", false, func(kill func() error) *crashpoint.Replier {
+			return &crashpoint.Replier{AfterPost: func(context.Context, *events.Reply) error { return kill() }}
 		}, func(t *testing.T, st replier.Stats) {
 			if st.Reconciled != 1 || st.Posts != 0 {
 				t.Errorf("stats = %+v, want the earlier notify found on the feed and no post", st)
 			}
 		}},
-		{"notify: posting record written, POST never sent", false, func(kill func() error) *replier.Hooks {
-			return &replier.Hooks{BeforePost: func(context.Context, *events.Reply) error { return kill() }}
+		{"notify: posting record written, POST never sent", false, func(kill func() error) *crashpoint.Replier {
+			return &crashpoint.Replier{BeforePost: func(context.Context, *events.Reply) error { return kill() }}
 		}, func(t *testing.T, st replier.Stats) {
 			if st.Reposted != 1 || st.Notified != 1 {
 				t.Errorf("stats = %+v, want one post after reconciliation found nothing", st)
 			}
 		}},
-		{"notify: after sent record before ack", false, func(kill func() error) *replier.Hooks {
-			return &replier.Hooks{AfterSent: func(context.Context, *events.Reply) error { return kill() }}
+		{"notify: after sent record before ack", false, func(kill func() error) *crashpoint.Replier {
+			return &crashpoint.Replier{AfterSent: func(context.Context, *events.Reply) error { return kill() }}
 		}, func(t *testing.T, st replier.Stats) {
 			if st.Duplicates != 1 || st.Posts != 0 {
 				t.Errorf("stats = %+v, want a duplicate and no post", st)
 			}
 		}},
-		{"a2a: after sent record before ack", true, func(kill func() error) *replier.Hooks {
-			return &replier.Hooks{AfterSent: func(context.Context, *events.Reply) error { return kill() }}
+		{"a2a: after sent record before ack", true, func(kill func() error) *crashpoint.Replier {
+			return &crashpoint.Replier{AfterSent: func(context.Context, *events.Reply) error { return kill() }}
 		}, func(t *testing.T, st replier.Stats) {
 			if st.Duplicates != 1 || st.Posts != 0 {
 				t.Errorf("stats = %+v, want a duplicate and no post", st)
 			}
 		}},
-		{"a2a: posting record written, POST never sent", true, func(kill func() error) *replier.Hooks {
-			return &replier.Hooks{BeforePost: func(context.Context, *events.Reply) error { return kill() }}
+		{"a2a: posting record written, POST never sent", true, func(kill func() error) *crashpoint.Replier {
+			return &crashpoint.Replier{BeforePost: func(context.Context, *events.Reply) error { return kill() }}
 		}, func(t *testing.T, st replier.Stats) {
 			if st.Reposted != 1 || st.SentA2A != 1 {
 				t.Errorf("stats = %+v, want one re-post with the same messageId", st)

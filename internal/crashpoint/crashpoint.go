@@ -1,0 +1,94 @@
+// Package crashpoint lets a test stop a stage at a named point of its work
+// as if its process had died there. The hooks travel in the context a test
+// hands to the stage's Run or Drain, never in a production config: a stage
+// asks Hit at each point, and with no hooks in its context nothing happens.
+//
+// A hook that returns a non-nil error makes the stage abandon the message
+// right there — no further record, publish, post, ack or nak; the test then
+// closes the NATS connection and cancels the context to stop the stage for
+// real.
+package crashpoint
+
+import (
+	"context"
+
+	"github.com/molecule-ai/molecule-relay/pkg/events"
+)
+
+// Dispatcher holds the dispatcher's crash points.
+type Dispatcher struct {
+	// AfterHandler runs after the handler returned, before anything is
+	// recorded.
+	AfterHandler func(ctx context.Context, m *events.Inbound) error
+	// AfterRecord runs after the handled record was stored, before the
+	// reply is published.
+	AfterRecord func(ctx context.Context, m *events.Inbound) error
+	// AfterReplyPublish runs after the reply publish was acknowledged (or
+	// there was no reply), before the inbound message is acked.
+	AfterReplyPublish func(ctx context.Context, m *events.Inbound) error
+}
+
+// Replier holds the replier's crash points.
+type Replier struct {
+	// BeforePost runs after the "posting" record was written, before the
+	// POST is sent.
+	BeforePost func(ctx context.Context, r *events.Reply) error
+	// AfterPost runs after the platform accepted the POST, before the
+	// record says "sent".
+	AfterPost func(ctx context.Context, r *events.Reply) error
+	// AfterSent runs after the record says "sent", before the ack.
+	AfterSent func(ctx context.Context, r *events.Reply) error
+}
+
+type dispatcherKey struct{}
+type replierKey struct{}
+
+var none = struct {
+	d Dispatcher
+	r Replier
+}{}
+
+// WithDispatcher returns ctx carrying the dispatcher's crash points h.
+func WithDispatcher(ctx context.Context, h *Dispatcher) context.Context {
+	return context.WithValue(ctx, dispatcherKey{}, h)
+}
+
+// WithReplier returns ctx carrying the replier's crash points h.
+func WithReplier(ctx context.Context, h *Replier) context.Context {
+	return context.WithValue(ctx, replierKey{}, h)
+}
+
+// DispatcherOf returns the dispatcher's crash points in ctx; none set when
+// ctx carries none.
+func DispatcherOf(ctx context.Context) *Dispatcher {
+	if h, ok := ctx.Value(dispatcherKey{}).(*Dispatcher); ok && h != nil {
+		return h
+	}
+	return &none.d
+}
+
+// ReplierOf returns the replier's crash points in ctx; none set when ctx
+// carries none.
+func ReplierOf(ctx context.Context) *Replier {
+	if h, ok := ctx.Value(replierKey{}).(*Replier); ok && h != nil {
+		return h
+	}
+	return &none.r
+}
+
+// Hit runs hook with v when it is set, and says whether the stage must
+// abandon its message there (the hook returned an error).
+func Hit[T any](ctx context.Context, hook func(context.Context, T) error, v T) bool {
+	return hook != nil && hook(ctx, v) != nil
+}
+
+// RunDispatcher returns run (a dispatcher's Run or Drain) with h in its
+// context.
+func RunDispatcher(run func(context.Context) error, h *Dispatcher) func(context.Context) error {
+	return func(ctx context.Context) error { return run(WithDispatcher(ctx, h)) }
+}
+
+// RunReplier returns run (a replier's Run) with h in its context.
+func RunReplier(run func(context.Context) error, h *Replier) func(context.Context) error {
+	return func(ctx context.Context) error { return run(WithReplier(ctx, h)) }
+}
