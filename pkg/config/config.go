@@ -108,10 +108,12 @@ type Config struct {
 	Handler string `env:"MOLECULE_HANDLER" envDefault:"echo"`
 	// HandlerTimeout bounds one handler call. Default 5m.
 	HandlerTimeout Seconds `env:"MOLECULE_HANDLER_TIMEOUT" envDefault:"5m"`
-	// Concurrency is how many handlers run at once per dispatcher. Default 16.
-	Concurrency int `env:"MOLECULE_CONCURRENCY" envDefault:"16"`
-	// ReplyConcurrency is how many replies are posted at once. Default 16.
-	ReplyConcurrency int `env:"MOLECULE_REPLY_CONCURRENCY" envDefault:"16"`
+	// Concurrency is how many handlers run at once per dispatcher. Default
+	// stage.DefaultConcurrency (16), set by Load.
+	Concurrency int `env:"MOLECULE_CONCURRENCY"`
+	// ReplyConcurrency is how many replies are posted at once. Default
+	// stage.DefaultConcurrency (16), set by Load.
+	ReplyConcurrency int `env:"MOLECULE_REPLY_CONCURRENCY"`
 	// A2ATimeout is the X-Timeout of a reply to a peer: how long the
 	// platform waits for a push-mode peer before queueing the message.
 	// Default 10m; 5s..30m (the platform's own ceiling is 30 minutes).

@@ -9,6 +9,8 @@ import (
 	"strings"
 
 	"github.com/caarlos0/env/v11"
+
+	"github.com/molecule-ai/molecule-relay/pkg/stage"
 )
 
 // Flags binds one command-line flag per environment variable of Config to
@@ -48,6 +50,8 @@ func BindFlags(fs *flag.FlagSet) *Flags {
 			usage := "sets " + name
 			if def := sf.Tag.Get("envDefault"); def != "" {
 				usage += " (default " + def + ")"
+			} else if def, ok := codeDefault(sf.Name); ok {
+				usage += " (default " + def + ")"
 			}
 			fs.Var(&flagValue{f: f, env: name, isBool: sf.Type.Kind() == reflect.Bool}, fl, usage)
 		}
@@ -81,7 +85,7 @@ func Load(flags *Flags, environ []string) (*Config, error) {
 			m[k] = v
 		}
 	}
-	var cfg Config
+	cfg := codeDefaults()
 	if err := env.ParseWithOptions(&cfg, env.Options{Environment: m}); err != nil {
 		return nil, flags.describe(err)
 	}
@@ -108,4 +112,21 @@ func (f *Flags) describe(err error) error {
 	}
 	sort.Strings(msgs)
 	return fmt.Errorf("%w: %s", ErrInvalid, strings.Join(msgs, "; "))
+}
+
+// codeDefaults is the Config that Load starts from: the defaults that are
+// another package's constant rather than an envDefault tag, so the number
+// is written once (an environment variable or flag overrides them).
+func codeDefaults() Config {
+	return Config{Concurrency: stage.DefaultConcurrency, ReplyConcurrency: stage.DefaultConcurrency}
+}
+
+// codeDefault is the codeDefaults value of the top-level field name, for
+// the flag's usage text.
+func codeDefault(name string) (string, bool) {
+	v := reflect.ValueOf(codeDefaults()).FieldByName(name)
+	if !v.IsValid() || v.IsZero() {
+		return "", false
+	}
+	return fmt.Sprint(v.Interface()), true
 }
