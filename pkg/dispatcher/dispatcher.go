@@ -61,12 +61,11 @@ func New(js jetstream.JetStream, topo *events.Topology, h handler.Handler, cfg C
 	}
 	cfg.SetDefaults()
 	d := &Dispatcher{js: js, topo: topo, h: h}
-	run, err := stage.New(js, dlq.DispatcherTarget(topo), cfg.Config, topo.Config.DispatcherAckWait, topo.Config.DispatcherMaxDeliver,
+	run, err := stage.Open(js, dlq.DispatcherTarget(topo), &cfg.Config, topo.Config.DispatcherAckWait, topo.Config.DispatcherMaxDeliver,
 		d.admit, d.process)
 	if err != nil {
 		return nil, fmt.Errorf("%w: %w", ErrInvalidConfig, err)
 	}
-	cfg.Config = run.Config()
 	if err := cfg.Validate(0); err != nil {
 		return nil, err
 	}

@@ -79,12 +79,11 @@ func New(js jetstream.JetStream, topo *events.Topology, clients map[string]*mole
 	}
 	cfg.SetDefaults()
 	r := &Replier{js: js, topo: topo, clients: clients}
-	run, err := stage.New(js, dlq.ReplierTarget(topo), cfg.Config, topo.Config.ReplierAckWait, topo.Config.ReplierMaxDeliver,
+	run, err := stage.Open(js, dlq.ReplierTarget(topo), &cfg.Config, topo.Config.ReplierAckWait, topo.Config.ReplierMaxDeliver,
 		r.admit, r.process)
 	if err != nil {
 		return nil, fmt.Errorf("%w: %w", ErrInvalidConfig, err)
 	}
-	cfg.Config = run.Config()
 	if err := cfg.Validate(0); err != nil {
 		return nil, err
 	}

@@ -83,6 +83,13 @@ type Runner struct {
 // MaxDeliver when its info is not cached (0: no limit). New makes no
 // request.
 func New(js jetstream.JetStream, target Target, cfg Config, ackWait time.Duration, maxDeliver int, admit Admission, process Process) (*Runner, error) {
+	return Open(js, target, &cfg, ackWait, maxDeliver, admit, process)
+}
+
+// Open is New for a stage whose own config embeds a Config: it writes the
+// effective settings (defaults applied, ProgressInterval derived) back
+// into *cfg.
+func Open(js jetstream.JetStream, target Target, cfg *Config, ackWait time.Duration, maxDeliver int, admit Admission, process Process) (*Runner, error) {
 	if js == nil || target.Consumer == nil || target.Stream == nil || process == nil {
 		return nil, fmt.Errorf("%w: need a JetStream handle, a consumer and its stream, and a process function", ErrInvalidConfig)
 	}
@@ -97,7 +104,7 @@ func New(js jetstream.JetStream, target Target, cfg Config, ackWait time.Duratio
 	if err := cfg.Validate(ackWait); err != nil {
 		return nil, err
 	}
-	r := &Runner{js: js, target: target, cfg: cfg, admit: admit, maxDeliver: maxDeliver,
+	r := &Runner{js: js, target: target, cfg: *cfg, admit: admit, maxDeliver: maxDeliver,
 		log: cfg.Logger.With("stage", target.Stage)}
 	r.process = Chain(process, r.counting, r.withMetadata, r.keepingAlive)
 	return r, nil
