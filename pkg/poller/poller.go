@@ -312,52 +312,14 @@ func (p *Poller) cycle(ctx context.Context, w *workspace, o cycleOpts) (res Work
 		res.Err = err
 		return res
 	}
-	var sets []func(*statusRecord)
-	set := func(f func(*statusRecord)) { sets = append(sets, f) }
-	defer func() {
-		now := time.Now().UTC()
-		set(func(r *statusRecord) {
-			r.LastPollAt = now
-			r.LastPollError = ""
-			if res.Err != nil {
-				r.LastPollError = res.Err.Error()
-				r.LastError, r.LastErrorAt = res.Err.Error(), now
-			}
-		})
-		if _, err := p.updateStatus(context.WithoutCancel(ctx), w.id, func(r *statusRecord) {
-			for _, f := range sets {
-				f(r)
-			}
-		}); err != nil && res.Err == nil {
-			res.Err = err
-		}
-		if !res.Stopped && !res.Paused {
-			w.recordOutcome(res.Err)
-		}
-		// A stop was logged where it was decided; anything else is logged
-		// here, once per change.
-		switch {
-		case res.Err == nil:
-			w.errs.ok(w.log, "poller: polling works again")
-		case !res.Stopped && ctx.Err() == nil:
-			w.errs.failed(w.log, "poller: poll failed", res.Err)
-		}
-	}()
+	var changes statusChanges
+	defer func() { p.endCycle(ctx, w, &res, changes) }()
+	set := changes.set
 
 	// A workspace known to be deleted: confirm (unauthenticated, cheap) and
 	// stop without touching anything else; never register it again.
-	if rec.Removed {
-		removed, err := w.c.CheckRemoved(ctx)
-		switch {
-		case err != nil:
-			res.Err = fmt.Errorf("poller: workspace was marked removed and the check failed: %w", err)
-			return res
-		case removed:
-			res.Removed, res.Stopped, res.Err = true, true, removedError(w.id)
-			return res
-		default:
-			set(func(r *statusRecord) { r.Removed, r.Stopped = false, "" })
-		}
+	if rec.Removed && p.stillRemoved(ctx, w, &res, set) {
+		return res
 	}
 
 	// RunOnce's heartbeat (o.heartbeat) must not queue behind the requests
@@ -367,16 +329,7 @@ func (p *Poller) cycle(ctx context.Context, w *workspace, o cycleOpts) (res Work
 	// (rec.heartbeating) it goes first. Until then it follows the probe,
 	// the state read and the registration, as the workspace is not ours to
 	// report present before (and registering marks it online itself).
-	beat := func() (end bool) {
-		ok, status, herr := p.heartbeat(ctx, w)
-		res.Heartbeat = ok
-		if errors.Is(herr, molecule.ErrUnauthorized) {
-			p.unauthorized(ctx, w, herr, &res, set)
-			return true
-		}
-		set(heartbeatSetter(status, herr))
-		return false
-	}
+	beat := func() (end bool) { return p.cycleHeartbeat(ctx, w, &res, set) }
 	beatFirst := o.heartbeat && rec.heartbeating()
 	if beatFirst && beat() {
 		return res
@@ -393,21 +346,8 @@ func (p *Poller) cycle(ctx context.Context, w *workspace, o cycleOpts) (res Work
 			return res
 		}
 	}
-
-	// A push workspace registers its URL once per process (the URL may
-	// have changed since the last run); a poll workspace once ever, or
-	// again when it was last registered in push mode.
-	needRegister := !rec.Registered || rec.DeliveryMode == string(molecule.DeliveryPush)
-	if w.pushURL != "" {
-		needRegister = !w.isPushRegistered()
-	}
-	if needRegister && w.pushURL == "" && !rec.Registered && p.registeredByCheckpoint(ctx, w, set) {
-		needRegister = false
-	}
-	if !p.cfg.SkipRegister && needRegister {
-		if p.register(ctx, w, &res, set) {
-			return res
-		}
+	if p.registerIfNeeded(ctx, w, &rec, &res, set) {
+		return res
 	}
 	w.setReady()
 
@@ -422,12 +362,101 @@ func (p *Poller) cycle(ctx context.Context, w *workspace, o cycleOpts) (res Work
 	if w.pushURL != "" {
 		return res // push mode: messages arrive through the ingress, not the feed
 	}
+	p.poll(ctx, w, &rec, &res, set)
+	return res
+}
 
+// statusChanges collects what a cycle learned; endCycle writes it to the
+// status bucket in one update.
+type statusChanges []func(*statusRecord)
+
+func (c *statusChanges) set(f func(*statusRecord)) { *c = append(*c, f) }
+
+// endCycle records the cycle's outcome in the status bucket with the
+// changes it collected, and logs a failure once per change (a stop was
+// logged where it was decided).
+func (p *Poller) endCycle(ctx context.Context, w *workspace, res *WorkspaceResult, changes statusChanges) {
+	now := time.Now().UTC()
+	changes.set(func(r *statusRecord) {
+		r.LastPollAt = now
+		r.LastPollError = ""
+		if res.Err != nil {
+			r.LastPollError = res.Err.Error()
+			r.LastError, r.LastErrorAt = res.Err.Error(), now
+		}
+	})
+	if _, err := p.updateStatus(context.WithoutCancel(ctx), w.id, func(r *statusRecord) {
+		for _, f := range changes {
+			f(r)
+		}
+	}); err != nil && res.Err == nil {
+		res.Err = err
+	}
+	if !res.Stopped && !res.Paused {
+		w.recordOutcome(res.Err)
+	}
+	switch {
+	case res.Err == nil:
+		w.errs.ok(w.log, "poller: polling works again")
+	case !res.Stopped && ctx.Err() == nil:
+		w.errs.failed(w.log, "poller: poll failed", res.Err)
+	}
+}
+
+// stillRemoved confirms that a workspace marked removed is still gone
+// (true: stop), or clears the mark.
+func (p *Poller) stillRemoved(ctx context.Context, w *workspace, res *WorkspaceResult, set func(func(*statusRecord))) bool {
+	removed, err := w.c.CheckRemoved(ctx)
+	switch {
+	case err != nil:
+		res.Err = fmt.Errorf("poller: workspace was marked removed and the check failed: %w", err)
+		return true
+	case removed:
+		res.Removed, res.Stopped, res.Err = true, true, removedError(w.id)
+		return true
+	default:
+		set(func(r *statusRecord) { r.Removed, r.Stopped = false, "" })
+		return false
+	}
+}
+
+// cycleHeartbeat sends the cycle's heartbeat; true ends the cycle (the
+// token was refused).
+func (p *Poller) cycleHeartbeat(ctx context.Context, w *workspace, res *WorkspaceResult, set func(func(*statusRecord))) bool {
+	ok, status, herr := p.heartbeat(ctx, w)
+	res.Heartbeat = ok
+	if errors.Is(herr, molecule.ErrUnauthorized) {
+		p.unauthorized(ctx, w, herr, res, set)
+		return true
+	}
+	set(heartbeatSetter(status, herr))
+	return false
+}
+
+// registerIfNeeded registers the workspace when it has to be: a push
+// workspace its URL once per process (the URL may have changed since the
+// last run); a poll workspace once ever, or again when it was last
+// registered in push mode. True ends the cycle.
+func (p *Poller) registerIfNeeded(ctx context.Context, w *workspace, rec *statusRecord, res *WorkspaceResult, set func(func(*statusRecord))) bool {
+	needRegister := !rec.Registered || rec.DeliveryMode == string(molecule.DeliveryPush)
+	if w.pushURL != "" {
+		needRegister = !w.isPushRegistered()
+	}
+	if needRegister && w.pushURL == "" && !rec.Registered && p.registeredByCheckpoint(ctx, w, set) {
+		needRegister = false
+	}
+	return !p.cfg.SkipRegister && needRegister && p.register(ctx, w, res, set)
+}
+
+// poll reads the feed (and, when due, the overlap window) and records how
+// it went: a refused token, a platform without poll mode (stop), or the
+// error.
+func (p *Poller) poll(ctx context.Context, w *workspace, rec *statusRecord, res *WorkspaceResult, set func(func(*statusRecord))) {
 	ctx, span := tracing.Start(ctx, "poll", trace.SpanKindInternal, attribute.String("molecule.workspace_id", w.id))
 	defer span.End()
-	err = p.fetch(ctx, w, &res)
+	err := p.fetch(ctx, w, res)
 	if err == nil && p.cfg.OverlapWindow > 0 && time.Since(rec.LastOverlapAt) >= p.cfg.OverlapEvery {
-		if err = p.overlap(ctx, w, &res); err == nil {
+		if err = p.overlap(ctx, w, res); err == nil {
 			now := time.Now().UTC()
 			set(func(r *statusRecord) { r.LastOverlapAt = now })
 		}
@@ -435,7 +464,7 @@ func (p *Poller) cycle(ctx context.Context, w *workspace, o cycleOpts) (res Work
 	switch {
 	case err == nil:
 	case errors.Is(err, molecule.ErrUnauthorized):
-		p.unauthorized(ctx, w, err, &res, set)
+		p.unauthorized(ctx, w, err, res, set)
 	case errors.Is(err, molecule.ErrOldPlatform):
 		w.log.Error("poller: the platform ignored since_id; it does not support poll mode. Refusing to poll (it would redeliver the same rows forever); use push ingress",
 			"error", err)
@@ -447,7 +476,6 @@ func (p *Poller) cycle(ctx context.Context, w *workspace, o cycleOpts) (res Work
 	default:
 		res.Err = err // logged by the deferred report
 	}
-	return res
 }
 
 // generation returns the platform generation, probing it when unknown (or
