@@ -419,76 +419,104 @@ func skipReason(m *molecule.Message, allowSelf bool) string {
 // failure returns an error, and the caller then does not advance the
 // cursor.
 func (p *Poller) deliver(ctx context.Context, w *workspace, rows []molecule.ActivityRow, floor *cursorValue, polledAt time.Time, res *WorkspaceResult) error {
-	type pending struct {
-		f         jetstream.PubAckFuture
-		activity  string
-		createdAt time.Time
-		deadLeter bool
-	}
-	var futures []pending
+	var futures []pendingPublish
 	for _, row := range rows {
-		if floor.excluded(row.ID, row.CreatedAt) {
-			res.Skipped[SkipBeforeSeed]++
-			continue
-		}
-		if floor.alreadyPublished(row) {
-			res.Skipped[SkipPublished]++
-			continue
-		}
-		if row.Method == "notify" && row.ID != "" {
-			// Our own replies (half of a busy feed): skipped without the full
-			// parse, as ParseRow would classify them (KindOwnNotify).
-			res.Skipped[SkipOwnNotify]++
-			p.checkForeignNotify(w, row)
-			continue
-		}
-		m, perr := molecule.ParseRow(row.JSON, w.id)
-		if perr != nil {
-			res.Malformed++
-			id := row.ID
-			if id == "" {
-				sum := sha256.Sum256(row.JSON)
-				id = "sha256-" + hex.EncodeToString(sum[:12])
-			}
-			w.log.Warn("poller: malformed activity row; sent to the dead-letter stream and skipped", "activity_id", id, "error", perr)
-			dl := events.DeadLetter{
-				Stage: events.StagePoller, WorkspaceID: w.id, ActivityID: row.ID, Reason: events.ReasonMalformed,
-				Error: perr.Error(), Deliveries: 1, OriginalSubject: events.InboundSubject(w.id),
-				Envelope: row.JSON, FailedAt: time.Now().UTC(),
-			}
-			f, err := dlq.PublishAsync(ctx, p.js, dl, "malformed:"+events.InboundMsgID(w.id, id))
-			if err != nil {
-				return fmt.Errorf("poller: dead letter of row %s: %w", id, err)
-			}
-			futures = append(futures, pending{f: f, activity: id, deadLeter: true})
-			continue
-		}
-		if reason := skipReason(m, p.cfg.AllowSelf); reason != "" {
-			res.Skipped[reason]++
-			continue
-		}
-		if m.ActivityID == "" {
-			m.ActivityID = row.ID
-		}
-		if m.CreatedAt.IsZero() {
-			m.CreatedAt = row.CreatedAt
-		}
-		data, err := events.NewInbound(w.id, m, polledAt).Marshal()
+		pub, err := p.publishRow(ctx, w, row, floor, polledAt, res)
 		if err != nil {
-			return fmt.Errorf("poller: encode inbound %s: %w", m.ActivityID, err)
+			return err
 		}
-		pctx, span := tracing.Start(ctx, "publish", trace.SpanKindProducer, attribute.String("molecule.activity_id", m.ActivityID))
-		f, err := p.js.PublishMsgAsync(&nats.Msg{Subject: events.InboundSubject(w.id), Data: data, Header: tracing.Header(pctx)},
-			jetstream.WithMsgID(events.InboundMsgID(w.id, m.ActivityID)), jetstream.WithExpectStream(events.StreamInbound))
-		span.End()
-		if err != nil {
-			return fmt.Errorf("poller: publish inbound %s: %w", m.ActivityID, err)
+		if pub != nil {
+			futures = append(futures, *pub)
 		}
-		futures = append(futures, pending{f: f, activity: m.ActivityID, createdAt: row.CreatedAt})
 	}
 	if len(futures) == 0 {
 		return nil
 	}
+	return p.awaitAcks(ctx, futures, res)
+}
+
+// pendingPublish is a publish of deliver whose acknowledgement is awaited.
+type pendingPublish struct {
+	f          jetstream.PubAckFuture
+	activity   string
+	createdAt  time.Time
+	deadLetter bool
+}
+
+// publishRow publishes one row asynchronously: its inbound envelope, or a
+// dead letter when it does not parse. A row that is skipped (before the
+// floor, published already, our own notify, or skipped by kind) is
+// counted and publishes nothing (nil).
+func (p *Poller) publishRow(ctx context.Context, w *workspace, row molecule.ActivityRow, floor *cursorValue, polledAt time.Time, res *WorkspaceResult) (*pendingPublish, error) {
+	if floor.excluded(row.ID, row.CreatedAt) {
+		res.Skipped[SkipBeforeSeed]++
+		return nil, nil
+	}
+	if floor.alreadyPublished(row) {
+		res.Skipped[SkipPublished]++
+		return nil, nil
+	}
+	if row.Method == "notify" && row.ID != "" {
+		// Our own replies (half of a busy feed): skipped without the full
+		// parse, as ParseRow would classify them (KindOwnNotify).
+		res.Skipped[SkipOwnNotify]++
+		p.checkForeignNotify(w, row)
+		return nil, nil
+	}
+	m, perr := molecule.ParseRow(row.JSON, w.id)
+	if perr != nil {
+		return p.deadLetterRow(ctx, w, row, perr, res)
+	}
+	if reason := skipReason(m, p.cfg.AllowSelf); reason != "" {
+		res.Skipped[reason]++
+		return nil, nil
+	}
+	if m.ActivityID == "" {
+		m.ActivityID = row.ID
+	}
+	if m.CreatedAt.IsZero() {
+		m.CreatedAt = row.CreatedAt
+	}
+	data, err := events.NewInbound(w.id, m, polledAt).Marshal()
+	if err != nil {
+		return nil, fmt.Errorf("poller: encode inbound %s: %w", m.ActivityID, err)
+	}
+	pctx, span := tracing.Start(ctx, "publish", trace.SpanKindProducer, attribute.String("molecule.activity_id", m.ActivityID))
+	f, err := p.js.PublishMsgAsync(&nats.Msg{Subject: events.InboundSubject(w.id), Data: data, Header: tracing.Header(pctx)},
+		jetstream.WithMsgID(events.InboundMsgID(w.id, m.ActivityID)), jetstream.WithExpectStream(events.StreamInbound))
+	span.End()
+	if err != nil {
+		return nil, fmt.Errorf("poller: publish inbound %s: %w", m.ActivityID, err)
+	}
+	return &pendingPublish{f: f, activity: m.ActivityID, createdAt: row.CreatedAt}, nil
+}
+
+// deadLetterRow publishes the dead letter of a row that does not parse,
+// named by its id or, without one, by a hash of its content.
+func (p *Poller) deadLetterRow(ctx context.Context, w *workspace, row molecule.ActivityRow, perr error, res *WorkspaceResult) (*pendingPublish, error) {
+	res.Malformed++
+	id := row.ID
+	if id == "" {
+		sum := sha256.Sum256(row.JSON)
+		id = "sha256-" + hex.EncodeToString(sum[:12])
+	}
+	w.log.Warn("poller: malformed activity row; sent to the dead-letter stream and skipped", "activity_id", id, "error", perr)
+	dl := events.DeadLetter{
+		Stage: events.StagePoller, WorkspaceID: w.id, ActivityID: row.ID, Reason: events.ReasonMalformed,
+		Error: perr.Error(), Deliveries: 1, OriginalSubject: events.InboundSubject(w.id),
+		Envelope: row.JSON, FailedAt: time.Now().UTC(),
+	}
+	f, err := dlq.PublishAsync(ctx, p.js, dl, "malformed:"+events.InboundMsgID(w.id, id))
+	if err != nil {
+		return nil, fmt.Errorf("poller: dead letter of row %s: %w", id, err)
+	}
+	return &pendingPublish{f: f, activity: id, deadLetter: true}, nil
+}
+
+// awaitAcks waits for every publish's acknowledgement (at most
+// PublishTimeout in all) and counts the inbound ones as published or
+// duplicates; it returns the first failure.
+func (p *Poller) awaitAcks(ctx context.Context, futures []pendingPublish, res *WorkspaceResult) error {
 	timer := time.NewTimer(p.cfg.PublishTimeout)
 	defer timer.Stop()
 	var firstErr error
@@ -496,13 +524,13 @@ func (p *Poller) deliver(ctx context.Context, w *workspace, rows []molecule.Acti
 		select {
 		case ack := <-pf.f.Ok():
 			switch {
-			case pf.deadLeter:
+			case pf.deadLetter:
 			case ack.Duplicate:
 				res.Duplicates++
 			default:
 				res.Published++
 			}
-			if !pf.deadLeter {
+			if !pf.deadLetter {
 				res.published = append(res.published, recentID{pf.activity, pf.createdAt})
 			}
 		case err := <-pf.f.Err():
