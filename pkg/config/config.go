@@ -218,47 +218,15 @@ const (
 // token file if one is configured. Errors match ErrInvalid and name the
 // variable.
 func (c *Config) Validate(need Requirement) error {
-	bad := func(name, format string, a ...any) error {
-		return fmt.Errorf("%w: %s: %s", ErrInvalid, name, fmt.Sprintf(format, a...))
-	}
 	if need&NeedPlatform != 0 {
 		if err := c.validatePlatformURLs(); err != nil {
 			return err
 		}
-		if c.WorkspaceID != "" && c.WorkspaceToken == "" {
-			if c.WorkspaceTokenFile == "" {
-				return bad("MOLECULE_WORKSPACE_TOKEN", "not set for MOLECULE_WORKSPACE_ID %s (or set MOLECULE_WORKSPACE_TOKEN_FILE)", c.WorkspaceID)
-			}
-			tok, err := ReadTokenFile(c.WorkspaceTokenFile)
-			if err != nil {
-				return bad("MOLECULE_WORKSPACE_TOKEN_FILE", "%v", err)
-			}
-			c.WorkspaceToken = tok
+		if err := c.readTokenFile(); err != nil {
+			return err
 		}
-		if c.WorkspaceID == "" && len(c.WorkspaceIDs) == 0 {
-			return bad("MOLECULE_WORKSPACE_ID", "no workspace configured; set MOLECULE_WORKSPACE_ID and MOLECULE_WORKSPACE_TOKEN, or MOLECULE_WORKSPACE_IDS and MOLECULE_WORKSPACE_TOKENS")
-		}
-		if len(c.WorkspaceIDs) != len(c.WorkspaceTokens) {
-			return bad("MOLECULE_WORKSPACE_TOKENS", "%d tokens for %d ids in MOLECULE_WORKSPACE_IDS; they pair by position", len(c.WorkspaceTokens), len(c.WorkspaceIDs))
-		}
-		seen := map[string]bool{}
-		for i, w := range c.Workspaces() {
-			name := "MOLECULE_WORKSPACE_IDS"
-			if c.WorkspaceID != "" && i == 0 {
-				name = "MOLECULE_WORKSPACE_ID"
-			}
-			if !isUUID(w.ID) {
-				// Not echoed: a token pasted here (or swapped lists)
-				// would end up in CI logs.
-				return bad(name, "entry %d (%d characters) is not a workspace UUID; are the ids and tokens swapped?", i+1, len(w.ID))
-			}
-			if seen[w.ID] {
-				return bad(name, "workspace %s is configured twice", w.ID)
-			}
-			seen[w.ID] = true
-			if strings.TrimSpace(w.Token) == "" {
-				return bad(strings.Replace(name, "_IDS", "_TOKENS", 1), "empty token for workspace %s", w.ID)
-			}
+		if err := c.validateWorkspaces(); err != nil {
+			return err
 		}
 		if err := c.validateTenants(); err != nil {
 			return err
@@ -267,6 +235,81 @@ func (c *Config) Validate(need Requirement) error {
 	if need&NeedHandler != 0 && strings.TrimSpace(c.Handler) == "" {
 		return bad("MOLECULE_HANDLER", "not set; try echo, exec:./agent.sh, http:http://127.0.0.1:8000/reply or openai:http://127.0.0.1:11434")
 	}
+	if err := c.validateLimits(); err != nil {
+		return err
+	}
+	if err := c.validatePush(); err != nil {
+		return err
+	}
+	if c.Topology != "ensure" && c.Topology != "lookup" {
+		return bad("MOLECULE_TOPOLOGY", "%q; use ensure or lookup", c.Topology)
+	}
+	if _, err := ParseLevel(c.LogLevel); err != nil {
+		return bad("MOLECULE_LOG_LEVEL", "%v", err)
+	}
+	if c.LogFormat != "text" && c.LogFormat != "json" {
+		return bad("MOLECULE_LOG_FORMAT", "%q; use text or json", c.LogFormat)
+	}
+	if err := c.NATS.Validate(); err != nil {
+		return fmt.Errorf("%w: %w", ErrInvalid, err)
+	}
+	return nil
+}
+
+// bad is a Validate error naming the variable that is wrong.
+func bad(name, format string, a ...any) error {
+	return fmt.Errorf("%w: %s: %s", ErrInvalid, name, fmt.Sprintf(format, a...))
+}
+
+// readTokenFile reads the token of a single workspace configured without
+// one from MOLECULE_WORKSPACE_TOKEN_FILE.
+func (c *Config) readTokenFile() error {
+	if c.WorkspaceID != "" && c.WorkspaceToken == "" {
+		if c.WorkspaceTokenFile == "" {
+			return bad("MOLECULE_WORKSPACE_TOKEN", "not set for MOLECULE_WORKSPACE_ID %s (or set MOLECULE_WORKSPACE_TOKEN_FILE)", c.WorkspaceID)
+		}
+		tok, err := ReadTokenFile(c.WorkspaceTokenFile)
+		if err != nil {
+			return bad("MOLECULE_WORKSPACE_TOKEN_FILE", "%v", err)
+		}
+		c.WorkspaceToken = tok
+	}
+	return nil
+}
+
+// validateWorkspaces checks the workspace ids and tokens: at least one,
+// paired by position, each id a UUID configured once, each token set.
+func (c *Config) validateWorkspaces() error {
+	if c.WorkspaceID == "" && len(c.WorkspaceIDs) == 0 {
+		return bad("MOLECULE_WORKSPACE_ID", "no workspace configured; set MOLECULE_WORKSPACE_ID and MOLECULE_WORKSPACE_TOKEN, or MOLECULE_WORKSPACE_IDS and MOLECULE_WORKSPACE_TOKENS")
+	}
+	if len(c.WorkspaceIDs) != len(c.WorkspaceTokens) {
+		return bad("MOLECULE_WORKSPACE_TOKENS", "%d tokens for %d ids in MOLECULE_WORKSPACE_IDS; they pair by position", len(c.WorkspaceTokens), len(c.WorkspaceIDs))
+	}
+	seen := map[string]bool{}
+	for i, w := range c.Workspaces() {
+		name := "MOLECULE_WORKSPACE_IDS"
+		if c.WorkspaceID != "" && i == 0 {
+			name = "MOLECULE_WORKSPACE_ID"
+		}
+		if !isUUID(w.ID) {
+			// Not echoed: a token pasted here (or swapped lists)
+			// would end up in CI logs.
+			return bad(name, "entry %d (%d characters) is not a workspace UUID; are the ids and tokens swapped?", i+1, len(w.ID))
+		}
+		if seen[w.ID] {
+			return bad(name, "workspace %s is configured twice", w.ID)
+		}
+		seen[w.ID] = true
+		if strings.TrimSpace(w.Token) == "" {
+			return bad(strings.Replace(name, "_IDS", "_TOKENS", 1), "empty token for workspace %s", w.ID)
+		}
+	}
+	return nil
+}
+
+// validateLimits checks the numeric settings against their ranges.
+func (c *Config) validateLimits() error {
 	switch {
 	case c.PollInterval.D() < 100*time.Millisecond:
 		return bad("MOLECULE_POLL_INTERVAL", "%s is below the 100ms minimum", c.PollInterval)
@@ -289,7 +332,12 @@ func (c *Config) Validate(need Requirement) error {
 	case c.Replicas < 1 || c.Replicas > 5:
 		return bad("MOLECULE_STREAM_REPLICAS", "%d is outside 1..5", c.Replicas)
 	}
-	// Push ingress: both variables or neither.
+	return nil
+}
+
+// validatePush checks the push ingress settings: both variables or
+// neither, and a base URL (its trailing slash trimmed).
+func (c *Config) validatePush() error {
 	switch {
 	case c.PushListen != "" && c.PushURL == "":
 		return bad("MOLECULE_PUSH_URL", "not set although MOLECULE_PUSH_LISTEN is; the public http(s) base URL the platform reaches the push ingress at")
@@ -301,18 +349,6 @@ func (c *Config) Validate(need Requirement) error {
 			return bad("MOLECULE_PUSH_URL", "%q is not an http(s) base URL", c.PushURL)
 		}
 		c.PushURL = strings.TrimRight(c.PushURL, "/")
-	}
-	if c.Topology != "ensure" && c.Topology != "lookup" {
-		return bad("MOLECULE_TOPOLOGY", "%q; use ensure or lookup", c.Topology)
-	}
-	if _, err := ParseLevel(c.LogLevel); err != nil {
-		return bad("MOLECULE_LOG_LEVEL", "%v", err)
-	}
-	if c.LogFormat != "text" && c.LogFormat != "json" {
-		return bad("MOLECULE_LOG_FORMAT", "%q; use text or json", c.LogFormat)
-	}
-	if err := c.NATS.Validate(); err != nil {
-		return fmt.Errorf("%w: %w", ErrInvalid, err)
 	}
 	return nil
 }
