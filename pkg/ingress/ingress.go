@@ -189,20 +189,8 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		http.Error(w, "method not allowed", http.StatusMethodNotAllowed)
 		return
 	}
-	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, h.cfg.MaxBodyBytes))
-	if err != nil {
-		var mbe *http.MaxBytesError
-		if errors.As(err, &mbe) {
-			h.log.Warn("ingress: push request body over the cap; refused", "limit", h.cfg.MaxBodyBytes)
-			rpcError(w, http.StatusRequestEntityTooLarge, nil, CodeInvalidRequest, "request body too large")
-			return
-		}
-		rpcError(w, http.StatusBadRequest, nil, CodeParseError, "could not read the request body")
-		return
-	}
-	var req rpcRequest
-	if err := json.Unmarshal(body, &req); err != nil {
-		rpcError(w, http.StatusBadRequest, nil, CodeParseError, "request is not valid JSON")
+	body, req, ok := h.readRequest(w, r)
+	if !ok {
 		return
 	}
 	if req.Method != "message/send" {
@@ -218,28 +206,8 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	now := h.now().UTC()
-	// The push carries the normalised JSON-RPC request; wrap it as the
-	// activity row the platform would have written, so parsing and the
-	// envelope are the poller's own.
-	row, err := json.Marshal(map[string]any{
-		"id": activityID, "workspace_id": h.cfg.WorkspaceID, "activity_type": "a2a_receive",
-		"source_id": nil, "target_id": h.cfg.WorkspaceID, "method": req.Method, "summary": "pushed " + req.Method,
-		"status": "ok", "request_body": json.RawMessage(body), "created_at": now.Format(time.RFC3339Nano),
-	})
-	if err != nil {
-		rpcError(w, http.StatusOK, req.ID, CodeInternalError, "could not encode the message")
-		return
-	}
-	m, err := molecule.ParseRow(row, h.cfg.WorkspaceID)
-	if err != nil {
-		h.log.Warn("ingress: malformed pushed message refused", "message_id", activityID, "error", err)
-		rpcError(w, http.StatusOK, req.ID, CodeInvalidParams, "malformed message: "+err.Error())
-		return
-	}
-	env := events.NewInbound(h.cfg.WorkspaceID, m, now)
-	data, err := env.Marshal()
-	if err != nil {
-		rpcError(w, http.StatusOK, req.ID, CodeInternalError, "could not encode the message")
+	data, ok := h.envelope(w, &req, body, activityID, now)
+	if !ok {
 		return
 	}
 	ctx, cancel := context.WithTimeout(r.Context(), h.cfg.PublishTimeout)
@@ -267,6 +235,57 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			"status": map[string]any{"state": "submitted", "timestamp": now.Format(time.RFC3339Nano)},
 		},
 	})
+}
+
+// readRequest reads the JSON-RPC request (at most MaxBodyBytes); false
+// means the error was answered.
+func (h *Handler) readRequest(w http.ResponseWriter, r *http.Request) (body []byte, req rpcRequest, ok bool) {
+	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, h.cfg.MaxBodyBytes))
+	if err != nil {
+		var mbe *http.MaxBytesError
+		if errors.As(err, &mbe) {
+			h.log.Warn("ingress: push request body over the cap; refused", "limit", h.cfg.MaxBodyBytes)
+			rpcError(w, http.StatusRequestEntityTooLarge, nil, CodeInvalidRequest, "request body too large")
+			return nil, req, false
+		}
+		rpcError(w, http.StatusBadRequest, nil, CodeParseError, "could not read the request body")
+		return nil, req, false
+	}
+	if err := json.Unmarshal(body, &req); err != nil {
+		rpcError(w, http.StatusBadRequest, nil, CodeParseError, "request is not valid JSON")
+		return nil, req, false
+	}
+	return body, req, true
+}
+
+// envelope is the encoded inbound envelope of the pushed message; false
+// means the error was answered.
+func (h *Handler) envelope(w http.ResponseWriter, req *rpcRequest, body []byte, activityID string, now time.Time) ([]byte, bool) {
+	// The push carries the normalised JSON-RPC request; wrap it as the
+	// activity row the platform would have written, so parsing and the
+	// envelope are the poller's own.
+	row, err := json.Marshal(map[string]any{
+		"id": activityID, "workspace_id": h.cfg.WorkspaceID, "activity_type": "a2a_receive",
+		"source_id": nil, "target_id": h.cfg.WorkspaceID, "method": req.Method, "summary": "pushed " + req.Method,
+		"status": "ok", "request_body": json.RawMessage(body), "created_at": now.Format(time.RFC3339Nano),
+	})
+	if err != nil {
+		rpcError(w, http.StatusOK, req.ID, CodeInternalError, "could not encode the message")
+		return nil, false
+	}
+	m, err := molecule.ParseRow(row, h.cfg.WorkspaceID)
+	if err != nil {
+		h.log.Warn("ingress: malformed pushed message refused", "message_id", activityID, "error", err)
+		rpcError(w, http.StatusOK, req.ID, CodeInvalidParams, "malformed message: "+err.Error())
+		return nil, false
+	}
+	env := events.NewInbound(h.cfg.WorkspaceID, m, now)
+	data, err := env.Marshal()
+	if err != nil {
+		rpcError(w, http.StatusOK, req.ID, CodeInternalError, "could not encode the message")
+		return nil, false
+	}
+	return data, true
 }
 
 // authorized compares the path's secret in constant time.
