@@ -228,7 +228,7 @@ func (w *World) CheckExactlyOnce(t testing.TB, sent []Sent) {
 			t.Errorf("%d replies posted to peer %s, want %d", n, p.ID, wantA2A[p.ID])
 		}
 	}
-	// The header the platform reads for the caller (PROTOCOL.md §6).
+	// The header the platform reads for the caller (docs/protocol.md §6).
 	for _, r := range w.Plat.Requests() {
 		if r.Method != http.MethodPost || !strings.HasSuffix(r.Path, "/a2a") || strings.Contains(r.Path, w.Agent.ID) {
 			continue

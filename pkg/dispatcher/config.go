@@ -29,7 +29,7 @@ type Config struct {
 	// ReplyToReplies lets the dispatcher reply to a message that is itself
 	// a reply: InReplyTo set, or a peer's message with role "agent" (how
 	// other SDKs mark their answers, without our metadata, so the hop count
-	// cannot follow them; PROTOCOL.md Part 2 §17.12). If not set, false:
+	// cannot follow them; docs/protocol.md §6). If not set, false:
 	// such a message is handled but its reply is dropped, so two
 	// auto-replying agents cannot loop.
 	ReplyToReplies bool

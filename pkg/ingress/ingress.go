@@ -4,7 +4,7 @@
 // the same inbound stream the poller feeds.
 //
 // The platform sends push requests without authentication and without a
-// caller id (PROTOCOL.md §9). The endpoint therefore authenticates by an
+// caller id (docs/protocol.md §8). The endpoint therefore authenticates by an
 // unguessable secret in the registered URL (/a2a/<secret>, compared in
 // constant time; anything else is 404), and every message is published as
 // coming from a canvas user.

@@ -1,10 +1,10 @@
 package molecule_test
 
-// PROTOCOL.md behaviours of POST /workspaces/:peer/a2a that the client
-// relies on: the refusals of Part 2 §9 (402 budget,
+// docs/protocol.md behaviours of POST /workspaces/:peer/a2a that the client
+// relies on: the refusals of docs/protocol.md §6 (402 budget,
 // 503 waking/busy with Retry-After, 502, bare 404, 403 hierarchy), each
-// typed and never re-sent (Part 1 §2: never re-send a POST blindly), and
-// the long /a2a timeout (Part 1 §6: a push peer may hold the call).
+// typed and never re-sent (docs/protocol.md §2: never re-send a POST blindly), and
+// the long /a2a timeout (docs/protocol.md §6: a push peer may hold the call).
 
 import (
 	"context"
@@ -31,7 +31,7 @@ func a2aRequests(s *moleculetest.Server, to string) int {
 	return n
 }
 
-// Part 2 §9 refusals of /a2a: each is an *APIError with the right status,
+// docs/protocol.md §6 refusals of /a2a: each is an *APIError with the right status,
 // sentinel, message and Retry-After, and the POST is sent exactly once.
 func TestA2ARefusalsAreTypedAndNeverResent(t *testing.T) {
 	sentinels := []error{molecule.ErrUnauthorized, molecule.ErrCursorLost, molecule.ErrRateLimited,
@@ -93,7 +93,7 @@ func TestA2ARefusalsAreTypedAndNeverResent(t *testing.T) {
 	}
 }
 
-// Part 2 §9 (caller checks): a caller that may not talk to the target per
+// docs/protocol.md §6 (caller checks): a caller that may not talk to the target per
 // the hierarchy gets 403 from the real double; it is a plain *APIError (no
 // sentinel: not auth, not unavailable) and is not re-sent.
 func TestA2AHierarchy403(t *testing.T) {
@@ -118,7 +118,7 @@ func TestA2AHierarchy403(t *testing.T) {
 	}
 }
 
-// Part 1 §6: a push peer holds /a2a until its agent answers (up to 30
+// docs/protocol.md §6: a push peer holds /a2a until its agent answers (up to 30
 // minutes), so SendA2A is bounded by its context only, never by
 // RequestTimeout. The control shows RequestTimeout is in force for the
 // other calls of the same client.

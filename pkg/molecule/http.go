@@ -150,7 +150,7 @@ func (c *Client) newRequest(ctx context.Context, r request) (*http.Request, erro
 	return req, nil
 }
 
-// setTenantHeaders adds the SaaS tenant headers (PROTOCOL.md §2): both, on
+// setTenantHeaders adds the SaaS tenant headers (docs/protocol.md §2): both, on
 // every request, register and heartbeat included.
 func (c *Client) setTenantHeaders(h http.Header) {
 	if c.cfg.OrgID == "" {

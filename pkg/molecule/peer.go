@@ -16,7 +16,7 @@ import (
 	"github.com/molecule-ai/molecule-relay/internal/uuid"
 )
 
-// a2aBody is the canonical JSON-RPC message/send envelope (PROTOCOL.md §9).
+// a2aBody is the canonical JSON-RPC message/send envelope (docs/protocol.md §6).
 type a2aBody struct {
 	JSONRPC string    `json:"jsonrpc"`
 	ID      string    `json:"id"`
@@ -196,7 +196,7 @@ func (c *Client) postDirect(ctx context.Context, peerURL string, m A2AMessage, b
 		req.Header[k] = vs
 	}
 	// Deliberately no Authorization and no tenant headers: the peer is not
-	// the platform (PROTOCOL.md §10).
+	// the platform (docs/protocol.md §9).
 	where := redactURL(peerURL)
 	resp, err := c.hc.Do(req)
 	if err != nil {
@@ -230,7 +230,7 @@ func (c *Client) postDirect(ctx context.Context, peerURL string, m A2AMessage, b
 }
 
 // redactURL is a peer URL for messages: scheme and host only (a push URL
-// may hold its secret in the path or query, PROTOCOL.md §9).
+// may hold its secret in the path or query, docs/protocol.md §8).
 func redactURL(s string) string {
 	u, err := url.Parse(s)
 	if err != nil {

@@ -60,7 +60,7 @@ func absDur(d time.Duration) time.Duration {
 // TakeBudget reserves one request of the platform's current rate-limit
 // window unless that would leave reserve × members or fewer unspent, where
 // members is the number of Clients sharing the budget: the reserve is per
-// workspace, for its heartbeat (PROTOCOL.md §2: polling, heartbeat and
+// workspace, for its heartbeat (docs/protocol.md §2: polling, heartbeat and
 // notify share one bucket per token, or per org or IP). It returns 0 when
 // the caller may send now (and counts the request as spent until the
 // platform's next answer says otherwise, so concurrent callers cannot all

@@ -88,7 +88,7 @@ type Message struct {
 	TargetID string
 	Kind     RowKind
 	Sender   Sender
-	// Text is joined from the text parts (PROTOCOL.md §5 with fallbacks).
+	// Text is joined from the text parts (docs/protocol.md §5 with fallbacks).
 	// For a KindOwnNotify row it is response_body.result, the text the
 	// agent posted, so a caller can show it.
 	Text string
@@ -117,7 +117,7 @@ type Message struct {
 // why: SkipOwnNotify for the agent's own /notify output, SkipUpload for a
 // chat upload manifest, SkipSelf for a self-message when allowSelf is
 // false, and "" to deliver. It only advises: the caller decides, and
-// advances its cursor past skipped rows either way (PROTOCOL.md §5).
+// advances its cursor past skipped rows either way (docs/protocol.md §5).
 func (m *Message) Skip(allowSelf bool) (reason string) {
 	switch {
 	case m.Kind == KindOwnNotify:
@@ -421,7 +421,7 @@ func (m *Message) readContent(row rawObject) error {
 }
 
 // senderOf classifies the sender by source_id only, never by method
-// (PROTOCOL.md §5). An empty string is treated like null: it is not a
+// (docs/protocol.md §5). An empty string is treated like null: it is not a
 // workspace id.
 func senderOf(sourceID, messageID, self string) Sender {
 	switch {

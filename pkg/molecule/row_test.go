@@ -575,7 +575,7 @@ func TestParseRowDoubleFeed(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	ca := doubleClient(t, srv, a)
-	// The created rows default to push (PROTOCOL.md Part 3 §0): register poll.
+	// The created rows default to push (docs/protocol.md §3): register poll.
 	for _, c := range []*molecule.Client{ca, doubleClient(t, srv, b)} {
 		if _, err := c.Register(ctx, molecule.RegisterRequest{Mode: molecule.DeliveryPoll}); err != nil {
 			t.Fatal(err)

@@ -8,7 +8,7 @@ import (
 )
 
 // SelfReportTypes are the activity types POST /workspaces/:id/activity
-// accepts (PROTOCOL.md Part 4); anything else is 400.
+// accepts (docs/protocol.md §10); anything else is 400.
 var SelfReportTypes = []string{"a2a_send", "a2a_receive", "task_update", "agent_log", "skill_promotion", "memory_write", "error"}
 
 // ActivityReport is a self-report: a row the workspace writes on its own

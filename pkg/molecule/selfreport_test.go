@@ -12,7 +12,7 @@ import (
 )
 
 // A self-report lands on the workspace's own feed with source_id forced to
-// the workspace (PROTOCOL.md Part 2 §11, Part 4); an activity type outside
+// the workspace (docs/protocol.md §10); an activity type outside
 // the platform's list is refused before any request.
 func TestReportActivity(t *testing.T) {
 	t.Parallel()

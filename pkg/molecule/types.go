@@ -5,7 +5,7 @@ import (
 	"time"
 )
 
-// Generation is the platform generation a client talks to (PROTOCOL.md §1).
+// Generation is the platform generation a client talks to (docs/protocol.md §1).
 type Generation int
 
 const (
@@ -97,7 +97,7 @@ type RegisterResult struct {
 }
 
 // Heartbeat is the full heartbeat body. Every field is sent every time,
-// because each overwrites the stored value (PROTOCOL.md §3).
+// because each overwrites the stored value (docs/protocol.md §3).
 type Heartbeat struct {
 	ActiveTasks   int
 	CurrentTask   string

@@ -52,7 +52,7 @@ type Config struct {
 	BacklogWindow time.Duration
 	// OverlapWindow is how far back the periodic overlap re-read looks
 	// (since_secs), to catch rows the platform committed behind the cursor
-	// (PROTOCOL.md §4). It must be shorter than the inbound stream's
+	// (docs/protocol.md §4). It must be shorter than the inbound stream's
 	// duplicate window. If not set, 2 minutes; negative disables the
 	// re-read (and the platform's late-committed rows can then be lost).
 	OverlapWindow time.Duration

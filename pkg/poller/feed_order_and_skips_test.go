@@ -1,6 +1,6 @@
 package poller_test
 
-// PROTOCOL.md Part 1 behaviours the poller relies on:
+// docs/protocol.md §4 and §5 behaviours the poller relies on:
 // an inconclusive generation probe is logged and polling carries on
 // (§1); a full page is fetched again at once (§4); a newest-first cold-start
 // or post-410 batch is delivered oldest first (§4); upload manifests and

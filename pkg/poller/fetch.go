@@ -205,7 +205,7 @@ func ignoredSinceID(page *molecule.ActivityPage, cursor string) error {
 }
 
 // seed sets a cursor when there is none (cold start, an empty seed, or a
-// lost cursor after a 410), following PROTOCOL.md §4: a query without
+// lost cursor after a 410), following docs/protocol.md §4: a query without
 // since_id answers newest-first, and the NEWEST row becomes the cursor.
 //
 // Which existing rows are delivered:

@@ -11,7 +11,7 @@ import (
 
 // A heartbeat refused with 429 is sent again after the platform's
 // Retry-After, not a whole interval later: a workspace whose heartbeats
-// stop goes offline (PROTOCOL.md §2).
+// stop goes offline (docs/protocol.md §2).
 func TestRateLimitedHeartbeatIsSentAgainAfterRetryAfter(t *testing.T) {
 	e := newEnv(t)
 	e.plat.InjectFault(moleculetest.Fault{Method: http.MethodPost, PathPrefix: "/registry/heartbeat", Count: 1,

@@ -1,7 +1,7 @@
 // Package poller is Molecule Relay's ingress stage: it reads each
 // workspace's activity feed on the Molecule platform and publishes every
 // inbound message to JetStream, losing nothing and duplicating nothing
-// (DESIGN.md "Poll ingress that loses nothing", PROTOCOL.md §3-§8).
+// (docs/architecture.md, docs/protocol.md §3–§7).
 //
 // One unit of work is RunOnce (a Lambda invocation, a CronJob, `poll
 // --once`); Run is the long-running loop around the same steps, with a

@@ -22,7 +22,7 @@ import (
 
 // Several workspaces of one SaaS org share ONE rate-limit bucket: the NEW
 // platform keys it by X-Molecule-Org-Id, which every request of the org
-// carries (PROTOCOL.md Part 1 §2, Part 2 §17.14). Run over several windows
+// carries (docs/protocol.md §2). Run over several windows
 // of that bucket, with messages arriving on all three workspaces, the
 // poller's header pacing (and, in the second case, the replier's notifies
 // through molecule.Client.TakeBudget on the same clients, as pkg/relay wires

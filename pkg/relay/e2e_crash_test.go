@@ -229,8 +229,8 @@ func TestE2ECrashDispatcherAfterReplyPublish(t *testing.T) {
 // reply whose POST was accepted but not yet recorded as sent is posted
 // again, with the same messageId and in_reply_to (the only thing a peer or
 // a de-duplicating platform can collapse it on). The NEW platform's
-// poll-mode feed does not de-duplicate on messageId (PROTOCOL.md Parts 1
-// §6 and 3 §3 name only the push queue), so the peer's feed gets it twice;
+// poll-mode feed does not de-duplicate on messageId (docs/protocol.md
+// §6: only the push queue does), so the peer's feed gets it twice;
 // a peer served by a Molecule Relay handles it once
 // (TestE2EPeerDuplicateRemovedAtReceiver).
 func TestE2ECrashReplierAfterPost(t *testing.T) {

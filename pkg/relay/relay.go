@@ -159,7 +159,7 @@ func newClients(cfg *config.Config, log *slog.Logger) ([]*molecule.Client, error
 }
 
 // budgetsByBucket gives the workspaces that share a platform rate-limit
-// bucket one RateBudget (PROTOCOL.md §2). Each tenant counts its own
+// bucket one RateBudget (docs/protocol.md §2). Each tenant counts its own
 // requests, and NEW keys its buckets by X-Molecule-Org-Id: the workspaces
 // of one tenant with one org id share a budget, and the same org id on
 // two tenants is two budgets. Without an org id NEW keeps a bucket per

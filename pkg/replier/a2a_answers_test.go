@@ -1,8 +1,8 @@
 package replier_test
 
-// PROTOCOL.md behaviours of the peer-reply path (POST /workspaces/:peer/a2a)
-// that the replier relies on. Part 2 §9 lists the
-// platform's answers; Part 1 §6 says 200 {"status":"queued"} and 202
+// docs/protocol.md behaviours of the peer-reply path (POST /workspaces/:peer/a2a)
+// that the replier relies on. docs/protocol.md §6 lists the
+// platform's answers; docs/protocol.md §6 says 200 {"status":"queued"} and 202
 // {"queued":true} are success; §17.14 says 502/503 on /a2a may be retried
 // only with the same messageId; Retry-After is honoured (§2). What the
 // replier does with each answer is pkg/replier classify/postFailed:
@@ -180,7 +180,7 @@ func TestA2APermanentRefusalsAreDeadLettered(t *testing.T) {
 	}
 }
 
-// Part 1 §6: a push-mode peer that does not answer within the platform's
+// docs/protocol.md §6: a push-mode peer that does not answer within the platform's
 // idle timeout gets the message queued, 202 {"queued":true}; that is a
 // success: marked sent, acked, never re-posted.
 func TestA2APushPeer202QueuedIsSuccess(t *testing.T) {
@@ -220,7 +220,7 @@ func TestA2APushPeer202QueuedIsSuccess(t *testing.T) {
 	}
 }
 
-// Part 1 §6 / Part 2 §9: the replier tells the platform how long it will
+// docs/protocol.md §6: the replier tells the platform how long it will
 // wait for a push peer (X-Timeout, whole seconds, from A2ATimeout), and
 // sends the caller header the platform reads.
 func TestA2ASendsXTimeout(t *testing.T) {

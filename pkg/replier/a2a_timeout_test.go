@@ -22,7 +22,7 @@ import (
 // within the X-Timeout sent (whole seconds): the replier waits for the
 // platform's answer (A2AGrace longer) instead of timing out itself and
 // posting again, which would deliver the message to the agent again each
-// time (PROTOCOL.md Part 1 §6: a client timeout followed by a blind retry
+// time (docs/protocol.md §6: a client timeout followed by a blind retry
 // duplicates the message).
 func TestA2APostWaitsForThePlatformPastXTimeout(t *testing.T) {
 	t.Parallel()

@@ -26,7 +26,7 @@ var ErrReconcile = errors.New("replier: cannot reconcile notify")
 var ErrFeedUnreadable = errors.New("replier: the activity feed could not be read")
 
 // notifyRow is the part of an own-notify activity row reconciliation reads
-// (PROTOCOL.md Part 3 §5: method "notify", response_body.result = text,
+// (docs/protocol.md §6: method "notify", response_body.result = text,
 // source_id null).
 type notifyRow struct {
 	Method       string          `json:"method"`

@@ -46,8 +46,8 @@ type refusal struct {
 	reason string
 }
 
-// refusalBody holds the flags of the /a2a error answers (PROTOCOL.md
-// Part 2 §9).
+// refusalBody holds the flags of the /a2a error answers (docs/protocol.md
+// §6).
 type refusalBody struct {
 	Waking            bool  `json:"waking"`
 	Busy              bool  `json:"busy"`
@@ -57,7 +57,7 @@ type refusalBody struct {
 
 // classifyRefusal maps a failed post on route (events.RouteA2A or
 // events.RouteNotify) to what to do, following the error tables of
-// PROTOCOL.md (Part 2 §9 for /a2a, §12 for /notify, Part 3 §5).
+// docs/protocol.md §6.
 func classifyRefusal(route string, err error) refusal {
 	var ae *molecule.APIError
 	if !errors.As(err, &ae) {
@@ -77,7 +77,7 @@ func classifyRefusal(route string, err error) refusal {
 	case st == http.StatusGone:
 		return refusal{refusedForNow, removedReason(route)}
 	case st == http.StatusNotFound && ae.Message == "":
-		// A bare empty 404 is the tenant routing (PROTOCOL.md §2): a
+		// A bare empty 404 is the tenant routing (docs/protocol.md §2): a
 		// configuration error, not a passing state.
 		return refusal{permanentFailure, "the request did not reach the tenant (bare 404); check MOLECULE_ORG_ID and MOLECULE_PLATFORM_URL, then replay this dead letter"}
 	case st == http.StatusNotFound:

@@ -13,9 +13,8 @@ import (
 	"github.com/molecule-ai/molecule-relay/pkg/molecule/moleculetest"
 )
 
-// Every answer of PROTOCOL.md's error tables for POST /workspaces/:id/a2a
-// (Part 2 §9, Part 4) and POST /workspaces/:id/notify (Part 2 §12, Part 3
-// §5), sent by the double over real HTTP and read by the real client, is
+// Every refusal of POST /workspaces/:id/a2a and POST /workspaces/:id/notify
+// listed in docs/protocol.md §6, sent by the double over real HTTP and read by the real client, is
 // classified as retry, retry-after or dead-letter with a reason. Before,
 // 503 "workspace has no URL" (no code field) was "outcome unknown" and
 // retried until max deliveries.

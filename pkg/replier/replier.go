@@ -13,8 +13,8 @@
 //     the POST's outcome is unknown): a peer reply is posted again with the
 //     same messageId, which a receiving relay de-duplicates on; a canvas
 //     reply is reconciled against the workspace's own feed, where the
-//     platform writes the notify row before it answers (PROTOCOL.md Part 3
-//     §5). The record holds the post's start and deadline; once the post
+//     platform writes the notify row before it answers (docs/protocol.md
+//     §6). The record holds the post's start and deadline; once the post
 //     cannot be in flight any more (waited out in-process, spending no
 //     delivery), only that window of the feed is searched (reconcile.go):
 //     a matching row means it was delivered (mark sent, ack), none means
@@ -242,7 +242,7 @@ func (r *Replier) process(runCtx context.Context, d *stage.Delivery) {
 }
 
 // waitBudget holds the reply while the workspace's rate budget is at the
-// reserve (PROTOCOL.md §2: notify and a2a share the token's bucket with the
+// reserve (docs/protocol.md §2: notify and a2a share the token's bucket with the
 // heartbeat). The message is kept alive meanwhile; a stop hands it back.
 // Under a deadline, a reply whose budget resets too late for a post to fit
 // is handed back at once, delayed until the reset, instead of holding it
@@ -281,7 +281,7 @@ func (r *Replier) sleepBudget(runCtx context.Context, j *job, d time.Duration) b
 // the platform's answer to an /a2a post. The platform stops dispatching at
 // X-Timeout and answers 202 queued (a success); were our own timeout to
 // fire first, the outcome would be unknown and posting again would deliver
-// the message twice (PROTOCOL.md Part 1 §6).
+// the message twice (docs/protocol.md §6).
 const A2AGrace = 10 * time.Second
 
 // MinA2ATimeout is the shortest X-Timeout an /a2a post is started with

@@ -524,7 +524,7 @@ func TestConfigValidation(t *testing.T) {
 // Posts keep the rate budget's reserve for the heartbeat, even when they run
 // concurrently: with a limit of 5 a window and a reserve of 3, four replies
 // are posted at most one per window and a heartbeat right after the drain
-// still gets through (PROTOCOL.md §2).
+// still gets through (docs/protocol.md §2).
 func TestPostsKeepTheHeartbeatsRateReserve(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t, moleculetest.WithRateLimit(5, 3*time.Second))

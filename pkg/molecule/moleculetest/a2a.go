@@ -154,7 +154,7 @@ func (s *Server) after(d time.Duration, fn func()) {
 }
 
 // push delivers a normalised request to a push-mode (or OLD) target's URL
-// and relays the outcome (PROTOCOL.md Part 2 §9, Part 4).
+// and relays the outcome (docs/protocol.md §6).
 func (s *Server) push(w http.ResponseWriter, id, name, source, agentURL, status string, idle time.Duration, f *feed, m map[string]any, method string) {
 	fwd := appendJSON(nil, m, orderSorted)
 	logged := appendJSON(nil, m, s.bodyOrder())

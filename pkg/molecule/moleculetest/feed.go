@@ -234,7 +234,7 @@ func encodeRowNew(r *row) []byte {
 }
 
 // encodeRowOld renders a row in the key order observed on the OLD
-// platform (PROTOCOL.md Part 4).
+// platform (docs/protocol.md §1).
 func encodeRowOld(r *row) []byte {
 	b := make([]byte, 0, 256+len(r.requestBody)+len(r.responseBody))
 	b = append(b, `{"id":`...)

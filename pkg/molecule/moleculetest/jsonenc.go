@@ -68,8 +68,8 @@ type keyOrder int
 
 const (
 	// orderJSONB is PostgreSQL jsonb's: shorter keys first, then bytewise.
-	// Rows on the NEW platform come back in this order (PROTOCOL.md Part 3
-	// §2 "keys reordered").
+	// Rows on the NEW platform come back in this order (docs/protocol.md §4;
+	// the keys come reordered).
 	orderJSONB keyOrder = iota
 	// orderSorted is encoding/json's map order (bytewise), used for the
 	// body forwarded to a push agent ("re-serialised with keys sorted").

@@ -98,7 +98,7 @@ func (st *sse) none(t *testing.T, d time.Duration) {
 	}
 }
 
-// Part 3 §7.
+// docs/protocol.md §4.
 func TestSSE(t *testing.T) {
 	s := newServer(t, moleculetest.WithRateLimit(100, time.Minute))
 	a, b := s.CreateWorkspace("ext-A"), s.CreateWorkspace("ext-B")
@@ -193,7 +193,7 @@ func TestCloseEndsStreams(t *testing.T) {
 	s.Close() // idempotent
 }
 
-// Part 3 §6 pause / resume.
+// docs/protocol.md §7 pause / resume.
 func TestPauseResume(t *testing.T) {
 	s := newServer(t)
 	a, b := s.CreateWorkspace("ext-A"), s.CreateWorkspace("ext-B")
@@ -252,7 +252,7 @@ func TestPauseResume(t *testing.T) {
 	}
 }
 
-// Part 3 §6 after delete.
+// docs/protocol.md §7 after delete.
 func TestAfterDelete(t *testing.T) {
 	s := newServer(t)
 	a, b := s.CreateWorkspace("ext-A"), s.CreateWorkspace("ext-B")

@@ -16,7 +16,7 @@ import (
 	"github.com/molecule-ai/molecule-relay/pkg/molecule/moleculetest"
 )
 
-// Part 4 discover (and Part 2 §8 hierarchy).
+// docs/protocol.md §1 (OLD) discover (and §9 hierarchy).
 func TestDiscover(t *testing.T) {
 	s := newServer(t)
 	a, b := s.CreateWorkspace("ext-A"), s.CreateWorkspace("ext-B")
@@ -134,7 +134,7 @@ func TestTenantGuard(t *testing.T) {
 	}
 }
 
-// PROTOCOL.md §4: a late-committed row is lost for a naive since_id poller.
+// docs/protocol.md §4: a late-committed row is lost for a naive since_id poller.
 func TestLateCommitLosesRowForNaivePoller(t *testing.T) {
 	const lag = time.Second
 	s := newServer(t, moleculetest.WithLateCommit(0.1, lag))

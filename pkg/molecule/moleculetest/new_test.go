@@ -37,7 +37,7 @@ func TestCreateWorkspace(t *testing.T) {
 	}
 }
 
-// Part 3 §1.
+// docs/protocol.md §3.
 func TestRegisterNew(t *testing.T) {
 	s := newServer(t)
 	a := s.CreateWorkspace("ext-A")
@@ -106,7 +106,7 @@ func TestRegisterUnknownIDMintsToken(t *testing.T) {
 
 const canvasMsg = `{"jsonrpc":"2.0","id":"req-1","method":"message/send","params":{"message":{"role":"user","messageId":"m-1","parts":[{"kind":"text","text":"hello from canvas 1"}]},"metadata":{"history":[]}}}`
 
-// Part 3 §2 and §3: caller identity.
+// docs/protocol.md §6: caller identity.
 func TestCanvasCallerIdentity(t *testing.T) {
 	s := newServer(t)
 	a, b := s.CreateWorkspace("ext-A"), s.CreateWorkspace("ext-B")
@@ -200,7 +200,7 @@ func TestQueuedRowShape(t *testing.T) {
 	}
 }
 
-// Part 3 §2 normalisation.
+// docs/protocol.md §6 normalisation.
 func TestA2ANormalisation(t *testing.T) {
 	s := newServer(t)
 	a := s.CreateWorkspace("ext-A")
@@ -260,7 +260,7 @@ func TestA2ANormalisation(t *testing.T) {
 	}
 }
 
-// Part 3 §4.
+// docs/protocol.md §4.
 func TestActivityQueryNew(t *testing.T) {
 	s := newServer(t)
 	a, b := s.CreateWorkspace("ext-A"), s.CreateWorkspace("ext-B")
@@ -397,7 +397,7 @@ func TestSinceIDPagesOneByOne(t *testing.T) {
 	expect(t, call(t, s, "GET", "/workspaces/"+a.ID+"/activity?type=a2a_receive&limit=1&since_id="+cur, bearerH(a.Token), ""), 200, `[]`)
 }
 
-// Part 3 §5.
+// docs/protocol.md §6.
 func TestNotify(t *testing.T) {
 	s := newServer(t)
 	a, b := s.CreateWorkspace("ext-A"), s.CreateWorkspace("ext-B")
@@ -472,7 +472,7 @@ func TestNotifySummaryFirst80Bytes(t *testing.T) {
 	}
 }
 
-// Part 3 §6.
+// docs/protocol.md §7.
 func TestHeartbeat(t *testing.T) {
 	s := newServer(t)
 	a, b := s.CreateWorkspace("ext-A"), s.CreateWorkspace("ext-B")
@@ -556,7 +556,7 @@ func TestStateAuth(t *testing.T) {
 	expect(t, call(t, s, "GET", "/workspaces/"+a.ID+"/state", nil, ""), 401, `{"error":"missing workspace auth token"}`)
 }
 
-// Part 3 §8.
+// docs/protocol.md §2.
 func TestRateLimit(t *testing.T) {
 	s := newServer(t, moleculetest.WithRateLimit(5, time.Minute))
 	a, b := s.CreateWorkspace("ext-A"), s.CreateWorkspace("ext-B")

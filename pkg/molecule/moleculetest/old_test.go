@@ -72,7 +72,7 @@ func registerOld(t *testing.T, s *moleculetest.Server, w moleculetest.Workspace,
 	}
 }
 
-// Part 4 register.
+// docs/protocol.md §1 (OLD) register.
 func TestRegisterOld(t *testing.T) {
 	s := newServer(t, moleculetest.WithGeneration(moleculetest.Old))
 	a := s.CreateWorkspace("ext-agent-A")
@@ -116,7 +116,7 @@ func TestRegisterOld(t *testing.T) {
 	}
 }
 
-// Part 4 activity: DESC always, since_id and friends ignored.
+// docs/protocol.md §1 (OLD) activity: DESC always, since_id and friends ignored.
 func TestActivityOld(t *testing.T) {
 	s := newServer(t, moleculetest.WithGeneration(moleculetest.Old))
 	a := s.CreateWorkspace("ext-agent-A")
@@ -151,7 +151,7 @@ func TestActivityOld(t *testing.T) {
 	expect(t, call(t, s, "GET", p+"source=user", bearerH(a.Token), ""), 400, `{"error":"source must be 'canvas' or 'agent'"}`)
 }
 
-// Part 4 canvas and peer messages through push delivery.
+// docs/protocol.md §1 (OLD) canvas and peer messages through push delivery.
 func TestPushDeliveryOld(t *testing.T) {
 	s := newServer(t, moleculetest.WithGeneration(moleculetest.Old), moleculetest.WithPushTimeout(300*time.Millisecond))
 	ag := newAgent(t, echoReply)

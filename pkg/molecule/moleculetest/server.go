@@ -1,6 +1,6 @@
 // Package moleculetest is an in-memory Molecule platform for tests and the
 // CLI's development mode. It listens on 127.0.0.1 over real HTTP and behaves
-// like the real servers of both generations (PROTOCOL.md Parts 3 and 4),
+// like the real servers of both generations (docs/protocol.md),
 // quirks and failures included.
 //
 // Timestamps: created_at is real time truncated to the microsecond. To keep
@@ -66,7 +66,7 @@ func WithAsyncRows(d time.Duration) Option { return func(s *Server) { s.asyncRow
 
 // WithLateCommit makes a fraction (0..1) of queued rows take a created_at
 // up to lag before their visible commit, so a tight since_id poller can miss
-// them (PROTOCOL.md §4). Rows become visible after lag. The choice is
+// them (docs/protocol.md §4). Rows become visible after lag. The choice is
 // deterministic: the queued rows are counted server-wide and row n is late
 // when floor(n*fraction) > floor((n-1)*fraction), so fraction 0.1 makes
 // every 10th queued row late.
