@@ -153,19 +153,27 @@ func (s *Server) after(d time.Duration, fn func()) {
 	}()
 }
 
+// pushCall is one delivery of a request to a push-mode target.
+type pushCall struct {
+	id, name, source, method string
+	f                        *feed
+	agentURL                 string
+	fwd, logged              []byte // the body as forwarded, as logged
+}
+
 // push delivers a normalised request to a push-mode (or OLD) target's URL
 // and relays the outcome (docs/protocol.md §6).
 func (s *Server) push(w http.ResponseWriter, id, name, source, agentURL, status string, idle time.Duration, f *feed, m map[string]any, method string) {
-	fwd := appendJSON(nil, m, orderSorted)
-	logged := appendJSON(nil, m, s.bodyOrder())
+	c := pushCall{id: id, name: name, source: source, method: method, f: f, agentURL: agentURL,
+		fwd: appendJSON(nil, m, orderSorted), logged: appendJSON(nil, m, s.bodyOrder())}
 	if agentURL == "" {
 		writeJSON(w, http.StatusServiceUnavailable, map[string]any{"error": "workspace has no URL", "status": status})
-		s.recordA2A(id, source, fwd, http.StatusServiceUnavailable)
+		s.recordA2A(id, source, c.fwd, http.StatusServiceUnavailable)
 		return
 	}
 	if !strings.HasPrefix(agentURL, "http://") && !strings.HasPrefix(agentURL, "https://") {
 		writeError(w, http.StatusBadGateway, "workspace URL is not publicly routable")
-		s.recordA2A(id, source, fwd, http.StatusBadGateway)
+		s.recordA2A(id, source, c.fwd, http.StatusBadGateway)
 		return
 	}
 	timeout := s.pushTimeout
@@ -175,10 +183,10 @@ func (s *Server) push(w http.ResponseWriter, id, name, source, agentURL, status 
 	ctx, cancel := context.WithTimeout(s.ctx, timeout)
 	defer cancel()
 	start := time.Now()
-	req, err := http.NewRequestWithContext(ctx, http.MethodPost, agentURL, bytes.NewReader(fwd))
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, agentURL, bytes.NewReader(c.fwd))
 	if err != nil {
 		writeError(w, http.StatusBadGateway, "failed to reach workspace agent")
-		s.recordA2A(id, source, fwd, http.StatusBadGateway)
+		s.recordA2A(id, source, c.fwd, http.StatusBadGateway)
 		return
 	}
 	req.Header.Set("Content-Type", "application/json")
@@ -188,38 +196,50 @@ func (s *Server) push(w http.ResponseWriter, id, name, source, agentURL, status 
 		respBody, err = io.ReadAll(io.LimitReader(resp.Body, maxAgentResponse))
 		resp.Body.Close()
 		if err != nil && !isQueueable(ctx, err) {
-			s.errorRow(f, id, name, source, method, logged, start, err.Error())
+			s.errorRow(f, id, name, source, method, c.logged, start, err.Error())
 			writeJSON(w, http.StatusBadGateway, map[string]any{"error": "failed to read agent response", "delivery_confirmed": false})
-			s.recordA2A(id, source, fwd, http.StatusBadGateway)
+			s.recordA2A(id, source, c.fwd, http.StatusBadGateway)
 			return
 		}
 	}
 	if err != nil {
-		if isQueueable(ctx, err) {
-			// The platform's dispatch context is cancelled on its idle
-			// timeout, so the row reads "context canceled".
-			detail := err.Error()
-			if errors.Is(err, context.DeadlineExceeded) {
-				detail = "Post " + strconv.Quote(agentURL) + ": " + context.Canceled.Error()
-			}
-			s.errorRow(f, id, name, source, method, logged, start, detail)
-			qid, depth := s.enqueue(id, messageID(m))
-			writeJSON(w, http.StatusAccepted, map[string]any{
-				"queued": true, "queue_id": qid, "queue_depth": depth,
-				"message": "workspace agent busy — request queued, will dispatch when capacity available",
-			})
-			s.recordA2A(id, source, fwd, http.StatusAccepted)
-			return
-		}
-		s.errorRow(f, id, name, source, method, logged, start, err.Error())
-		writeError(w, http.StatusBadGateway, "failed to reach workspace agent")
-		s.recordA2A(id, source, fwd, http.StatusBadGateway)
+		s.pushFailed(ctx, w, c, m, start, err)
 		return
 	}
+	s.logPushed(c, resp.StatusCode, respBody, start)
+	relayAgentAnswer(w, resp, respBody)
+}
+
+// pushFailed answers a push the agent did not answer: queued (202) on a
+// timeout, cancel, EOF or reset, else 502; both with an error row.
+func (s *Server) pushFailed(ctx context.Context, w http.ResponseWriter, c pushCall, m map[string]any, start time.Time, err error) {
+	if !isQueueable(ctx, err) {
+		s.errorRow(c.f, c.id, c.name, c.source, c.method, c.logged, start, err.Error())
+		writeError(w, http.StatusBadGateway, "failed to reach workspace agent")
+		s.recordA2A(c.id, c.source, c.fwd, http.StatusBadGateway)
+		return
+	}
+	// The platform's dispatch context is cancelled on its idle timeout, so
+	// the row reads "context canceled".
+	detail := err.Error()
+	if errors.Is(err, context.DeadlineExceeded) {
+		detail = "Post " + strconv.Quote(c.agentURL) + ": " + context.Canceled.Error()
+	}
+	s.errorRow(c.f, c.id, c.name, c.source, c.method, c.logged, start, detail)
+	qid, depth := s.enqueue(c.id, messageID(m))
+	writeJSON(w, http.StatusAccepted, map[string]any{
+		"queued": true, "queue_id": qid, "queue_depth": depth,
+		"message": "workspace agent busy — request queued, will dispatch when capacity available",
+	})
+	s.recordA2A(c.id, c.source, c.fwd, http.StatusAccepted)
+}
+
+// logPushed writes the a2a_receive row of an answered push and announces it.
+func (s *Server) logPushed(c pushCall, code int, respBody []byte, start time.Time) {
 	dur := int(time.Since(start).Milliseconds())
 	rw := &row{
-		id: newUUID(), workspaceID: id, activityType: "a2a_receive", sourceID: source, targetID: id,
-		method: method, summary: method + " → " + name, requestBody: logged,
+		id: newUUID(), workspaceID: c.id, activityType: "a2a_receive", sourceID: c.source, targetID: c.id,
+		method: c.method, summary: c.method + " → " + c.name, requestBody: c.logged,
 		durationMS: dur, hasDuration: true, status: "ok",
 	}
 	if v, err := decodeAny(respBody); err == nil {
@@ -227,16 +247,21 @@ func (s *Server) push(w http.ResponseWriter, id, name, source, agentURL, status 
 	} else {
 		rw.responseBody = appendString(nil, string(respBody))
 	}
-	if resp.StatusCode >= 300 {
+	if code >= 300 {
 		rw.status = "error"
-		rw.errorDetail = fmt.Sprintf("agent returned HTTP %d", resp.StatusCode)
+		rw.errorDetail = fmt.Sprintf("agent returned HTTP %d", code)
 	}
-	f.commit(rw, s.encodeRow)
-	if source == "" {
-		s.publish(id, "A2A_RESPONSE", map[string]any{"response_body": json.RawMessage(rw.responseBody), "method": method, "duration_ms": dur})
+	c.f.commit(rw, s.encodeRow)
+	if c.source == "" {
+		s.publish(c.id, "A2A_RESPONSE", map[string]any{"response_body": json.RawMessage(rw.responseBody), "method": c.method, "duration_ms": dur})
 	}
-	s.publish(id, "ACTIVITY_LOGGED", s.activityEvent(rw))
-	s.recordA2A(id, source, fwd, resp.StatusCode)
+	s.publish(c.id, "ACTIVITY_LOGGED", s.activityEvent(rw))
+	s.recordA2A(c.id, c.source, c.fwd, code)
+}
+
+// relayAgentAnswer hands the agent's answer to the caller: as it is, or a
+// 3xx or higher as {"error": <the agent's error or the status text>}.
+func relayAgentAnswer(w http.ResponseWriter, resp *http.Response, respBody []byte) {
 	if resp.StatusCode >= 300 {
 		msg := http.StatusText(resp.StatusCode)
 		var e struct {

@@ -54,68 +54,97 @@ func checkAgentURL(raw string) error {
 }
 
 func (s *Server) handleRegister(w http.ResponseWriter, r *http.Request, body []byte) {
-	var p registerBody
-	if !bodyInto(body, &p) || !isUUID(p.ID) || len(p.AgentCard) == 0 {
-		writeError(w, http.StatusBadRequest, "invalid request body")
+	p, regURL, mode, refusal := s.parseRegister(body)
+	if refusal != "" {
+		writeError(w, http.StatusBadRequest, refusal)
 		return
 	}
+	s.mu.Lock()
+	ws := s.workspaces[p.ID]
+	status, refusal := s.registerRefusalLocked(r, ws, regURL, &mode)
+	if refusal != "" {
+		s.mu.Unlock()
+		writeError(w, status, refusal)
+		return
+	}
+	resp, card := s.registerLocked(ws, p, regURL, mode)
+	s.mu.Unlock()
+
+	ev := map[string]any{"agent_card": json.RawMessage(card), "url": regURL}
+	if s.gen == New {
+		ev["delivery_mode"] = mode
+		if mode == "poll" {
+			ev["url"] = ""
+		}
+	}
+	s.publish(p.ID, "WORKSPACE_ONLINE", ev)
+	writeJSON(w, http.StatusOK, resp)
+}
+
+// parseRegister reads a register body and the checks that need no state:
+// the registered URL, the asked delivery mode ("" when not given), or the
+// 400 message that refuses it.
+func (s *Server) parseRegister(body []byte) (p registerBody, regURL, mode, refusal string) {
+	if !bodyInto(body, &p) || !isUUID(p.ID) || len(p.AgentCard) == 0 {
+		return p, "", "", "invalid request body"
+	}
 	p.ID = strings.ToLower(p.ID)
-	regURL := ""
 	if p.URL != nil {
 		regURL = *p.URL
 	}
-	mode := ""
 	if s.gen == Old {
 		if regURL == "" || checkAgentURL(regURL) != nil {
-			writeError(w, http.StatusBadRequest, "invalid request body")
-			return
+			return p, "", "", "invalid request body"
 		}
-	} else if p.DeliveryMode != nil && *p.DeliveryMode != "" {
+		return p, regURL, "", ""
+	}
+	if p.DeliveryMode != nil && *p.DeliveryMode != "" {
 		mode = *p.DeliveryMode
 		if mode != "push" && mode != "poll" {
-			writeError(w, http.StatusBadRequest, "delivery_mode must be 'push' or 'poll'")
-			return
+			return p, "", "", "delivery_mode must be 'push' or 'poll'"
 		}
 	}
+	return p, regURL, mode, ""
+}
 
-	s.mu.Lock()
-	ws := s.workspaces[p.ID]
+// registerRefusalLocked checks the bearer of a workspace that has a live
+// token and settles the delivery mode (NEW: the asked one, else the
+// stored one, else push, which needs a public URL; OLD: always push). It
+// returns the status and message of a refusal, or "".
+func (s *Server) registerRefusalLocked(r *http.Request, ws *workspace, regURL string, mode *string) (int, string) {
 	if ws != nil && ws.liveTokens > 0 {
 		tok := bearer(r)
 		if tok == "" {
-			s.mu.Unlock()
-			writeError(w, http.StatusUnauthorized, "missing workspace auth token")
-			return
+			return http.StatusUnauthorized, "missing workspace auth token"
 		}
 		if !s.validLocked(tok, ws) {
-			s.mu.Unlock()
-			writeError(w, http.StatusUnauthorized, "invalid workspace auth token")
-			return
+			return http.StatusUnauthorized, "invalid workspace auth token"
 		}
 	}
-	if s.gen == New {
-		if mode == "" {
-			mode = "push"
-			if ws != nil {
-				mode = ws.deliveryMode
-			}
-		}
-		if mode == "push" {
-			if regURL == "" {
-				s.mu.Unlock()
-				writeError(w, http.StatusBadRequest, "url is required for push-mode workspaces")
-				return
-			}
-			if err := checkAgentURL(regURL); err != nil {
-				s.mu.Unlock()
-				writeError(w, http.StatusBadRequest, "invalid url: "+err.Error())
-				return
-			}
-		}
-	} else {
-		mode = "push"
+	if s.gen != New {
+		*mode = "push"
+		return 0, ""
 	}
+	if *mode == "" {
+		*mode = "push"
+		if ws != nil {
+			*mode = ws.deliveryMode
+		}
+	}
+	if *mode == "push" {
+		if regURL == "" {
+			return http.StatusBadRequest, "url is required for push-mode workspaces"
+		}
+		if err := checkAgentURL(regURL); err != nil {
+			return http.StatusBadRequest, "invalid url: " + err.Error()
+		}
+	}
+	return 0, ""
+}
 
+// registerLocked records an accepted registration and returns the answer
+// and the agent card to announce.
+func (s *Server) registerLocked(ws *workspace, p registerBody, regURL, mode string) (map[string]any, json.RawMessage) {
 	resp := map[string]any{"status": "registered"}
 	if ws == nil {
 		ws = s.newWorkspaceLocked(p.ID, p.ID, "")
@@ -138,21 +167,10 @@ func (s *Server) handleRegister(w http.ResponseWriter, r *http.Request, body []b
 		resp["delivery_mode"] = mode
 		resp["platform_inbound_secret"] = ws.secret
 	}
-	card := ws.agentCard
 	if ws.removed {
-		card = p.AgentCard
+		return resp, p.AgentCard
 	}
-	s.mu.Unlock()
-
-	ev := map[string]any{"agent_card": json.RawMessage(card), "url": regURL}
-	if s.gen == New {
-		ev["delivery_mode"] = mode
-		if mode == "poll" {
-			ev["url"] = ""
-		}
-	}
-	s.publish(p.ID, "WORKSPACE_ONLINE", ev)
-	writeJSON(w, http.StatusOK, resp)
+	return resp, ws.agentCard
 }
 
 type heartbeatBody struct {
