@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/molecule-ai/molecule-relay/internal/pipelinetest"
 	"github.com/molecule-ai/molecule-relay/pkg/molecule/moleculetest"
 )
 
@@ -43,7 +44,7 @@ func benchLatency(b *testing.B, window time.Duration) {
 		<-tick.C // the traffic's pace, not a wait for the relay
 	}
 	tick.Stop()
-	waitUntil(b, 60*time.Second, "every message answered", func() bool {
+	pipelinetest.Eventually(b, 60*time.Second, "every message answered", func() bool {
 		r := s.replies()
 		for k := range sent {
 			if len(r[k]) == 0 {
@@ -115,7 +116,7 @@ func BenchmarkLambdaBurst(b *testing.B) {
 				}
 				wg.Wait()
 				sentIn := time.Since(start)
-				waitUntil(b, 5*time.Minute, "the burst answered", func() bool { return len(s.replies()["handled"]) >= n })
+				pipelinetest.Eventually(b, 5*time.Minute, "the burst answered", func() bool { return len(s.replies()["handled"]) >= n })
 				total := time.Since(start)
 				mu.Lock()
 				span, h := last.Sub(first), handled

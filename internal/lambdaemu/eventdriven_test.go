@@ -14,6 +14,7 @@ import (
 
 	"github.com/molecule-ai/molecule-relay/internal/lambdaemu"
 	"github.com/molecule-ai/molecule-relay/internal/natstest"
+	"github.com/molecule-ai/molecule-relay/internal/pipelinetest"
 	"github.com/molecule-ai/molecule-relay/pkg/molecule"
 	"github.com/molecule-ai/molecule-relay/pkg/molecule/moleculetest"
 )
@@ -102,7 +103,7 @@ func startRelayStack(t testing.TB, opts stackOptions) *relayStack {
 	s.poller.Every(opts.pollerTimeout, []byte(schedulerEvent))
 	// The first window registers the agent and seeds its cursor before it
 	// starts heartbeating.
-	waitUntil(t, 30*time.Second, "the poller's first heartbeat", func() bool { return plat.Status(s.agent.ID).Heartbeats > 0 })
+	pipelinetest.Eventually(t, 30*time.Second, "the poller's first heartbeat", func() bool { return plat.Status(s.agent.ID).Heartbeats > 0 })
 	return s
 }
 
@@ -163,20 +164,6 @@ func (s *relayStack) dump(t testing.TB) {
 	}
 }
 
-// waitUntil polls cond until it holds or within passes.
-func waitUntil(t testing.TB, within time.Duration, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(within)
-	tick := time.NewTicker(10 * time.Millisecond)
-	defer tick.Stop()
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out after %s waiting for %s", within, what)
-		}
-		<-tick.C
-	}
-}
-
 // TestFunctionsEventDriven: with only the poller's schedule, a canvas
 // user's and a peer's messages are answered within seconds: the poller's
 // live window picks them up through the SSE wake-up, its wake-up invokes
@@ -205,7 +192,7 @@ func TestFunctionsEventDriven(t *testing.T) {
 
 	sentAt := s.send(t, "hello canvas", false)
 	s.send(t, "hello peer", true)
-	waitUntil(t, 15*time.Second, "both messages answered", func() bool { return len(s.replies()["handled"]) == 2 })
+	pipelinetest.Eventually(t, 15*time.Second, "both messages answered", func() bool { return len(s.replies()["handled"]) == 2 })
 	latency := time.Since(sentAt)
 	t.Logf("two messages answered %s after they were sent (poller window, SSE wake-up, two invoke hops)", latency.Round(time.Millisecond))
 	if latency > s.pollerTime/2 {
@@ -230,7 +217,7 @@ func TestFunctionsEventDriven(t *testing.T) {
 	for i := range burst {
 		s.send(t, fmt.Sprintf("burst %d", i), i%3 != 0)
 	}
-	waitUntil(t, 60*time.Second, "the burst answered", func() bool { return len(s.replies()["handled"]) == 2+burst })
+	pipelinetest.Eventually(t, 60*time.Second, "the burst answered", func() bool { return len(s.replies()["handled"]) == 2+burst })
 	_, most := s.disp.Emulator().Concurrency()
 	t.Logf("burst of %d: %d dispatcher environments, %d invocations at once, handler ran %d times",
 		burst, s.disp.Environments(), most, slow.Load())
