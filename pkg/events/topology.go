@@ -114,13 +114,13 @@ func EnsureTopology(ctx context.Context, js jetstream.JetStream, cfg TopologyCon
 	}
 	t := &Topology{Config: cfg}
 	var err error
-	if t.Inbound, err = js.CreateOrUpdateStream(ctx, InboundStreamConfig(cfg)); err != nil {
+	if t.Inbound, err = ensureStream(ctx, js, InboundStreamConfig(cfg)); err != nil {
 		return nil, fmt.Errorf("events: create stream %s: %w", StreamInbound, err)
 	}
-	if t.Reply, err = js.CreateOrUpdateStream(ctx, ReplyStreamConfig(cfg)); err != nil {
+	if t.Reply, err = ensureStream(ctx, js, ReplyStreamConfig(cfg)); err != nil {
 		return nil, fmt.Errorf("events: create stream %s: %w", StreamReply, err)
 	}
-	if t.DLQ, err = js.CreateOrUpdateStream(ctx, DLQStreamConfig(cfg)); err != nil {
+	if t.DLQ, err = ensureStream(ctx, js, DLQStreamConfig(cfg)); err != nil {
 		return nil, fmt.Errorf("events: create stream %s: %w", StreamDLQ, err)
 	}
 	if t.Dispatcher, err = js.CreateOrUpdateConsumer(ctx, StreamInbound, DispatcherConsumerConfig(cfg)); err != nil {
@@ -140,7 +140,7 @@ func EnsureTopology(ctx context.Context, js jetstream.JetStream, cfg TopologyCon
 	} {
 		b.cfg.Replicas = cfg.Replicas
 		b.cfg.Storage = cfg.Storage
-		if _, err := js.CreateOrUpdateStream(ctx, BucketStreamConfig(b.cfg)); err != nil {
+		if _, err := ensureStream(ctx, js, BucketStreamConfig(b.cfg)); err != nil {
 			return nil, fmt.Errorf("events: create bucket %s: %w", b.cfg.Bucket, err)
 		}
 		kv, err := js.KeyValue(ctx, b.cfg.Bucket)
