@@ -8,6 +8,17 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 )
 
+// DefaultDispatcherAckWait and DefaultReplierAckWait are the consumers'
+// AckWait when TopologyConfig leaves it unset. They bound the time to
+// redelivery of a message that was in flight in a killed stage (the last
+// keep-alive came at most a third of it before the kill), so that a crash
+// costs seconds, not the 30 s and 60 s of earlier versions; EnsureTopology
+// updates a consumer created with the old values.
+const (
+	DefaultDispatcherAckWait = 8 * time.Second
+	DefaultReplierAckWait    = 8 * time.Second
+)
+
 // TopologyConfig sizes the JetStream topology. The zero value is valid: every
 // field has a default, applied by SetDefaults.
 type TopologyConfig struct {
@@ -19,13 +30,20 @@ type TopologyConfig struct {
 	// minutes are refused.
 	DuplicateWindow time.Duration
 	// DispatcherAckWait is how long the dispatcher may hold a message
-	// without acking or signalling progress. If not set, 30 seconds.
+	// without acking or signalling progress; it is also how long a message
+	// in flight in a killed dispatcher waits before it is redelivered. The
+	// stage signals progress (InProgress) every third of it for as long as
+	// it works on a message, however long the handler takes, so a short
+	// value costs nothing but a few keep-alives. If not set,
+	// DefaultDispatcherAckWait (8 seconds).
 	DispatcherAckWait time.Duration
 	// DispatcherMaxDeliver is how many times an inbound message is delivered
 	// before it becomes a dead letter. If not set, 5.
 	DispatcherMaxDeliver int
-	// ReplierAckWait: as DispatcherAckWait, for the replier. If not set, 60
-	// seconds (a push-mode peer may answer slowly).
+	// ReplierAckWait: as DispatcherAckWait, for the replier (a slow post,
+	// a wait for the rate budget or for an earlier post's flight are all
+	// kept alive the same way). If not set, DefaultReplierAckWait (8
+	// seconds).
 	ReplierAckWait time.Duration
 	// ReplierMaxDeliver: as DispatcherMaxDeliver, for the replier. If not
 	// set, 10.
@@ -51,13 +69,13 @@ func (c *TopologyConfig) SetDefaults() {
 		c.DuplicateWindow = 2 * time.Hour
 	}
 	if c.DispatcherAckWait == 0 {
-		c.DispatcherAckWait = 30 * time.Second
+		c.DispatcherAckWait = DefaultDispatcherAckWait
 	}
 	if c.DispatcherMaxDeliver == 0 {
 		c.DispatcherMaxDeliver = 5
 	}
 	if c.ReplierAckWait == 0 {
-		c.ReplierAckWait = 60 * time.Second
+		c.ReplierAckWait = DefaultReplierAckWait
 	}
 	if c.ReplierMaxDeliver == 0 {
 		c.ReplierMaxDeliver = 10
@@ -105,7 +123,9 @@ type Topology struct {
 }
 
 // EnsureTopology creates or updates the streams, durable consumers and
-// buckets. It is idempotent and safe to call from every stage at start-up,
+// buckets: an existing consumer takes cfg's AckWait, MaxDeliver and
+// MaxAckPending (all editable in place; its position and pending
+// messages are kept). It is idempotent and safe to call from every stage at start-up,
 // concurrently.
 func EnsureTopology(ctx context.Context, js jetstream.JetStream, cfg TopologyConfig) (*Topology, error) {
 	cfg.SetDefaults()

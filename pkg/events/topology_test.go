@@ -65,8 +65,8 @@ func TestEnsureTopologyCreatesEverything(t *testing.T) {
 		ackWait      time.Duration
 		maxDeliver   int
 	}{
-		{events.StreamInbound, events.ConsumerDispatcher, 30 * time.Second, 5},
-		{events.StreamReply, events.ConsumerReplier, 60 * time.Second, 10},
+		{events.StreamInbound, events.ConsumerDispatcher, events.DefaultDispatcherAckWait, 5},
+		{events.StreamReply, events.ConsumerReplier, events.DefaultReplierAckWait, 10},
 	} {
 		cons, err := js.Consumer(ctx, c.stream, c.name)
 		if err != nil {
@@ -155,6 +155,87 @@ func TestEnsureTopologyIdempotent(t *testing.T) {
 	}
 	if ci, _ := top.Dispatcher.Info(ctx); ci.NumPending != 1 {
 		t.Fatalf("update lost the consumer's position: %+v", ci)
+	}
+}
+
+// A topology created by an earlier version (AckWait 30 s dispatcher, 60 s
+// replier) is converted by the next EnsureTopology with the defaults: both
+// consumers take the short AckWait in place, keep their pending messages,
+// and a message that was delivered under the old AckWait and never acked
+// (its stage died) comes back within the new one.
+func TestEnsureTopologyConvertsOldAckWait(t *testing.T) {
+	ctx := ctxT(t)
+	s := natstest.Start(t)
+	_, js := natstest.Connect(t, s.ClientURL())
+	old := events.TopologyConfig{DispatcherAckWait: 30 * time.Second, ReplierAckWait: 60 * time.Second}
+	top, err := events.EnsureTopology(ctx, js, old)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if a, b := top.Dispatcher.CachedInfo().Config.AckWait, top.Replier.CachedInfo().Config.AckWait; a != 30*time.Second || b != 60*time.Second {
+		t.Fatalf("old topology ack waits %s, %s", a, b)
+	}
+	for _, subj := range []string{events.InboundSubject(ws), events.ReplySubject(ws)} {
+		if _, err := js.Publish(ctx, subj, []byte("in flight")); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// Each consumer delivers its message once under the old AckWait; the
+	// "stage" dies without acking.
+	for _, c := range []jetstream.Consumer{top.Dispatcher, top.Replier} {
+		batch, err := c.Fetch(1, jetstream.FetchMaxWait(5*time.Second))
+		if err != nil {
+			t.Fatal(err)
+		}
+		n := 0
+		for range batch.Messages() {
+			n++
+		}
+		if n != 1 {
+			t.Fatalf("consumer %s: first fetch got %d messages, want 1", c.CachedInfo().Name, n)
+		}
+	}
+	converted := time.Now()
+
+	top, err = events.EnsureTopology(ctx, js, events.TopologyConfig{})
+	if err != nil {
+		t.Fatalf("EnsureTopology over the old topology: %v", err)
+	}
+	for _, c := range []struct {
+		cons jetstream.Consumer
+		want time.Duration
+	}{{top.Dispatcher, events.DefaultDispatcherAckWait}, {top.Replier, events.DefaultReplierAckWait}} {
+		info, err := c.cons.Info(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if info.Config.AckWait != c.want {
+			t.Errorf("consumer %s ack wait %s after EnsureTopology, want %s", info.Name, info.Config.AckWait, c.want)
+		}
+		if info.NumAckPending != 1 {
+			t.Errorf("consumer %s: %d pending acks after the update, want the 1 in flight kept", info.Name, info.NumAckPending)
+		}
+		// The message in flight comes back within the new AckWait, not the
+		// old one.
+		batch, err := c.cons.Fetch(1, jetstream.FetchMaxWait(c.want+2*time.Second))
+		if err != nil {
+			t.Fatal(err)
+		}
+		var got jetstream.Msg
+		for m := range batch.Messages() {
+			got = m
+		}
+		if got == nil {
+			t.Fatalf("consumer %s: the message in flight was not redelivered within %s", info.Name, time.Since(converted))
+		}
+		meta, err := got.Metadata()
+		if err != nil || meta.NumDelivered != 2 {
+			t.Fatalf("consumer %s: redelivery metadata %+v, %v; want delivery 2", info.Name, meta, err)
+		}
+		if err := got.Ack(); err != nil {
+			t.Fatal(err)
+		}
+		t.Logf("consumer %s: message delivered under the old AckWait redelivered %s after the conversion", info.Name, time.Since(converted).Round(10*time.Millisecond))
 	}
 }
 
