@@ -51,7 +51,8 @@ type Config struct {
 	RetryMax  time.Duration
 	// ProgressInterval is how often the stage tells the server a message
 	// is still being worked on (InProgress). If not set, New makes it a
-	// third of the consumer's AckWait. It must be shorter than AckWait.
+	// third of the consumer's AckWait (or of the configured one, when
+	// shorter). It must be shorter than AckWait.
 	ProgressInterval time.Duration
 	// StartMargin: when the run's context has a deadline (a Lambda
 	// invocation), work is only taken if it can start and finish with

@@ -78,7 +78,7 @@ type Runner struct {
 }
 
 // New applies cfg's defaults (ProgressInterval from the consumer's
-// AckWait: the cached consumer info, else ackWait), validates it and
+// AckWait: the shorter of the cached consumer info's and ackWait), validates it and
 // returns a Runner of process on target. maxDeliver is the consumer's
 // MaxDeliver when its info is not cached (0: no limit). New makes no
 // request.
@@ -95,7 +95,15 @@ func Open(js jetstream.JetStream, target Target, cfg *Config, ackWait time.Durat
 	}
 	cfg.SetDefaults()
 	if ci := target.Consumer.CachedInfo(); ci != nil {
-		ackWait = ci.Config.AckWait
+		// The server applies the consumer's own AckWait; ackWait is what
+		// the topology config says it should be, and an EnsureTopology
+		// (an admin's, on a least-privilege cluster) may lower it to that
+		// while this stage runs, converting a consumer from an earlier
+		// version. Keep-alives are paced for the shorter of the two, so
+		// they hold before and after the change.
+		if ackWait <= 0 || ci.Config.AckWait < ackWait {
+			ackWait = ci.Config.AckWait
+		}
 		maxDeliver = ci.Config.MaxDeliver
 	}
 	if cfg.ProgressInterval == 0 {

@@ -300,6 +300,34 @@ func TestNewDerivesProgressIntervalAndValidates(t *testing.T) {
 	}
 }
 
+// A stage started on a consumer that still has an earlier version's long
+// AckWait, while its topology config says the short one, paces its
+// keep-alives for the short one: they still hold once EnsureTopology
+// lowers the consumer's AckWait under the running stage.
+func TestNewPacesKeepAliveForTheShorterAckWait(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, events.TopologyConfig{DispatcherAckWait: 30 * time.Second})
+	p := func(context.Context, *stage.Delivery) {}
+	r, err := stage.New(e.js, e.target(), stage.Config{}, events.DefaultDispatcherAckWait, 0, nil, p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got, want := r.Config().ProgressInterval, events.DefaultDispatcherAckWait/3; got != want {
+		t.Errorf("progress interval %s on a 30s consumer configured for %s, want %s", got, events.DefaultDispatcherAckWait, want)
+	}
+	// A consumer whose AckWait is shorter than the config's wins.
+	e2 := newEnv(t, events.TopologyConfig{DispatcherAckWait: 3 * time.Second})
+	if r, err = stage.New(e2.js, e2.target(), stage.Config{}, events.DefaultDispatcherAckWait, 0, nil, p); err != nil {
+		t.Fatal(err)
+	}
+	if got := r.Config().ProgressInterval; got != time.Second {
+		t.Errorf("progress interval %s on a 3s consumer, want 1s", got)
+	}
+	if _, err := stage.New(e.js, e.target(), stage.Config{ProgressInterval: 10 * time.Second}, events.DefaultDispatcherAckWait, 0, nil, p); !errors.Is(err, stage.ErrInvalidConfig) {
+		t.Errorf("progress interval 10s against a configured AckWait of %s: %v, want ErrInvalidConfig", events.DefaultDispatcherAckWait, err)
+	}
+}
+
 func TestChainWrapsFirstOutermost(t *testing.T) {
 	var order []string
 	mw := func(name string) stage.Middleware {
