@@ -170,14 +170,15 @@ func connect(t *testing.T, url string) jetstream.JetStream {
 	return js
 }
 
-// ensureTopology creates the streams with short AckWaits, so a SIGKILLed
-// stage's messages come back in seconds; the stages run with
+// ensureTopology creates the streams with the production AckWaits (the
+// events defaults, 8 s), so a SIGKILLed stage's messages come back in
+// seconds exactly as in production; the stages run with
 // MOLECULE_TOPOLOGY=lookup and keep them.
 func ensureTopology(t *testing.T, js jetstream.JetStream) *events.Topology {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	topo, err := events.EnsureTopology(ctx, js, events.TopologyConfig{DispatcherAckWait: 5 * time.Second, ReplierAckWait: 10 * time.Second})
+	topo, err := events.EnsureTopology(ctx, js, events.TopologyConfig{})
 	if err != nil {
 		t.Fatal(err)
 	}
