@@ -143,10 +143,10 @@ func EnsureTopology(ctx context.Context, js jetstream.JetStream, cfg TopologyCon
 	if t.DLQ, err = ensureStream(ctx, js, DLQStreamConfig(cfg)); err != nil {
 		return nil, fmt.Errorf("events: create stream %s: %w", StreamDLQ, err)
 	}
-	if t.Dispatcher, err = js.CreateOrUpdateConsumer(ctx, StreamInbound, DispatcherConsumerConfig(cfg)); err != nil {
+	if t.Dispatcher, err = ensureConsumer(ctx, js, StreamInbound, DispatcherConsumerConfig(cfg)); err != nil {
 		return nil, fmt.Errorf("events: create consumer %s: %w", ConsumerDispatcher, err)
 	}
-	if t.Replier, err = js.CreateOrUpdateConsumer(ctx, StreamReply, ReplierConsumerConfig(cfg)); err != nil {
+	if t.Replier, err = ensureConsumer(ctx, js, StreamReply, ReplierConsumerConfig(cfg)); err != nil {
 		return nil, fmt.Errorf("events: create consumer %s: %w", ConsumerReplier, err)
 	}
 	for _, b := range []struct {

@@ -45,7 +45,7 @@ func streamUpdates(t *testing.T, nc *nats.Conn) func() map[string]int {
 }
 
 // A stage that starts against the topology as it should be changes
-// nothing: no stream is updated (an update rewrites the stream's store
+// nothing: no stream or consumer is updated (an update rewrites the stream's store
 // while other stages may be creating consumers on it). A changed setting
 // is still applied, to the streams it concerns.
 func TestEnsureTopologyUpdatesOnlyWhatChanged(t *testing.T) {
@@ -56,12 +56,22 @@ func TestEnsureTopologyUpdatesOnlyWhatChanged(t *testing.T) {
 		t.Fatal(err)
 	}
 	updates := streamUpdates(t, nc)
+	// A consumer create or update request is seen by any subscriber of its
+	// API subject, beside the server.
+	consumerWrites, err := nc.SubscribeSync("$JS.API.CONSUMER.CREATE.>")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = consumerWrites.Unsubscribe() }()
 
 	if _, err := events.EnsureTopology(ctx, js, events.TopologyConfig{}); err != nil {
 		t.Fatal(err)
 	}
 	if got := updates(); len(got) != 0 {
 		t.Fatalf("ensuring an unchanged topology updated streams %v", got)
+	}
+	if n, _, _ := consumerWrites.Pending(); n != 0 {
+		t.Fatalf("ensuring an unchanged topology sent %d consumer create/update requests", n)
 	}
 
 	top, err := events.EnsureTopology(ctx, js, events.TopologyConfig{DuplicateWindow: time.Hour})

@@ -20,7 +20,7 @@ func ensureStream(ctx context.Context, js jetstream.JetStream, want jetstream.St
 	s, err := js.Stream(ctx, want.Name)
 	switch {
 	case err == nil:
-		if streamConfigHolds(s.CachedInfo().Config, want) {
+		if configHolds(s.CachedInfo().Config, want) {
 			return s, nil
 		}
 	case errors.Is(err, jetstream.ErrStreamNotFound):
@@ -36,13 +36,28 @@ func ensureStream(ctx context.Context, js jetstream.JetStream, want jetstream.St
 	return js.CreateOrUpdateStream(ctx, want)
 }
 
-// streamConfigHolds reports whether the server's configuration got already
-// is want: every field want sets is equal in got. A zero numeric, string,
+// ensureConsumer creates or updates the durable consumer of want on
+// stream, sending the update only when the configuration differs, for the
+// same reason as ensureStream.
+func ensureConsumer(ctx context.Context, js jetstream.JetStream, stream string, want jetstream.ConsumerConfig) (jetstream.Consumer, error) {
+	c, err := js.Consumer(ctx, stream, want.Durable)
+	if err == nil && configHolds(c.CachedInfo().Config, want) {
+		return c, nil
+	}
+	if err != nil && !errors.Is(err, jetstream.ErrConsumerNotFound) {
+		return nil, fmt.Errorf("look up consumer %s: %w", want.Durable, err)
+	}
+	return js.CreateOrUpdateConsumer(ctx, stream, want)
+}
+
+// configHolds reports whether the server's configuration got already is
+// want: every field want sets is equal in got. A zero numeric, string,
 // pointer, slice, map or struct field of want means "the server's default"
 // and is taken from got; booleans and the jetstream enums (storage,
-// retention, discard...) are compared as they are, since their zero value
-// is a choice (AllowDirect false on a replicated bucket, for instance).
-func streamConfigHolds(got, want jetstream.StreamConfig) bool {
+// retention, ack policy...) are compared as they are, since their zero
+// value is a choice (AllowDirect false on a replicated bucket, for
+// instance).
+func configHolds[T jetstream.StreamConfig | jetstream.ConsumerConfig](got, want T) bool {
 	g := reflect.ValueOf(got)
 	w := reflect.ValueOf(&want).Elem()
 	for i := range w.NumField() {
