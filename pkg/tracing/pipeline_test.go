@@ -58,32 +58,21 @@ func TestOneTraceFromPollToPost(t *testing.T) {
 	w.SendCanvas("trace me")
 	w.WaitReplies(1, 20*time.Second)
 
+	// A parent span ends after its children: the dispatcher's handle span
+	// (and the poller's poll span) may still be open when the replier's
+	// post has ended. Wait for the whole chain.
+	const want = "post < reply-publish < handle < publish < poll"
 	var post sdktrace.ReadOnlySpan
-	pipelinetest.Eventually(t, 10*time.Second, "the post span ended", func() bool {
-		for _, s := range rec.Ended() {
-			if s.Name() == "post" {
-				post = s
-				return true
-			}
+	var chain string
+	t.Cleanup(func() {
+		if t.Failed() {
+			t.Logf("span chain seen: %q", chain)
 		}
-		return false
 	})
-	byID := map[trace.SpanID]sdktrace.ReadOnlySpan{}
-	for _, s := range rec.Ended() {
-		byID[s.SpanContext().SpanID()] = s
-	}
-	// Walk up from the post span: its ancestors, nearest first.
-	var chain []string
-	for s := post; s != nil; {
-		chain = append(chain, s.Name())
-		if s.SpanContext().TraceID() != post.SpanContext().TraceID() {
-			t.Fatalf("span %s is in another trace", s.Name())
-		}
-		s = byID[s.Parent().SpanID()]
-	}
-	if got, want := strings.Join(chain, " < "), "post < reply-publish < handle < publish < poll"; got != want {
-		t.Fatalf("span chain %q, want %q", got, want)
-	}
+	pipelinetest.Eventually(t, 10*time.Second, "the span chain "+want, func() bool {
+		post, chain = postChain(t, rec.Ended())
+		return chain == want
+	})
 	if !post.Parent().IsRemote() {
 		t.Error("post's parent is not remote: the context did not cross NATS in the headers")
 	}
@@ -129,4 +118,30 @@ func stagesLogging(logs, traceID string) map[string]bool {
 		}
 	}
 	return stages
+}
+
+// postChain finds the ended post span and names its ended ancestors,
+// nearest first ("post < reply-publish < ..."); every one must be in the
+// post's trace.
+func postChain(t *testing.T, ended []sdktrace.ReadOnlySpan) (sdktrace.ReadOnlySpan, string) {
+	t.Helper()
+	byID := map[trace.SpanID]sdktrace.ReadOnlySpan{}
+	var post sdktrace.ReadOnlySpan
+	for _, s := range ended {
+		byID[s.SpanContext().SpanID()] = s
+		if s.Name() == "post" {
+			post = s
+		}
+	}
+	if post == nil {
+		return nil, ""
+	}
+	var chain []string
+	for s := post; s != nil; s = byID[s.Parent().SpanID()] {
+		if s.SpanContext().TraceID() != post.SpanContext().TraceID() {
+			t.Fatalf("span %s is in another trace", s.Name())
+		}
+		chain = append(chain, s.Name())
+	}
+	return post, strings.Join(chain, " < ")
 }
