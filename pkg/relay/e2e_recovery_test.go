@@ -46,6 +46,23 @@ func (f *firstTime) mark() {
 	})
 }
 
+// checkWithin waits for the redelivery to the other stage after killed,
+// logs the time it took and checks it against maxRedelivery.
+func (f *firstTime) checkWithin(t *testing.T, killed time.Time, stage string, ackWait, alive time.Duration) {
+	t.Helper()
+	select {
+	case <-f.ch:
+	case <-time.After(maxRedelivery + 5*time.Second):
+		t.Fatalf("no redelivery within %s of the kill", time.Since(killed))
+	}
+	took := f.at.Sub(killed)
+	t.Logf("%s: AckWait %s; held alive for %s without redelivery; killed; redelivered to the other %s after %s",
+		stage, ackWait, alive, stage, took.Round(10*time.Millisecond))
+	if took > maxRedelivery {
+		t.Errorf("time to redelivery %s, want <= %s", took, maxRedelivery)
+	}
+}
+
 // aliveWindow is how long a stage holds its message, alive, before it is
 // killed: twice the AckWait, so a keep-alive that did not reach the server
 // would show as a redelivery to the other stage already running.
@@ -100,17 +117,7 @@ func TestE2ECrashRedeliveryTimeDispatcher(t *testing.T) {
 	proc1.Kill()
 	killed := time.Now()
 	run1.Cancel()
-	select {
-	case <-redelivered.ch:
-	case <-time.After(maxRedelivery + 5*time.Second):
-		t.Fatalf("no redelivery within %s of the kill", time.Since(killed))
-	}
-	took := redelivered.at.Sub(killed)
-	t.Logf("dispatcher: AckWait %s; handler alive for %s without redelivery; killed; redelivered to the other dispatcher after %s",
-		events.DefaultDispatcherAckWait, alive, took.Round(10*time.Millisecond))
-	if took > maxRedelivery {
-		t.Errorf("time to redelivery %s, want <= %s", took, maxRedelivery)
-	}
+	redelivered.checkWithin(t, killed, "dispatcher", events.DefaultDispatcherAckWait, alive)
 
 	w.WaitReplies(1, 20*time.Second)
 	waitDrained(t, w, 10*time.Second)
@@ -192,17 +199,7 @@ func TestE2ECrashRedeliveryTimeReplier(t *testing.T) {
 		}
 	default:
 	}
-	select {
-	case <-redelivered.ch:
-	case <-time.After(maxRedelivery + 5*time.Second):
-		t.Fatalf("no redelivery within %s of the kill", time.Since(killed))
-	}
-	took := redelivered.at.Sub(killed)
-	t.Logf("replier: AckWait %s; reply held alive for %s without redelivery; killed; redelivered to the other replier after %s",
-		events.DefaultReplierAckWait, alive, took.Round(10*time.Millisecond))
-	if took > maxRedelivery {
-		t.Errorf("time to redelivery %s, want <= %s", took, maxRedelivery)
-	}
+	redelivered.checkWithin(t, killed, "replier", events.DefaultReplierAckWait, alive)
 
 	w.WaitReplies(1, 20*time.Second)
 	waitDrained(t, w, 10*time.Second)
