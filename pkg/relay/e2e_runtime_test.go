@@ -2,6 +2,7 @@ package relay_test
 
 import (
 	"context"
+	"log/slog"
 	"testing"
 	"time"
 
@@ -17,25 +18,14 @@ import (
 func TestE2ERuntimeOnceAndRun(t *testing.T) {
 	t.Parallel()
 	w := pipelinetest.New(t, pipelinetest.Options{Peers: 1})
-	cfg, err := config.Load(nil, []string{
-		"MOLECULE_PLATFORM_URL=" + w.Plat.URL(),
-		"MOLECULE_WORKSPACE_ID=" + w.Agent.ID,
-		"MOLECULE_WORKSPACE_TOKEN=" + w.Agent.Token,
+	rt := openRelay(t, pipelinetest.Logger(),
+		"MOLECULE_PLATFORM_URL="+w.Plat.URL(),
+		"MOLECULE_WORKSPACE_ID="+w.Agent.ID,
+		"MOLECULE_WORKSPACE_TOKEN="+w.Agent.Token,
 		"MOLECULE_HANDLER=echo",
 		"MOLECULE_POLL_INTERVAL=10s", // Run must get the messages from SSE wake-ups
-		"NATS_URL=" + w.NATSURL(),
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := cfg.Validate(config.NeedPlatform | config.NeedHandler); err != nil {
-		t.Fatal(err)
-	}
-	rt, err := relay.Open(pipelinetest.Ctx(t), cfg, pipelinetest.Logger())
-	if err != nil {
-		t.Fatalf("Open: %v", err)
-	}
-	defer rt.Close()
+		"NATS_URL="+w.NATSURL(),
+	)
 	if rt.Conn.Embedded() {
 		t.Fatal("Open started an embedded NATS server although NATS_URL was set")
 	}
@@ -86,4 +76,23 @@ func TestE2ERuntimeOnceAndRun(t *testing.T) {
 		t.Fatal("Run did not return within 20s of its cancel")
 	}
 	w.CheckExactlyOnce(t, w.Sent())
+}
+
+// openRelay loads and validates the configuration of environ (platform and
+// handler required) and opens a Runtime on it, closed when the test ends.
+func openRelay(t *testing.T, log *slog.Logger, environ ...string) *relay.Runtime {
+	t.Helper()
+	cfg, err := config.Load(nil, environ)
+	if err == nil {
+		err = cfg.Validate(config.NeedPlatform | config.NeedHandler)
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	rt, err := relay.Open(pipelinetest.Ctx(t), cfg, log)
+	if err != nil {
+		t.Fatalf("Open: %v", err)
+	}
+	t.Cleanup(func() { rt.Close() })
+	return rt
 }

@@ -9,7 +9,6 @@ import (
 
 	"github.com/molecule-ai/molecule-relay/internal/natstest"
 	"github.com/molecule-ai/molecule-relay/internal/pipelinetest"
-	"github.com/molecule-ai/molecule-relay/pkg/config"
 	"github.com/molecule-ai/molecule-relay/pkg/molecule/moleculetest"
 	"github.com/molecule-ai/molecule-relay/pkg/relay"
 )
@@ -85,26 +84,15 @@ func TestE2EWorkspacesOnTwoTenants(t *testing.T) {
 		ids, toks = append(ids, o.ws.ID), append(toks, o.ws.Token)
 		urls, orgs = append(urls, o.tn.plat.URL()+"/"), append(orgs, o.tn.org)
 	}
-	cfg, err := config.Load(nil, []string{
-		"MOLECULE_WORKSPACE_IDS=" + strings.Join(ids, ","),
-		"MOLECULE_WORKSPACE_TOKENS=" + strings.Join(toks, ","),
-		"MOLECULE_PLATFORM_URLS=" + strings.Join(urls, ","),
-		"MOLECULE_ORG_IDS=" + strings.Join(orgs, ","),
+	rt := openRelay(t, pipelinetest.Logger(),
+		"MOLECULE_WORKSPACE_IDS="+strings.Join(ids, ","),
+		"MOLECULE_WORKSPACE_TOKENS="+strings.Join(toks, ","),
+		"MOLECULE_PLATFORM_URLS="+strings.Join(urls, ","),
+		"MOLECULE_ORG_IDS="+strings.Join(orgs, ","),
 		"MOLECULE_HANDLER=echo",
 		"MOLECULE_POLL_INTERVAL=10s", // Run must get the messages from SSE wake-ups
-		"NATS_URL=" + ns.ClientURL(),
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := cfg.Validate(config.NeedPlatform | config.NeedHandler); err != nil {
-		t.Fatal(err)
-	}
-	rt, err := relay.Open(pipelinetest.Ctx(t), cfg, pipelinetest.Logger())
-	if err != nil {
-		t.Fatalf("Open: %v", err)
-	}
-	defer rt.Close()
+		"NATS_URL="+ns.ClientURL(),
+	)
 
 	// The first one-shot registers every workspace on its tenant and
 	// seeds its cursor.
@@ -214,24 +202,13 @@ func TestE2ESameOrgIDOnTwoTenantsKeepsTwoBudgets(t *testing.T) {
 	a := newTenant(t, "org", 500, "agent-a")
 	b := newTenant(t, "org", 400, "agent-b")
 	ns := natstest.Start(t)
-	cfg, err := config.Load(nil, []string{
-		"MOLECULE_WORKSPACE_IDS=" + a.ws[0].ID + "," + b.ws[0].ID,
-		"MOLECULE_WORKSPACE_TOKENS=" + a.ws[0].Token + "," + b.ws[0].Token,
-		"MOLECULE_PLATFORM_URLS=" + a.plat.URL() + "," + b.plat.URL(),
+	rt := openRelay(t, pipelinetest.Logger(),
+		"MOLECULE_WORKSPACE_IDS="+a.ws[0].ID+","+b.ws[0].ID,
+		"MOLECULE_WORKSPACE_TOKENS="+a.ws[0].Token+","+b.ws[0].Token,
+		"MOLECULE_PLATFORM_URLS="+a.plat.URL()+","+b.plat.URL(),
 		"MOLECULE_ORG_IDS=org,org",
-		"NATS_URL=" + ns.ClientURL(),
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := cfg.Validate(config.NeedPlatform | config.NeedHandler); err != nil {
-		t.Fatal(err)
-	}
-	rt, err := relay.Open(pipelinetest.Ctx(t), cfg, pipelinetest.Logger())
-	if err != nil {
-		t.Fatalf("Open: %v", err)
-	}
-	defer rt.Close()
+		"NATS_URL="+ns.ClientURL(),
+	)
 	rep, err := rt.Once(pipelinetest.Ctx(t), relay.All, 200*time.Millisecond)
 	if err != nil || !rep.OK() {
 		t.Fatalf("Once: %v %+v", err, rep)

@@ -8,7 +8,6 @@ import (
 	"time"
 
 	"github.com/molecule-ai/molecule-relay/internal/pipelinetest"
-	"github.com/molecule-ai/molecule-relay/pkg/config"
 	"github.com/molecule-ai/molecule-relay/pkg/relay"
 )
 
@@ -20,19 +19,10 @@ import (
 func TestSecondInstanceNoticed(t *testing.T) {
 	t.Parallel()
 	w := pipelinetest.New(t, pipelinetest.Options{})
-	cfg, err := config.Load(nil, []string{
-		"MOLECULE_PLATFORM_URL=" + w.Plat.URL(), "MOLECULE_WORKSPACE_ID=" + w.Agent.ID, "MOLECULE_WORKSPACE_TOKEN=" + w.Agent.Token,
-		"MOLECULE_HANDLER=echo", "MOLECULE_POLL_INTERVAL=100ms", "NATS_URL=" + w.NATSURL(),
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
 	var logs pipelinetest.LogBuffer
-	rt, err := relay.Open(pipelinetest.Ctx(t), cfg, slog.New(slog.NewTextHandler(&logs, nil)))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer rt.Close()
+	rt := openRelay(t, slog.New(slog.NewTextHandler(&logs, nil)),
+		"MOLECULE_PLATFORM_URL="+w.Plat.URL(), "MOLECULE_WORKSPACE_ID="+w.Agent.ID, "MOLECULE_WORKSPACE_TOKEN="+w.Agent.Token,
+		"MOLECULE_HANDLER=echo", "MOLECULE_POLL_INTERVAL=100ms", "NATS_URL="+w.NATSURL())
 	run := pipelinetest.Start(t, func(ctx context.Context) error { return rt.Run(ctx, relay.All) })
 	w.WaitSeeded(w.Agent.ID)
 
