@@ -252,6 +252,8 @@ func BuildReply(in *events.Inbound, text string, handledAt time.Time) events.Rep
 		Source:           in.Source,
 		Text:             text,
 		MessageID:        events.ReplyMessageID(in.ActivityID),
+		ContextID:        in.ContextID,
+		TaskID:           in.TaskID,
 		Hops:             in.Hops + 1,
 		InboundCreatedAt: in.CreatedAt,
 		PolledAt:         in.PolledAt,
@@ -259,6 +261,7 @@ func BuildReply(in *events.Inbound, text string, handledAt time.Time) events.Rep
 	}
 	if in.Source == events.SourcePeerAgent {
 		r.TargetWorkspaceID = in.SourceWorkspaceID
+		r.InReplyToMessageID = in.MessageID
 	}
 	return r
 }

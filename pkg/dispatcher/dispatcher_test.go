@@ -57,6 +57,7 @@ func TestRepliesAreRoutedToTheSender(t *testing.T) {
 		switch i % 4 {
 		case 1:
 			in.Source, in.SourceWorkspaceID, in.Hops = events.SourcePeerAgent, peer, 1
+			in.MessageID, in.ContextID, in.TaskID = fmt.Sprintf("their-msg-%d", i), "ctx-1", "task-1"
 		case 2:
 			in.Source = events.SourceSelf
 		case 3:
@@ -90,9 +91,13 @@ func TestRepliesAreRoutedToTheSender(t *testing.T) {
 		if !ok {
 			t.Fatalf("no reply for %s", in.ActivityID)
 		}
-		wantTarget := ""
+		wantTarget, wantInReplyToMsg := "", ""
 		if in.Source == events.SourcePeerAgent {
-			wantTarget = peer
+			wantTarget, wantInReplyToMsg = peer, in.MessageID
+		}
+		if r.InReplyToMessageID != wantInReplyToMsg || r.ContextID != in.ContextID || r.TaskID != in.TaskID {
+			t.Errorf("reply to %s: in_reply_to_message_id %q context %q task %q; want %q %q %q",
+				in.ActivityID, r.InReplyToMessageID, r.ContextID, r.TaskID, wantInReplyToMsg, in.ContextID, in.TaskID)
 		}
 		if r.WorkspaceID != ws || r.Source != in.Source || r.TargetWorkspaceID != wantTarget ||
 			r.Text != "echo: "+in.Text || r.MessageID != events.ReplyMessageID(in.ActivityID) ||

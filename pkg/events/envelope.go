@@ -60,6 +60,12 @@ type Inbound struct {
 	// InReplyTo is params.message.metadata.in_reply_to of the inbound
 	// message: set when the message is itself a reply to one of ours.
 	InReplyTo string `json:"in_reply_to,omitempty"`
+	// InReplyToMessageID is metadata.in_reply_to_message_id: the messageId
+	// of the message this one answers (set by relays on their replies).
+	InReplyToMessageID string `json:"in_reply_to_message_id,omitempty"`
+	// ContextID and TaskID are the A2A contextId and taskId of the message.
+	ContextID string `json:"context_id,omitempty"`
+	TaskID    string `json:"task_id,omitempty"`
 	// Hops counts relay replies in this conversation (metadata.relay_hops of
 	// the inbound message); used to cap agent-to-agent loops.
 	Hops int `json:"hops,omitempty"`
@@ -92,6 +98,13 @@ type Reply struct {
 	Attachments       []Attachment `json:"attachments,omitempty"`
 	// MessageID is the stable A2A messageId of a peer reply (ReplyMessageID).
 	MessageID string `json:"message_id,omitempty"`
+	// InReplyToMessageID is the inbound message's own messageId, sent as
+	// metadata.in_reply_to_message_id so an asking relay can match the
+	// answer to its question; ContextID and TaskID are echoed from the
+	// inbound message (A2A keeps a conversation's ids on every turn).
+	InReplyToMessageID string `json:"in_reply_to_message_id,omitempty"`
+	ContextID          string `json:"context_id,omitempty"`
+	TaskID             string `json:"task_id,omitempty"`
 	// Hops is the inbound message's Hops plus one.
 	Hops int `json:"hops,omitempty"`
 	// Timestamps for latency accounting.

@@ -14,7 +14,8 @@ import (
 func NewInbound(ws string, m *molecule.Message, polledAt time.Time) Inbound {
 	env := Inbound{
 		WorkspaceID: ws, ActivityID: m.ActivityID, Method: m.Method, MessageID: m.MessageID, Role: m.Role,
-		Text: m.Text, InReplyTo: m.InReplyTo, Hops: m.Hops,
+		Text: m.Text, InReplyTo: m.InReplyTo, InReplyToMessageID: m.InReplyToMessageID, Hops: m.Hops,
+		ContextID: m.ContextID, TaskID: m.TaskID,
 		PeerName: m.PeerName, PeerRole: m.PeerRole, AgentCardURL: m.AgentCardURL,
 		Raw: m.Raw, CreatedAt: m.CreatedAt, PolledAt: polledAt,
 	}

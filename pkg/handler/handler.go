@@ -4,8 +4,9 @@
 // a Go program passes its own Func.
 package handler
 
-// Handler, Request, Func and ErrPermanent are a fixed contract; Parse and
-// the built-ins live in parse.go, echo.go, exec.go, http.go and openai.go.
+// Handler, Request, Func and ErrPermanent are a fixed contract (agent.go
+// adds memory, structured answers and the agent API to it); Parse and the
+// built-ins live in parse.go, echo.go, exec.go, http.go and openai.go.
 
 import (
 	"context"
@@ -48,4 +49,14 @@ type Request struct {
 	// Progress tells the stage the handler is alive (keeps the message from
 	// being redelivered). Safe to call from any goroutine; never nil.
 	Progress func()
+	// Conversation names the conversation the message belongs to (the
+	// canvas user, a peer, or an A2A context); see agent.go.
+	Conversation string
+	// History is the conversation's recent turns, oldest first, not
+	// including this message; empty when memory is off.
+	History []Turn
+	// Agent is the relay's agent API for this message, used through
+	// Request's Interim, AskPeer, Peers, Discover and Secrets methods; nil
+	// when the relay offers none.
+	Agent Agent
 }

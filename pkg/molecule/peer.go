@@ -31,6 +31,8 @@ type a2aParams struct {
 type a2aMessage struct {
 	Role      string         `json:"role"`
 	MessageID string         `json:"messageId"`
+	ContextID string         `json:"contextId,omitempty"`
+	TaskID    string         `json:"taskId,omitempty"`
 	Parts     []a2aPart      `json:"parts"`
 	Metadata  map[string]any `json:"metadata,omitempty"`
 }
@@ -52,7 +54,7 @@ func buildA2A(m A2AMessage) (*a2aBody, error) {
 	if m.Text == "" && len(m.Attachments) == 0 {
 		return nil, fmt.Errorf("%w: a2a: a message needs text or attachments", ErrInvalidArgument)
 	}
-	msg := a2aMessage{Role: "agent", MessageID: m.MessageID, Parts: []a2aPart{}}
+	msg := a2aMessage{Role: "agent", MessageID: m.MessageID, ContextID: m.ContextID, TaskID: m.TaskID, Parts: []a2aPart{}}
 	if m.Text != "" {
 		msg.Parts = append(msg.Parts, a2aPart{Kind: "text", Text: m.Text})
 	}

@@ -103,7 +103,15 @@ type Message struct {
 	// InReplyTo is params.message.metadata.in_reply_to.
 	InReplyTo string
 	// Hops is params.message.metadata.relay_hops (0 when absent).
-	Hops      int
+	Hops int
+	// InReplyToMessageID is params.message.metadata.in_reply_to_message_id:
+	// the messageId of the message this one answers, which a relay sets on
+	// its replies so an asking agent can match the answer to its question
+	// (the platform's activity id of the question is unknown to the asker).
+	InReplyToMessageID string
+	// ContextID and TaskID are the A2A params.message.contextId and taskId.
+	ContextID string
+	TaskID    string
 	CreatedAt time.Time
 	// Enrichment (include=peer_info on NEW platforms).
 	PeerName     string
@@ -533,8 +541,9 @@ func (m *Message) readBody(body rawObject) (msg rawObject, err error) {
 	return msg, nil
 }
 
-// readMessageFields reads messageId, role and metadata.in_reply_to /
-// relay_hops of params.message.
+// readMessageFields reads messageId, role, contextId, taskId and
+// metadata.in_reply_to / in_reply_to_message_id / relay_hops of
+// params.message.
 func (m *Message) readMessageFields(msg rawObject) error {
 	if msg == nil {
 		return nil
@@ -547,6 +556,12 @@ func (m *Message) readMessageFields(msg rawObject) error {
 	if m.Role, err = msg.str("role", p+".role"); err != nil {
 		return err
 	}
+	if m.ContextID, err = msg.str("contextId", p+".contextId"); err != nil {
+		return err
+	}
+	if m.TaskID, err = msg.str("taskId", p+".taskId"); err != nil {
+		return err
+	}
 	meta, err := msg.object("metadata", p+".metadata")
 	if err != nil || meta == nil {
 		return err
@@ -554,6 +569,9 @@ func (m *Message) readMessageFields(msg rawObject) error {
 	// in_reply_to guards against reply loops: a wrong type is an error,
 	// not silently "not a reply".
 	if m.InReplyTo, err = meta.str("in_reply_to", p+".metadata.in_reply_to"); err != nil {
+		return err
+	}
+	if m.InReplyToMessageID, err = meta.str("in_reply_to_message_id", p+".metadata.in_reply_to_message_id"); err != nil {
 		return err
 	}
 	if n, ok := meta.nonNegInt("relay_hops", maxHops); ok {

@@ -236,6 +236,10 @@ type A2AMessage struct {
 	MessageID string
 	// InReplyTo becomes params.message.metadata.in_reply_to.
 	InReplyTo string
+	// ContextID and TaskID become params.message.contextId and taskId
+	// (A2A's conversation and task ids) when set.
+	ContextID string
+	TaskID    string
 	// Metadata is merged into params.message.metadata.
 	Metadata    map[string]any
 	Attachments []Attachment

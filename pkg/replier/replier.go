@@ -434,12 +434,18 @@ func (r *Replier) send(ctx context.Context, j *job) error {
 	if msgID == "" {
 		msgID = events.ReplyMessageID(j.rep.ActivityID)
 	}
+	meta := map[string]any{"relay_hops": j.rep.Hops}
+	if j.rep.InReplyToMessageID != "" {
+		meta["in_reply_to_message_id"] = j.rep.InReplyToMessageID
+	}
 	res, err := j.client.SendA2A(ctx, molecule.A2AMessage{
 		To:          j.rep.TargetWorkspaceID,
 		Text:        j.rep.Text,
 		MessageID:   msgID,
 		InReplyTo:   j.rep.ActivityID,
-		Metadata:    map[string]any{"relay_hops": j.rep.Hops},
+		ContextID:   j.rep.ContextID,
+		TaskID:      j.rep.TaskID,
+		Metadata:    meta,
 		Attachments: toAttachments(j.rep.Attachments),
 		Timeout:     j.xTimeout,
 	})

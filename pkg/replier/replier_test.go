@@ -199,6 +199,7 @@ func TestPeerReplyIsSentAsA2A(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t)
 	rep := e.peerReply("act-9", "hello peer")
+	rep.InReplyToMessageID, rep.ContextID = "their-msg-9", "ctx-9"
 	e.publish(t, rep)
 	r := e.replier(t, e.js, e.topo, replier.Config{})
 	st, err := r.Drain(bg(t), 300*time.Millisecond)
@@ -222,6 +223,7 @@ func TestPeerReplyIsSentAsA2A(t *testing.T) {
 			Message struct {
 				Role      string `json:"role"`
 				MessageID string `json:"messageId"`
+				ContextID string `json:"contextId"`
 				Parts     []struct {
 					Kind string `json:"kind"`
 					Text string `json:"text"`
@@ -236,7 +238,8 @@ func TestPeerReplyIsSentAsA2A(t *testing.T) {
 	m := body.Params.Message
 	if body.Method != "message/send" || m.Role != "agent" || m.MessageID != events.ReplyMessageID("act-9") ||
 		len(m.Parts) != 1 || m.Parts[0].Kind != "text" || m.Parts[0].Text != "hello peer" ||
-		m.Metadata["in_reply_to"] != "act-9" || m.Metadata["relay_hops"] != float64(2) {
+		m.Metadata["in_reply_to"] != "act-9" || m.Metadata["relay_hops"] != float64(2) ||
+		m.Metadata["in_reply_to_message_id"] != rep.InReplyToMessageID || m.ContextID != rep.ContextID {
 		t.Errorf("a2a body = %s", c.Body)
 	}
 	// The caller header the platform reads.
