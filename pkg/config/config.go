@@ -108,6 +108,10 @@ type Config struct {
 	Handler string `env:"MOLECULE_HANDLER" envDefault:"echo"`
 	// HandlerTimeout bounds one handler call. Default 5m.
 	HandlerTimeout Seconds `env:"MOLECULE_HANDLER_TIMEOUT" envDefault:"5m"`
+	// MCPAnswerTimeout is how long the mcp command waits for Claude to
+	// answer or dismiss one message before it is shown again (it is the
+	// mcp dispatcher's handler timeout). Default 1h.
+	MCPAnswerTimeout Seconds `env:"MOLECULE_MCP_ANSWER_TIMEOUT" envDefault:"1h"`
 	// Concurrency is how many handlers run at once per dispatcher. Default
 	// stage.DefaultConcurrency (16), set by Load.
 	Concurrency int `env:"MOLECULE_CONCURRENCY"`
@@ -321,6 +325,8 @@ func (c *Config) validateLimits() error {
 		return bad("MOLECULE_OVERLAP_WINDOW", "%s is outside 0..30m (it must stay inside the stream's duplicate window)", c.OverlapWindow)
 	case c.HandlerTimeout.D() < time.Second:
 		return bad("MOLECULE_HANDLER_TIMEOUT", "%s is below 1s", c.HandlerTimeout)
+	case c.MCPAnswerTimeout.D() < time.Second:
+		return bad("MOLECULE_MCP_ANSWER_TIMEOUT", "%s is below 1s", c.MCPAnswerTimeout)
 	case c.Concurrency < 1 || c.Concurrency > 4096:
 		return bad("MOLECULE_CONCURRENCY", "%d is outside 1..4096", c.Concurrency)
 	case c.ReplyConcurrency < 1 || c.ReplyConcurrency > 4096:

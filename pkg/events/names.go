@@ -56,6 +56,10 @@ const (
 	// BucketReplies records replies that are being or have been posted (key:
 	// ReplyKey), so a reply is posted at most once.
 	BucketReplies = "molecule_replies"
+	// BucketMCPLeases holds one lease per workspace served by a
+	// molecule-relay mcp instance (key: workspace id), so a second
+	// instance on the same workspace is refused.
+	BucketMCPLeases = "molecule_mcp_leases"
 )
 
 // Stage names, used in dead-letter subjects and envelopes.

@@ -1,0 +1,252 @@
+package mcpchannel
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"sync"
+	"time"
+
+	"github.com/mark3labs/mcp-go/mcp"
+	"github.com/mark3labs/mcp-go/server"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/molecule-ai/molecule-relay/internal/uuid"
+	"github.com/molecule-ai/molecule-relay/pkg/molecule"
+	"github.com/molecule-ai/molecule-relay/pkg/version"
+)
+
+// ServerConfig configures a Server.
+type ServerConfig struct {
+	// Channel is the mcp handler the server shows messages through.
+	Channel *Channel
+	// Handled and Replies are the dispatcher's and replier's record
+	// buckets: a tool reports an answer done only once its record is there.
+	Handled, Replies jetstream.KeyValue
+	// Clients are the platform clients by workspace id (list_peers,
+	// discover_peer).
+	Clients map[string]*molecule.Client
+	// OnReady is called once per client, when it has finished
+	// initializing; the function it returns is called when the client is
+	// gone (the mcp command starts and stops the dispatcher with them). If
+	// nil, nothing is called.
+	OnReady func() (stop func())
+	// ConfirmTimeout bounds a tool's wait for the answer's handled record.
+	// If not set, 30 seconds.
+	ConfirmTimeout time.Duration
+	Logger         *slog.Logger
+}
+
+// Server is the MCP stdio server of the channel. Serve may be called again
+// after it returned (a new client); one client at a time.
+type Server struct {
+	cfg ServerConfig
+	mcp *server.MCPServer
+	log *slog.Logger
+}
+
+// NewServer builds the MCP server with the claude/channel capability and
+// the channel's tools.
+func NewServer(cfg ServerConfig) *Server {
+	if cfg.ConfirmTimeout <= 0 {
+		cfg.ConfirmTimeout = 30 * time.Second
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.New(slog.DiscardHandler)
+	}
+	s := &Server{cfg: cfg, log: cfg.Logger}
+	s.mcp = server.NewMCPServer("molecule-relay", version.String(),
+		server.WithToolCapabilities(false),
+		server.WithExperimental(map[string]any{Capability: map[string]any{}}),
+		server.WithRecovery(),
+		server.WithInstructions(instructions),
+	)
+	s.addTools()
+	return s
+}
+
+const instructions = `Messages sent to your Molecule workspaces arrive as <channel source="molecule"> events. ` +
+	`Answer each one with reply_to_workspace (pass its activity_id), or dismiss it when no reply is wanted: ` +
+	`a message stays waiting, and is shown again in the next session, until one of the two is called.`
+
+// Serve speaks MCP over in and out (newline-delimited JSON-RPC) until in
+// ends, ctx ends, or writing fails. Messages are shown only after the
+// client's notifications/initialized. When it returns, messages still
+// waiting go back to JetStream. A read blocked on in outlives a cancelled
+// ctx until in is closed.
+func (s *Server) Serve(ctx context.Context, in io.Reader, out io.Writer) error {
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	sess := &session{id: uuid.New(), notes: make(chan mcp.JSONRPCNotification, 16)}
+	if err := s.mcp.RegisterSession(ctx, sess); err != nil {
+		return fmt.Errorf("mcpchannel: session: %w", err)
+	}
+	defer s.mcp.UnregisterSession(context.Background(), sess.id)
+	ctx = s.mcp.WithContext(ctx, sess)
+	w := &writer{out: out}
+	go w.drain(ctx, sess.notes)
+
+	lines := make(chan []byte)
+	readErr := make(chan error, 1)
+	go readLines(in, lines, readErr)
+
+	var (
+		wg   sync.WaitGroup
+		stop func()
+		err  error
+	)
+loop:
+	for {
+		select {
+		case <-ctx.Done():
+			break loop
+		case err = <-readErr:
+			break loop
+		case line := <-lines:
+			if isInitialized(line) && stop == nil {
+				stop = s.ready(w)
+			}
+			s.handle(ctx, &wg, w, line)
+		}
+	}
+	if stop != nil {
+		stop() // first: waiting messages fail with ErrClientGone
+	}
+	cancel()
+	wg.Wait()
+	if errors.Is(err, io.EOF) {
+		err = nil
+	}
+	return err
+}
+
+// ready connects the channel to this client and starts what OnReady starts.
+func (s *Server) ready(w *writer) (stop func()) {
+	s.log.Info("mcp: client initialized; delivering messages")
+	disconnect := s.cfg.Channel.connect(w.notify)
+	stopReady := func() {}
+	if s.cfg.OnReady != nil {
+		stopReady = s.cfg.OnReady()
+	}
+	return func() {
+		s.log.Info("mcp: client gone; messages not answered go back to the queue", "waiting", s.cfg.Channel.Waiting())
+		disconnect()
+		stopReady()
+	}
+}
+
+// handle runs a request on its own goroutine (a tool may wait minutes for
+// a peer) and a notification or response in line.
+func (s *Server) handle(ctx context.Context, wg *sync.WaitGroup, w *writer, line []byte) {
+	var head struct {
+		ID json.RawMessage `json:"id"`
+	}
+	_ = json.Unmarshal(line, &head)
+	if len(head.ID) == 0 || string(head.ID) == "null" {
+		if resp := s.mcp.HandleMessage(ctx, line); resp != nil {
+			w.write(resp)
+		}
+		return
+	}
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		if resp := s.mcp.HandleMessage(ctx, line); resp != nil {
+			w.write(resp)
+		}
+	}()
+}
+
+func isInitialized(line []byte) bool {
+	var head struct {
+		Method string `json:"method"`
+	}
+	return json.Unmarshal(line, &head) == nil && head.Method == string(mcp.MethodNotificationInitialized)
+}
+
+func readLines(in io.Reader, lines chan<- []byte, readErr chan<- error) {
+	r := bufio.NewReaderSize(in, 64<<10)
+	for {
+		line, err := r.ReadBytes('\n')
+		if len(bytes.TrimSpace(line)) > 0 {
+			lines <- line
+		}
+		if err != nil {
+			readErr <- err
+			return
+		}
+	}
+}
+
+// writer serialises JSON-RPC messages onto out, one per line.
+type writer struct {
+	mu     sync.Mutex
+	out    io.Writer
+	failed error
+}
+
+func (w *writer) write(msg any) error {
+	b, err := json.Marshal(msg)
+	if err != nil {
+		return err
+	}
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.failed != nil {
+		return w.failed
+	}
+	if _, err := w.out.Write(append(b, '\n')); err != nil {
+		w.failed = err
+		return err
+	}
+	return nil
+}
+
+// notify sends one channel notification.
+func (w *writer) notify(_ context.Context, n Notification) error {
+	return w.write(struct {
+		JSONRPC string       `json:"jsonrpc"`
+		Method  string       `json:"method"`
+		Params  Notification `json:"params"`
+	}{mcp.JSONRPC_VERSION, Method, n})
+}
+
+// drain forwards the library's own notifications (none in practice).
+func (w *writer) drain(ctx context.Context, notes <-chan mcp.JSONRPCNotification) {
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case n := <-notes:
+			_ = w.write(n)
+		}
+	}
+}
+
+// session is the one MCP session of a Serve call.
+type session struct {
+	id    string
+	ok    bool
+	mu    sync.Mutex
+	notes chan mcp.JSONRPCNotification
+}
+
+func (s *session) Initialize() {
+	s.mu.Lock()
+	s.ok = true
+	s.mu.Unlock()
+}
+
+func (s *session) Initialized() bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.ok
+}
+
+func (s *session) NotificationChannel() chan<- mcp.JSONRPCNotification { return s.notes }
+func (s *session) SessionID() string                                    { return s.id }
