@@ -23,6 +23,7 @@ const (
 	exitOK     = 0
 	exitFailed = 1 // something failed or was dead-lettered
 	exitUsage  = 2 // bad command line or configuration; nothing was contacted
+	exitBusy   = 3 // mcp: another instance serves one of the workspaces
 )
 
 // usageError is a bad command line or configuration (exit 2).
@@ -53,6 +54,7 @@ func init() {
 		{"dispatch", "the dispatcher stage only (--once: drain the inbound queue)", runStage("dispatch")},
 		{"reply", "the replier stage only (--once: drain the reply queue)", runStage("reply")},
 		{"status", "workspaces, cursors, streams, consumer lag and dead letters (--json)", runStatus},
+		{"mcp", "Claude Code channel: an MCP stdio server on the durable pipeline (see README, Claude Code channel)", runMCP},
 		{"dlq", "dead letters: list | show SEQ | replay SEQ | purge", runDLQ},
 		{"version", "print the version", func(_ context.Context, e *cliEnv, _ []string) error {
 			fmt.Fprintln(e.stdout, "molecule-relay", version.String())
@@ -81,7 +83,10 @@ func run(ctx context.Context, env *cliEnv, args []string) int {
 			continue
 		}
 		err := c.run(ctx, env, args[1:])
-		var ue usageError
+		var (
+			ue usageError
+			ar alreadyRunning
+		)
 		switch {
 		case err == nil:
 			return exitOK
@@ -90,6 +95,9 @@ func run(ctx context.Context, env *cliEnv, args []string) int {
 		case errors.As(err, &ue):
 			fmt.Fprintf(env.stderr, "molecule-relay %s: %v\n", c.name, err)
 			return exitUsage
+		case errors.As(err, &ar):
+			fmt.Fprintf(env.stderr, "molecule-relay %s: %v\n", c.name, err)
+			return exitBusy
 		default:
 			fmt.Fprintf(env.stderr, "molecule-relay %s: %v\n", c.name, err)
 			return exitFailed

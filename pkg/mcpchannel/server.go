@@ -108,10 +108,19 @@ loop:
 		case err = <-readErr:
 			break loop
 		case line := <-lines:
-			if isInitialized(line) && stop == nil {
+			method, id := head(line)
+			switch {
+			case method == methodDiscover:
+				// The stateless core (protocol 2026-07-28) has no
+				// notifications/initialized, which the channel contract
+				// waits for: refuse it so the client falls back to the
+				// initialize handshake, as Claude Code uses.
+				_ = w.write(discoverRefusal(id))
+				continue
+			case method == string(mcp.MethodNotificationInitialized) && stop == nil:
 				stop = s.ready(w)
 			}
-			s.handle(ctx, &wg, w, line)
+			s.handle(ctx, &wg, w, line, id)
 		}
 	}
 	if stop != nil {
@@ -142,12 +151,8 @@ func (s *Server) ready(w *writer) (stop func()) {
 
 // handle runs a request on its own goroutine (a tool may wait minutes for
 // a peer) and a notification or response in line.
-func (s *Server) handle(ctx context.Context, wg *sync.WaitGroup, w *writer, line []byte) {
-	var head struct {
-		ID json.RawMessage `json:"id"`
-	}
-	_ = json.Unmarshal(line, &head)
-	if len(head.ID) == 0 || string(head.ID) == "null" {
+func (s *Server) handle(ctx context.Context, wg *sync.WaitGroup, w *writer, line []byte, id json.RawMessage) {
+	if len(id) == 0 || string(id) == "null" {
 		if resp := s.mcp.HandleMessage(ctx, line); resp != nil {
 			w.write(resp)
 		}
@@ -162,11 +167,28 @@ func (s *Server) handle(ctx context.Context, wg *sync.WaitGroup, w *writer, line
 	}()
 }
 
-func isInitialized(line []byte) bool {
-	var head struct {
-		Method string `json:"method"`
+const methodDiscover = "server/discover"
+
+// head reads a message's method and id (either may be absent).
+func head(line []byte) (method string, id json.RawMessage) {
+	var h struct {
+		Method string          `json:"method"`
+		ID     json.RawMessage `json:"id"`
 	}
-	return json.Unmarshal(line, &head) == nil && head.Method == string(mcp.MethodNotificationInitialized)
+	_ = json.Unmarshal(line, &h)
+	return h.Method, h.ID
+}
+
+func discoverRefusal(id json.RawMessage) any {
+	type rpcErr struct {
+		Code    int    `json:"code"`
+		Message string `json:"message"`
+	}
+	return struct {
+		JSONRPC string          `json:"jsonrpc"`
+		ID      json.RawMessage `json:"id"`
+		Error   rpcErr          `json:"error"`
+	}{mcp.JSONRPC_VERSION, id, rpcErr{mcp.METHOD_NOT_FOUND, "method not found: use initialize"}}
 }
 
 func readLines(in io.Reader, lines chan<- []byte, readErr chan<- error) {
