@@ -271,4 +271,4 @@ func (s *session) Initialized() bool {
 }
 
 func (s *session) NotificationChannel() chan<- mcp.JSONRPCNotification { return s.notes }
-func (s *session) SessionID() string                                    { return s.id }
+func (s *session) SessionID() string                                   { return s.id }
