@@ -53,6 +53,9 @@ func Parse(spec string, opts Options) (Handler, error) {
 		return NewHTTP(rest, opts)
 	case kind == "openai":
 		return NewOpenAI(rest, opts)
+	case spec == "mcp":
+		// Claude answers through the MCP session (pkg/mcpchannel).
+		return nil, fmt.Errorf("%w: the mcp handler runs only under molecule-relay mcp", ErrInvalidSpec)
 	}
 	return nil, fmt.Errorf("%w: %q; use one of: %s", ErrInvalidSpec, redactSpec(spec), SpecForms)
 }

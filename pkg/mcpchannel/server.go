@@ -70,7 +70,7 @@ func NewServer(cfg ServerConfig) *Server {
 	return s
 }
 
-const instructions = `Messages sent to your Molecule workspaces arrive as <channel source="molecule"> events. ` +
+const instructions = `Messages sent to your Molecule workspaces arrive as channel events from this server. ` +
 	`Answer each one with reply_to_workspace (pass its activity_id), or dismiss it when no reply is wanted: ` +
 	`a message stays waiting, and is shown again in the next session, until one of the two is called.`
 
