@@ -107,6 +107,8 @@ func TestHelmChartRendersValidManifests(t *testing.T) {
 			map[string]int{"Deployment": 3, "ScaledObject": 2}},
 		{"image digest, replier off", []string{"image.digest=sha256:" + strings.Repeat("ab", 32), "replier.enabled=false", "keda.enabled=true"},
 			map[string]int{"Deployment": 1, "CronJob": 1, "ScaledObject": 1}},
+		{"workspaces on two tenants", []string{"platform.workspaceIds={" + tenantIDs + "}", "platform.urls={https://acme.moleculesai.app,https://globex.moleculesai.app}", "platform.orgIds={acme-org,globex-org}"},
+			map[string]int{"Deployment": 2, "CronJob": 1}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			out, err := render(t, h, tc.set...)
@@ -139,7 +141,19 @@ func TestHelmChartRendersValidManifests(t *testing.T) {
 	if _, err := render(t, h, "image.tag=latest"); err == nil || !strings.Contains(err.Error(), "not latest") {
 		t.Errorf("image.tag=latest rendered (err %v), want the chart to refuse it", err)
 	}
+	// As the relay exits 2 on a count mismatch, the chart refuses to render one.
+	if _, err := render(t, h, "platform.urls={https://acme.moleculesai.app,https://globex.moleculesai.app}"); err == nil || !strings.Contains(err.Error(), "pair by position") {
+		t.Errorf("2 platform.urls for 1 workspace rendered (err %v), want the chart to refuse it", err)
+	}
+	out, err := render(t, h, "platform.workspaceIds={"+tenantIDs+"}", "platform.urls={https://acme.moleculesai.app,https://globex.moleculesai.app}", "platform.orgIds={acme-org,}")
+	if err != nil || !bytes.Contains(out, []byte(`{name: MOLECULE_PLATFORM_URLS, value: "https://acme.moleculesai.app,https://globex.moleculesai.app"}`)) ||
+		!bytes.Contains(out, []byte(`{name: MOLECULE_ORG_IDS, value: "acme-org,"}`)) {
+		t.Errorf("several tenants: err %v; MOLECULE_PLATFORM_URLS or MOLECULE_ORG_IDS missing from the poller and replier", err)
+	}
 }
+
+// tenantIDs are two workspace ids for the several-tenants renders.
+const tenantIDs = "11111111-1111-4111-8111-111111111111,22222222-2222-4222-8222-222222222222"
 
 // The check can fail: a misspelt field, a field in the wrong place, an
 // unpinned image and a /metrics liveness probe are each reported.

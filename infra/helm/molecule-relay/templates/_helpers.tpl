@@ -46,6 +46,7 @@ app.kubernetes.io/component: {{ .component }}
 {{- with .root.Values.platform.orgId }}
 - {name: MOLECULE_ORG_ID, value: {{ . | quote }}}
 {{- end }}
+{{- include "molecule-relay.tenants" .root }}
 {{- end }}
 {{- with .root.Values.extraEnv }}
 {{ toYaml . }}
@@ -96,4 +97,20 @@ livenessProbe:
     {{- toYaml $v.poller.resources | nindent 4 }}
   securityContext:
     {{- toYaml $v.securityContext | nindent 4 }}
+{{- end }}
+
+{{/* MOLECULE_PLATFORM_URLS and MOLECULE_ORG_IDS, paired by position with
+workspaceIds; a count mismatch fails the render, as the relay would exit 2. */}}
+{{- define "molecule-relay.tenants" -}}
+{{- $n := len .Values.platform.workspaceIds }}
+{{- with .Values.platform.urls }}
+{{- if ne (len .) $n }}{{ fail (printf "platform.urls has %d entries for %d platform.workspaceIds; they pair by position" (len .) $n) }}{{ end }}
+{{- if and $.Values.platform.url (not (has $.Values.platform.url .)) }}{{ fail "platform.url must be one of platform.urls (or empty) when platform.urls is set" }}{{ end }}
+- {name: MOLECULE_PLATFORM_URLS, value: {{ join "," . | quote }}}
+{{- end }}
+{{- with .Values.platform.orgIds }}
+{{- if ne (len .) $n }}{{ fail (printf "platform.orgIds has %d entries for %d platform.workspaceIds; they pair by position" (len .) $n) }}{{ end }}
+{{- if and $.Values.platform.orgId (not (has $.Values.platform.orgId .)) }}{{ fail "platform.orgId must be one of platform.orgIds (or empty) when platform.orgIds is set" }}{{ end }}
+- {name: MOLECULE_ORG_IDS, value: {{ join "," . | quote }}}
+{{- end }}
 {{- end }}
