@@ -26,8 +26,10 @@ func TestReplyToolAnswersCanvasMessageOnce(t *testing.T) {
 		t.Fatal("no tools capability")
 	}
 
+	sentAt := time.Now()
 	w.SendCanvas("hello from the canvas")
 	n := cl.next(20 * time.Second)
+	shownIn := time.Since(sentAt)
 	sent := w.SentText("hello from the canvas")
 	want := map[string]string{
 		"source": "molecule", "kind": "canvas_user", "workspace_id": w.Agent.ID, "watching_as": w.Agent.ID,
@@ -47,10 +49,12 @@ func TestReplyToolAnswersCanvasMessageOnce(t *testing.T) {
 		t.Errorf("content:\n%s", n.Content)
 	}
 
+	callAt := time.Now()
 	text, isErr := cl.call(mcpchannel.ToolReply, map[string]any{"activity_id": sent.ActivityID, "text": "hi, canvas"})
 	if isErr || !strings.Contains(text, "Replied to the canvas user") {
 		t.Fatalf("reply: %q (error %v)", text, isErr)
 	}
+	t.Logf("shown %s after the send; the reply tool returned, posted, in %s", shownIn, time.Since(callAt))
 	notes := w.Plat.Notifications(w.Agent.ID)
 	if len(notes) != 1 || notes[0].Message != "hi, canvas" {
 		t.Fatalf("notifies = %+v, want one with the answer", notes)
