@@ -81,8 +81,13 @@ func TestReplyToolAnswersPeerMessageOnce(t *testing.T) {
 	if n.Meta["kind"] != "peer_agent" || n.Meta["peer_id"] != peer || n.Meta["activity_id"] != sent.ActivityID {
 		t.Fatalf("meta = %v", n.Meta)
 	}
-	if first := strings.SplitN(n.Content, "\n", 2)[0]; first != "[from peer-agent · peer_id="+peer+" · watching="+w.Agent.ID+"]" {
+	// The double ignores include=peer_info, as the platform in the field
+	// does: the name comes from the workspace's peer list (no role there).
+	if first := strings.SplitN(n.Content, "\n", 2)[0]; first != "[from peer-0 · peer_id="+peer+" · watching="+w.Agent.ID+"]" {
 		t.Errorf("header = %q", first)
+	}
+	if n.Meta["peer_name"] != "peer-0" || n.Meta["peer_role"] != "" {
+		t.Errorf("meta peer_name %q, peer_role %q", n.Meta["peer_name"], n.Meta["peer_role"])
 	}
 	// peer_id of another sender does not match this message.
 	if _, isErr := cl.call(mcpchannel.ToolReply, map[string]any{"text": "x"}); !isErr {

@@ -44,7 +44,8 @@ const progressEvery = 2 * time.Second
 // shown to the connected client and wait until a tool answers them. It is
 // safe for concurrent use.
 type Channel struct {
-	log *slog.Logger
+	log   *slog.Logger
+	names *peerDirectory // nil: no peer names beyond the envelope's
 
 	mu      sync.Mutex
 	client  *client
@@ -99,7 +100,7 @@ func (c *Channel) Answer(ctx context.Context, req *handler.Request) (handler.Ans
 		return handler.Answer{}, err
 	}
 	defer c.finish(p)
-	if err := cl.notify(ctx, NewNotification(req.Message)); err != nil {
+	if err := cl.notify(ctx, NewNotification(c.names.enrich(ctx, req.Message))); err != nil {
 		return handler.Answer{}, fmt.Errorf("%w: notification not sent: %v", ErrClientGone, err)
 	}
 	tick := time.NewTicker(progressEvery)
