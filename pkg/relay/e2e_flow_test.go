@@ -69,7 +69,12 @@ func TestE2EMixedTrafficExactlyOnce(t *testing.T) {
 
 func testMixedTraffic(t *testing.T, extra int) {
 	const n = 60
-	w := pipelinetest.New(t, pipelinetest.Options{Peers: 2})
+	// The production AckWaits: this test counts handler starts, and a
+	// 1 s test AckWait can expire under a loaded CI machine while a
+	// handler runs (a redelivery the handled record then absorbs, but
+	// a second start all the same). Recovery is pinned elsewhere.
+	w := pipelinetest.New(t, pipelinetest.Options{Peers: 2, Topology: events.TopologyConfig{
+		DispatcherAckWait: events.DefaultDispatcherAckWait, ReplierAckWait: events.DefaultReplierAckWait}})
 	pl := w.StartPipeline(pipelinetest.PipelineConfig{})
 	var extras []*pipelinetest.Running
 	for range extra {
