@@ -99,18 +99,41 @@ func NewExec(program string, args []string, opts Options) (Handler, error) {
 
 func (h *execHandler) String() string { return "exec:" + h.program }
 
-func (h *execHandler) env() []string {
-	env := make([]string, 0, len(passEnv)+len(h.opts.Env))
+// env is the program's environment: passEnv, then Options.Env, then the
+// agent API's URL and this message's capability token.
+func (h *execHandler) env(req *Request) []string {
+	env := make([]string, 0, len(passEnv)+len(h.opts.Env)+2)
 	for _, k := range passEnv {
 		if v, ok := os.LookupEnv(k); ok {
 			env = append(env, k+"="+v)
 		}
 	}
 	// exec.Cmd keeps the last value of a duplicated key.
-	return append(env, h.opts.Env...)
+	env = append(env, h.opts.Env...)
+	return append(env, agentEnv(req)...)
 }
 
+// Handle runs the program; its answer's text is the reply.
 func (h *execHandler) Handle(ctx context.Context, req *Request) (string, error) {
+	return textOf(h.Answer(ctx, req))
+}
+
+// Answer runs the program: its trimmed stdout is the reply text, or with
+// Options.AnswerJSON a structured answer (ParseAnswer).
+func (h *execHandler) Answer(ctx context.Context, req *Request) (Answer, error) {
+	out, err := h.run(ctx, req)
+	if err != nil || !h.opts.AnswerJSON {
+		return Answer{Text: out}, err
+	}
+	a, err := ParseAnswer([]byte(out))
+	if err != nil {
+		return Answer{}, fmt.Errorf("handler: exec %s: %w", h.program, err)
+	}
+	return a, nil
+}
+
+// run runs the program once and returns its trimmed stdout.
+func (h *execHandler) run(ctx context.Context, req *Request) (string, error) {
 	in, err := marshalPayload(req)
 	if err != nil {
 		return "", err
@@ -128,7 +151,7 @@ func (h *execHandler) Handle(ctx context.Context, req *Request) (string, error) 
 	defer p.errR.Close()
 
 	cmd := exec.CommandContext(ctx, h.path, h.args...)
-	cmd.Env = h.env()
+	cmd.Env = h.env(req)
 	cmd.Stdin, cmd.Stdout, cmd.Stderr = p.inR, p.outW, p.errW
 	setProcessGroup(cmd)
 	start := time.Now()

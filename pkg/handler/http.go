@@ -72,10 +72,18 @@ func NewHTTP(rawURL string, opts Options) (Handler, error) {
 
 func (h *httpHandler) String() string { return "http:" + h.display }
 
+// Handle posts the payload; the answer's text is the reply.
 func (h *httpHandler) Handle(ctx context.Context, req *Request) (string, error) {
+	return textOf(h.Answer(ctx, req))
+}
+
+// Answer posts the payload. The body is a structured answer (ParseAnswer)
+// when the server says Content-Type AnswerContentType or
+// Options.AnswerJSON is set; else the reply text as NewHTTP describes.
+func (h *httpHandler) Answer(ctx context.Context, req *Request) (Answer, error) {
 	body, err := marshalPayload(req)
 	if err != nil {
-		return "", err
+		return Answer{}, err
 	}
 	ctx, cancel := context.WithTimeout(ctx, h.opts.Timeout)
 	defer cancel()
@@ -84,14 +92,19 @@ func (h *httpHandler) Handle(ctx context.Context, req *Request) (string, error) 
 
 	data, ctype, err := post(ctx, h.opts, h.url, h.display, body, nil)
 	if err != nil {
-		return "", err
+		return Answer{}, err
 	}
-	reply, err := httpReply(data, ctype)
+	var a Answer
+	if h.opts.AnswerJSON || isAnswerType(ctype) {
+		a, err = ParseAnswer(data)
+	} else {
+		a.Text, err = httpReply(data, ctype)
+	}
 	if err != nil {
-		return "", fmt.Errorf("handler: POST %s: %w", h.display, err)
+		return Answer{}, fmt.Errorf("handler: POST %s: %w", h.display, err)
 	}
-	loggerOf(req).Debug("http handler done", "url", h.display, "reply_bytes", len(reply))
-	return reply, nil
+	loggerOf(req).Debug("http handler done", "url", h.display, "reply_bytes", len(a.Text), "attachments", len(a.Attachments))
+	return a, nil
 }
 
 // httpReply extracts the reply from a 2xx body.

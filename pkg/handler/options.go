@@ -59,6 +59,11 @@ type Options struct {
 	// a bigger one is a permanent error. If not set, DefaultMaxOutputBytes
 	// (1 MiB).
 	MaxOutputBytes int64
+	// AnswerJSON makes the exec: and http: handlers read every answer as
+	// a structured answer (ParseAnswer): stdout, or the response body. If
+	// not set, an http: server opts in per response with Content-Type
+	// AnswerContentType, and exec: answers plain text.
+	AnswerJSON bool
 	// ProgressInterval is how often a built-in handler calls
 	// Request.Progress while it waits for the program or server. If not
 	// set, DefaultProgressInterval (5 seconds).
@@ -118,5 +123,6 @@ func (o Options) LogValue() slog.Value {
 		slog.Any("env_keys", keys),
 		slog.Int64("max_output_bytes", o.MaxOutputBytes),
 		slog.Duration("progress_interval", o.ProgressInterval),
+		slog.Bool("answer_json", o.AnswerJSON),
 	)
 }

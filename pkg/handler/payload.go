@@ -23,11 +23,14 @@ type Payload struct {
 	Delivery uint64 `json:"delivery"`
 	// Deadline is when the handler must be done, if known.
 	Deadline time.Time `json:"deadline,omitzero"`
+	// AgentAPI is where the handler reaches the agent API for this
+	// message (agentapi.go); absent when the relay serves none.
+	AgentAPI *AgentAPIRef `json:"agent_api,omitempty"`
 }
 
 // NewPayload builds the Payload of req.
 func NewPayload(req *Request) Payload {
-	return Payload{Message: req.Message, Delivery: req.Delivery, Deadline: req.Deadline}
+	return Payload{Message: req.Message, Delivery: req.Delivery, Deadline: req.Deadline, AgentAPI: agentRef(req)}
 }
 
 func marshalPayload(req *Request) ([]byte, error) {
