@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/molecule-ai/molecule-relay/pkg/events"
+	"github.com/molecule-ai/molecule-relay/pkg/handler"
 	"github.com/molecule-ai/molecule-relay/pkg/stage"
 )
 
@@ -41,6 +43,17 @@ type Config struct {
 	// it). It must be quick and safe for concurrent use. If nil, nothing is
 	// called.
 	OnReply func()
+	// Agent, when set, opens the agent API session of each handler run
+	// (Request.Agent); the dispatcher ends it when the handler returns.
+	// If nil, handlers get no agent API.
+	Agent AgentAPI
+}
+
+// AgentAPI opens per-message agent API sessions (pkg/agentapi.Server).
+type AgentAPI interface {
+	// Open starts the session of in's handler run, valid until deadline
+	// or until end is called, whichever comes first.
+	Open(in *events.Inbound, deadline time.Time) (agent handler.Agent, end func())
 }
 
 // SetDefaults fills every unset field except ProgressInterval, which New

@@ -149,7 +149,7 @@ func (d *Dispatcher) process(runCtx context.Context, m *stage.Delivery) {
 		return
 	}
 
-	text, herr := d.runHandler(runCtx, m, in, log)
+	answer, herr := d.runHandler(runCtx, m, in, log)
 	if crashpoint.Hit(runCtx, crashpoint.DispatcherOf(runCtx).AfterHandler, in) {
 		return
 	}
@@ -158,7 +158,7 @@ func (d *Dispatcher) process(runCtx context.Context, m *stage.Delivery) {
 		d.handlerFailed(runCtx, m, herr, log)
 		return
 	}
-	d.complete(runCtx, m, in, key, text, log)
+	d.complete(runCtx, m, in, key, answer, log)
 }
 
 // validateInbound checks what the dispatcher relies on beyond
@@ -179,7 +179,7 @@ func validateInbound(in *events.Inbound) error {
 	return nil
 }
 
-func (d *Dispatcher) runHandler(runCtx context.Context, del *stage.Delivery, in *events.Inbound, log *slog.Logger) (text string, err error) {
+func (d *Dispatcher) runHandler(runCtx context.Context, del *stage.Delivery, in *events.Inbound, log *slog.Logger) (a handler.Answer, err error) {
 	deadline := time.Now().Add(d.cfg.HandlerTimeout)
 	if dl, ok := runCtx.Deadline(); ok && dl.Before(deadline) {
 		deadline = dl
@@ -196,6 +196,11 @@ func (d *Dispatcher) runHandler(runCtx context.Context, del *stage.Delivery, in 
 		Logger:   log,
 		Progress: del.Progress,
 	}
+	if d.cfg.Agent != nil {
+		var end func()
+		req.Agent, end = d.cfg.Agent.Open(&m, deadline)
+		defer end() // the session dies when the handler returns
+	}
 	start := time.Now()
 	defer func() {
 		took := time.Since(start)
@@ -207,7 +212,7 @@ func (d *Dispatcher) runHandler(runCtx context.Context, del *stage.Delivery, in 
 			err = fmt.Errorf("%w: %v", ErrPanic, r)
 		}
 	}()
-	return d.h.Handle(hctx, req)
+	return handler.AnswerOf(hctx, d.h, req)
 }
 
 func (d *Dispatcher) handlerFailed(runCtx context.Context, m *stage.Delivery, herr error, log *slog.Logger) {
@@ -266,16 +271,18 @@ func BuildReply(in *events.Inbound, text string, handledAt time.Time) events.Rep
 	return r
 }
 
-func (d *Dispatcher) complete(runCtx context.Context, m *stage.Delivery, in *events.Inbound, key, text string, log *slog.Logger) {
+func (d *Dispatcher) complete(runCtx context.Context, m *stage.Delivery, in *events.Inbound, key string, a handler.Answer, log *slog.Logger) {
 	now := time.Now().UTC()
 	rec := events.HandledRecord{Outcome: events.OutcomeReplied, Delivery: m.Meta.NumDelivered, HandledAt: now}
-	if text == "" {
+	if a.Empty() {
 		rec.Outcome = events.OutcomeNoReply
 	} else if why := d.loopGuard(in); why != "" {
 		rec.Outcome = events.OutcomeSuppressed
 		log.Info("dispatcher: reply dropped by the loop guard", "why", why, "hops", in.Hops, "in_reply_to", in.InReplyTo)
 	} else {
-		data, err := BuildReply(in, text, now).Marshal()
+		reply := BuildReply(in, a.Text, now)
+		reply.Attachments = a.Attachments
+		data, err := reply.Marshal()
 		if err != nil {
 			d.handlerFailed(runCtx, m, fmt.Errorf("%w: encode reply: %v", handler.ErrPermanent, err), log)
 			return

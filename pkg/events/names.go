@@ -108,6 +108,15 @@ func PeerMessageKey(workspace, sender, messageID string) string {
 	return sanitizeKeyToken(workspace) + ".msg." + sanitizeKeyToken(sender) + "." + hex.EncodeToString(sum[:16])
 }
 
+// InterimKey is the BucketHandled key that records an interim message of
+// the agent API (pkg/agentapi) before it is posted to a canvas user, so a
+// re-run of the handler after a redelivery does not post it again. Its
+// three tokens never collide with HandledKey's two or PeerMessageKey's
+// four.
+func InterimKey(workspace, interimID string) string {
+	return sanitizeKeyToken(workspace) + ".interim." + sanitizeKeyToken(interimID)
+}
+
 // ReplyKey is the BucketReplies key of the reply to an inbound message.
 func ReplyKey(workspace, activityID string) string { return kvKey(workspace, activityID) }
 

@@ -1,0 +1,112 @@
+package agentapi
+
+import (
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/molecule-ai/molecule-relay/pkg/molecule"
+)
+
+// Defaults applied by Config.SetDefaults.
+const (
+	// DefaultListen is a loopback address on a port the kernel picks.
+	DefaultListen = "127.0.0.1:0"
+	// DefaultPeersTTL is how long a workspace's peer list is reused.
+	DefaultPeersTTL = 30 * time.Second
+	// DefaultRateReserve is the rate-limit budget an interim message
+	// leaves for the heartbeat (the replier's default too).
+	DefaultRateReserve = 3
+)
+
+// ErrInvalidConfig is matched by every error New returns for a bad Config.
+var ErrInvalidConfig = errors.New("agentapi: invalid config")
+
+// Settings are the agent API's environment variables, embedded in
+// pkg/config.Config.
+type Settings struct {
+	// AgentAPIListen is the loopback address the API listens on; "off"
+	// turns the API off. Default 127.0.0.1:0 (a free port).
+	AgentAPIListen string `env:"MOLECULE_AGENT_API_LISTEN" envDefault:"127.0.0.1:0"`
+	// AgentAPISecrets lets handlers read the workspace's secrets through
+	// the API. Default false: GET /v1/secrets answers 403.
+	AgentAPISecrets bool `env:"MOLECULE_AGENT_API_SECRETS"`
+}
+
+// Off says whether the API is turned off.
+func (s Settings) Off() bool { return s.AgentAPIListen == "off" }
+
+// Validate checks that the listen address is loopback (or "off").
+func (s Settings) Validate() error {
+	if s.Off() || s.AgentAPIListen == "" {
+		return nil
+	}
+	return checkLoopback(s.AgentAPIListen)
+}
+
+// Config configures a Server. Zero fields take their defaults.
+type Config struct {
+	// Listen is the address to listen on; it must be a loopback IP
+	// literal with a port (127.0.0.1:port, [::1]:port). If not set,
+	// DefaultListen.
+	Listen string
+	// Clients maps a workspace id to its platform client; a message of a
+	// workspace without one gets 503 from the endpoints that call the
+	// platform. The map must not change afterwards.
+	Clients map[string]*molecule.Client
+	// Records is the bucket where interim messages to a canvas user are
+	// recorded before they are posted (events.InterimKey; the dispatcher's
+	// handled bucket). If nil, canvas interims are refused with 503.
+	Records jetstream.KeyValue
+	// Asker asks a peer and waits for its answer. If nil, POST /v1/ask
+	// answers 501.
+	Asker Asker
+	// Secrets allows GET /v1/secrets. If not set, it answers 403.
+	Secrets bool
+	// PeersTTL is how long a peer list is reused. If not set,
+	// DefaultPeersTTL.
+	PeersTTL time.Duration
+	// RateReserve is the rate budget an interim leaves for the heartbeat.
+	// If not set, DefaultRateReserve; negative means 0.
+	RateReserve int
+	// Logger logs sessions at debug level and failures; never a token or
+	// a message body above debug. If not set, nothing is logged.
+	Logger *slog.Logger
+}
+
+// SetDefaults fills the unset fields.
+func (c *Config) SetDefaults() {
+	if c.Listen == "" {
+		c.Listen = DefaultListen
+	}
+	if c.PeersTTL == 0 {
+		c.PeersTTL = DefaultPeersTTL
+	}
+	switch {
+	case c.RateReserve == 0:
+		c.RateReserve = DefaultRateReserve
+	case c.RateReserve < 0:
+		c.RateReserve = 0
+	}
+	if c.Logger == nil {
+		c.Logger = slog.New(slog.DiscardHandler)
+	}
+}
+
+// checkLoopback refuses an address other processes on the network could
+// reach: the API hands out the workspace's powers to whoever holds a
+// capability token, so only this host may connect.
+func checkLoopback(addr string) error {
+	host, _, err := net.SplitHostPort(addr)
+	if err != nil {
+		return fmt.Errorf("%w: MOLECULE_AGENT_API_LISTEN %q: %v; use 127.0.0.1:<port>", ErrInvalidConfig, addr, err)
+	}
+	if ip := net.ParseIP(host); ip == nil || !ip.IsLoopback() {
+		return fmt.Errorf("%w: MOLECULE_AGENT_API_LISTEN %q is not a loopback IP address; use 127.0.0.1:<port> (or [::1]:<port>): the agent API must not be reachable from other hosts", ErrInvalidConfig, addr)
+	}
+	return nil
+}
