@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/molecule-ai/molecule-relay/internal/uuid"
+	"github.com/molecule-ai/molecule-relay/pkg/agentapi"
 	"github.com/molecule-ai/molecule-relay/pkg/broker"
 )
 
@@ -112,6 +113,12 @@ type Config struct {
 	// answer or dismiss one message before it is shown again (it is the
 	// mcp dispatcher's handler timeout). Default 1h.
 	MCPAnswerTimeout Seconds `env:"MOLECULE_MCP_ANSWER_TIMEOUT" envDefault:"1h"`
+	// HandlerAnswer is how exec: and http: answers are read: text, or
+	// json for structured answers (README "Structured answers"). Default
+	// text.
+	HandlerAnswer string `env:"MOLECULE_HANDLER_ANSWER" envDefault:"text"`
+	// Agent API settings (MOLECULE_AGENT_API_*; pkg/agentapi).
+	agentapi.Settings
 	// Concurrency is how many handlers run at once per dispatcher. Default
 	// stage.DefaultConcurrency (16), set by Load.
 	Concurrency int `env:"MOLECULE_CONCURRENCY"`
@@ -238,6 +245,12 @@ func (c *Config) Validate(need Requirement) error {
 	}
 	if need&NeedHandler != 0 && strings.TrimSpace(c.Handler) == "" {
 		return bad("MOLECULE_HANDLER", "not set; try echo, exec:./agent.sh, http:http://127.0.0.1:8000/reply or openai:http://127.0.0.1:11434")
+	}
+	if c.HandlerAnswer != "text" && c.HandlerAnswer != "json" {
+		return bad("MOLECULE_HANDLER_ANSWER", "%q; use text or json", c.HandlerAnswer)
+	}
+	if err := c.Settings.Validate(); err != nil {
+		return fmt.Errorf("%w: %w", ErrInvalid, err)
 	}
 	if err := c.validateLimits(); err != nil {
 		return err

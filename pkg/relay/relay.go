@@ -15,6 +15,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/molecule-ai/molecule-relay/pkg/agentapi"
 	"github.com/molecule-ai/molecule-relay/pkg/broker"
 	"github.com/molecule-ai/molecule-relay/pkg/config"
 	"github.com/molecule-ai/molecule-relay/pkg/dispatcher"
@@ -54,6 +55,9 @@ type Runtime struct {
 	// and the replier run together (Run, Once): the poller warns about
 	// notify rows that are not in it (a second relay on the workspace).
 	ledger *poller.NotifyLedger
+	// agentSrv is the agent API, started by the first Dispatcher (agentapi.go).
+	agentMu  sync.Mutex
+	agentSrv *agentapi.Server
 }
 
 // shareLedger gives the poller and the replier of s one NotifyLedger when
@@ -131,6 +135,7 @@ func (rt *Runtime) Reconfigure(cfg *config.Config) error {
 		return err
 	}
 	rt.Cfg, rt.Clients = cfg, clients
+	rt.closeAgentAPI() // the next Dispatcher starts it with the new clients
 	return nil
 }
 
@@ -214,6 +219,7 @@ func (rt *Runtime) ensureTopology(ctx context.Context, s Stages) error {
 
 // Close drains the NATS connection and stops an embedded server.
 func (rt *Runtime) Close() {
+	rt.closeAgentAPI()
 	if rt.Conn != nil {
 		rt.Conn.Close()
 	}
@@ -256,6 +262,7 @@ func NewHandler(cfg *config.Config) (handler.Handler, error) {
 		OpenAIAPIKey:       cfg.OpenAIAPIKey,
 		OpenAIModel:        cfg.OpenAIModel,
 		OpenAISystemPrompt: cfg.SystemPrompt,
+		AnswerJSON:         cfg.HandlerAnswer == "json",
 	})
 }
 
@@ -292,7 +299,12 @@ func (rt *Runtime) poller(batched bool) (*poller.Poller, error) {
 
 // Dispatcher builds the dispatcher stage core around h.
 func (rt *Runtime) Dispatcher(h handler.Handler) (*dispatcher.Dispatcher, error) {
+	agent, err := rt.agentAPI()
+	if err != nil {
+		return nil, err
+	}
 	return dispatcher.New(rt.Conn.JS, rt.Topo, h, dispatcher.Config{
+		Agent:          agent,
 		Config:         stage.Config{Concurrency: rt.Cfg.Concurrency, Logger: rt.Log.With("stage", events.StageDispatcher)},
 		HandlerTimeout: rt.Cfg.HandlerTimeout.D(),
 		MaxHops:        rt.Cfg.MaxHops,

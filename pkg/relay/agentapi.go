@@ -1,0 +1,42 @@
+package relay
+
+import (
+	"github.com/molecule-ai/molecule-relay/pkg/agentapi"
+	"github.com/molecule-ai/molecule-relay/pkg/dispatcher"
+)
+
+// agentAPI starts the agent API on the first call and returns it for the
+// dispatcher (nil when MOLECULE_AGENT_API_LISTEN=off). Its platform calls
+// use the runtime's clients; a process without a workspace's token (a
+// Lambda dispatcher) gets 503 from those endpoints. Close stops it.
+func (rt *Runtime) agentAPI() (dispatcher.AgentAPI, error) {
+	rt.agentMu.Lock()
+	defer rt.agentMu.Unlock()
+	if rt.Cfg.Settings.Off() {
+		return nil, nil
+	}
+	if rt.agentSrv == nil {
+		srv, err := agentapi.New(agentapi.Config{
+			Listen:  rt.Cfg.AgentAPIListen,
+			Clients: rt.ClientMap(),
+			Records: rt.Topo.Handled,
+			Secrets: rt.Cfg.AgentAPISecrets,
+			Logger:  rt.Log.With("stage", "agentapi"),
+		})
+		if err != nil {
+			return nil, err
+		}
+		rt.agentSrv = srv
+	}
+	return rt.agentSrv, nil
+}
+
+// closeAgentAPI stops the agent API if it was started.
+func (rt *Runtime) closeAgentAPI() {
+	rt.agentMu.Lock()
+	defer rt.agentMu.Unlock()
+	if rt.agentSrv != nil {
+		_ = rt.agentSrv.Close()
+		rt.agentSrv = nil
+	}
+}
