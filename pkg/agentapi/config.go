@@ -73,6 +73,11 @@ type Config struct {
 	// RateReserve is the rate budget an interim leaves for the heartbeat.
 	// If not set, DefaultRateReserve; negative means 0.
 	RateReserve int
+	// BeforeNotify, when set, is called before each interim is posted to
+	// a canvas user (the relay notes it in the poller's NotifyLedger, so
+	// its own notify row is not taken for another relay's). It must be
+	// quick and safe for concurrent use.
+	BeforeNotify func(workspace, text string)
 	// Logger logs sessions at debug level and failures; never a token or
 	// a message body above debug. If not set, nothing is logged.
 	Logger *slog.Logger

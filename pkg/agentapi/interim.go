@@ -88,6 +88,9 @@ func (s *Session) interim(ctx context.Context, m handler.Interim) (InterimResult
 	if res.Duplicate, err = s.record(ctx, res); err != nil || res.Duplicate {
 		return res, err
 	}
+	if f := s.srv.cfg.BeforeNotify; f != nil {
+		f(s.in.WorkspaceID, m.Text)
+	}
 	_, err = c.Notify(ctx, m.Text, toMolecule(m.Attachments))
 	return res, err
 }

@@ -22,6 +22,11 @@ func (rt *Runtime) agentAPI() (dispatcher.AgentAPI, error) {
 			Records: rt.Topo.Handled,
 			Secrets: rt.Cfg.AgentAPISecrets,
 			Logger:  rt.Log.With("stage", "agentapi"),
+			BeforeNotify: func(ws, text string) {
+				if l := rt.ledger; l != nil {
+					l.Note(ws, text)
+				}
+			},
 		})
 		if err != nil {
 			return nil, err
