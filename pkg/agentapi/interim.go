@@ -4,8 +4,8 @@ package agentapi
 // messages"): the n-th interim of an inbound message has a stable id,
 // InterimID(activity, n). A peer interim is sent with that id as its
 // messageId, so a re-run of the handler after a redelivery sends the same
-// message again and the platform's queue and the receiving relay
-// de-duplicate it. A canvas interim (notify has no idempotency key) is
+// message again and the platform's push queue and a receiving Molecule
+// Relay (pkg/dispatcher/peerdedupe.go) de-duplicate it. A canvas interim (notify has no idempotency key) is
 // recorded in the handled bucket before it is posted and skipped by a
 // re-run that finds the record: a crash between the record and the post
 // loses that interim rather than posting it twice.

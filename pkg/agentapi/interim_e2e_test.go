@@ -103,8 +103,8 @@ var errOnce = errors.New("first run fails after its interim")
 // TestInterimEffectivelyOnceOnRedelivery: a Go handler posts an interim,
 // then fails; the redelivered run posts the same interim again and
 // answers. The canvas user sees the interim once (the re-run finds its
-// record); the peer gets both sends with one messageId, which the
-// platform's queue and the receiving relay de-duplicate.
+// record); the peer gets both sends with one messageId, which a
+// receiving Molecule Relay de-duplicates (docs/agentapi.md).
 func TestInterimEffectivelyOnceOnRedelivery(t *testing.T) {
 	w := pipelinetest.New(t, pipelinetest.Options{Peers: 1})
 	srv := startAPI(t, w, agentapi.Config{})
