@@ -20,7 +20,7 @@ import (
 // startAPI starts an agent API for w's agent workspace on 127.0.0.1,
 // recording canvas interims in the handled bucket. cfg's Clients and
 // Records are filled when unset.
-func startAPI(t *testing.T, w *pipelinetest.World, cfg agentapi.Config) *agentapi.Server {
+func startAPI(t testing.TB, w *pipelinetest.World, cfg agentapi.Config) *agentapi.Server {
 	t.Helper()
 	if cfg.Clients == nil {
 		cfg.Clients = map[string]*molecule.Client{w.Agent.ID: w.Client(w.Agent)}
@@ -46,7 +46,7 @@ func canvasMessage(w *pipelinetest.World) *events.Inbound {
 }
 
 // endpoint is the URL and capability token of a session.
-func endpoint(t *testing.T, a handler.Agent) (string, string) {
+func endpoint(t testing.TB, a handler.Agent) (string, string) {
 	t.Helper()
 	e, ok := a.(handler.AgentEndpoint)
 	if !ok {
@@ -57,7 +57,7 @@ func endpoint(t *testing.T, a handler.Agent) (string, string) {
 
 // call sends one request to the agent API with token as the bearer ("":
 // none) and returns the status and body.
-func call(t *testing.T, method, url, token, body string) (int, []byte) {
+func call(t testing.TB, method, url, token, body string) (int, []byte) {
 	t.Helper()
 	req, err := http.NewRequestWithContext(pipelinetest.Ctx(t), method, url, bytes.NewReader([]byte(body)))
 	if err != nil {

@@ -4,7 +4,10 @@ import (
 	"context"
 	"encoding/json"
 	"net/http"
+	"os"
+	"path/filepath"
 	"reflect"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -113,4 +116,48 @@ func jsonEqual(t *testing.T, got json.RawMessage, want string) bool {
 		t.Fatal(err)
 	}
 	return reflect.DeepEqual(a, b)
+}
+
+// TestStructuredAnswerNoReplyAndMalformed runs the real exec: handler with
+// MOLECULE_HANDLER_ANSWER=json: "reply": false is handled with no reply,
+// and output that is not a structured answer is dead-lettered as a
+// permanent error saying so; neither posts anything.
+func TestStructuredAnswerNoReplyAndMalformed(t *testing.T) {
+	w := pipelinetest.New(t, pipelinetest.Options{})
+	prog := filepath.Join(t.TempDir(), "agent.sh")
+	script := `#!/bin/sh
+case "$(cat)" in
+*'"text":"silent"'*) echo '{"text":"not for the user","reply":false}' ;;
+*) echo 'plain words, not JSON' ;;
+esac
+`
+	if err := os.WriteFile(prog, []byte(script), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	h, err := handler.Parse("exec:"+prog, handler.Options{AnswerJSON: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	pl := w.StartPipeline(pipelinetest.PipelineConfig{Handler: h})
+	defer pl.Stop(t)
+	w.WaitSeeded(w.Agent.ID)
+	for _, text := range []string{"silent", "garbled"} {
+		if _, _, err := w.Plat.SendCanvas(pipelinetest.Ctx(t), w.Agent.ID, text); err != nil {
+			t.Fatal(err)
+		}
+	}
+	pipelinetest.Eventually(t, 20*time.Second, "one no-reply and one dead letter", func() bool {
+		st := pl.Dispatcher.Stats()
+		return st.NoReply == 1 && st.DeadLettered == 1
+	})
+	dl := w.DeadLetters()
+	if len(dl) != 1 || dl[0].DeadLetter.Reason != events.ReasonPermanent || !strings.Contains(dl[0].DeadLetter.Error, "structured answer") {
+		t.Fatalf("dead letters %+v, want one permanent error about the structured answer", dl)
+	}
+	if st := pl.Dispatcher.Stats(); st.Replied != 0 {
+		t.Fatalf("dispatcher published %d replies, want none", st.Replied)
+	}
+	if n := w.Plat.Notifications(w.Agent.ID); len(n) != 0 {
+		t.Fatalf("posted %+v, want nothing", n)
+	}
 }
