@@ -9,6 +9,7 @@ import (
 
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/molecule-ai/molecule-relay/pkg/events"
 	"github.com/molecule-ai/molecule-relay/pkg/molecule"
 )
 
@@ -73,6 +74,12 @@ type Config struct {
 	// RateReserve is the rate budget an interim leaves for the heartbeat.
 	// If not set, DefaultRateReserve; negative means 0.
 	RateReserve int
+	// LoopGuard, when set, says why an answer to a message must not be
+	// sent, or "" (dispatcher.LoopGuard with the dispatcher's settings): a
+	// peer interim is refused for the same reasons the dispatcher drops a
+	// reply, so two agents cannot send each other interims forever. If
+	// nil, no peer interim is refused.
+	LoopGuard func(in *events.Inbound) string
 	// BeforeNotify, when set, is called before each interim is posted to
 	// a canvas user (the relay notes it in the poller's NotifyLedger, so
 	// its own notify row is not taken for another relay's). It must be

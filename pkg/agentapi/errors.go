@@ -26,6 +26,9 @@ var (
 	ErrNoClient = errors.New("agentapi: this dispatcher has no platform token for workspace")
 	// ErrNoRecords: no bucket to record canvas interims in (503).
 	ErrNoRecords = errors.New("agentapi: interim messages to a canvas user need the dispatcher's handled bucket, which this relay did not configure")
+	// ErrLoopGuard: a peer interim refused because the message is itself
+	// a reply or reached the hop limit (409).
+	ErrLoopGuard = errors.New("agentapi: no interim to this peer: the relay does not answer this message (loop guard), so two agents cannot message each other forever")
 	// ErrBadRequest: the request is malformed (400).
 	ErrBadRequest = errors.New("agentapi: bad request")
 	// ErrRateBudget: the workspace's platform rate budget is spent until
@@ -55,6 +58,8 @@ func statusOf(err error) int {
 		return http.StatusServiceUnavailable
 	case errors.Is(err, ErrBadRequest), errors.Is(err, molecule.ErrInvalidArgument):
 		return http.StatusBadRequest
+	case errors.Is(err, ErrLoopGuard):
+		return http.StatusConflict
 	case errors.Is(err, ErrRateBudget):
 		return http.StatusTooManyRequests
 	case errors.Is(err, context.DeadlineExceeded):

@@ -71,6 +71,11 @@ func (s *Session) interim(ctx context.Context, m handler.Interim) (InterimResult
 	if err := checkInterim(m, peer); err != nil {
 		return InterimResult{}, err
 	}
+	if g := s.srv.cfg.LoopGuard; peer && g != nil {
+		if why := g(&s.in); why != "" {
+			return InterimResult{}, fmt.Errorf("%w (%s)", ErrLoopGuard, why)
+		}
+	}
 	c, err := s.client()
 	if err != nil {
 		return InterimResult{}, err

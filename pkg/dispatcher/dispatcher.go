@@ -235,15 +235,7 @@ func (d *Dispatcher) handlerFailed(runCtx context.Context, m *stage.Delivery, he
 
 // loopGuard says why a reply to in must be dropped, or "".
 func (d *Dispatcher) loopGuard(in *events.Inbound) string {
-	switch {
-	case in.InReplyTo != "" && !d.cfg.ReplyToReplies:
-		return "message is itself a reply"
-	case in.Role == "agent" && in.Source == events.SourcePeerAgent && !d.cfg.ReplyToReplies:
-		return "message is a peer agent's answer (role agent)"
-	case in.Hops >= d.cfg.MaxHops:
-		return "hop limit reached"
-	}
-	return ""
+	return LoopGuard(in, d.cfg.ReplyToReplies, d.cfg.MaxHops)
 }
 
 // BuildReply is the reply the dispatcher publishes for in: same workspace

@@ -3,6 +3,7 @@ package relay
 import (
 	"github.com/molecule-ai/molecule-relay/pkg/agentapi"
 	"github.com/molecule-ai/molecule-relay/pkg/dispatcher"
+	"github.com/molecule-ai/molecule-relay/pkg/events"
 )
 
 // agentAPI starts the agent API on the first call and returns it for the
@@ -22,6 +23,9 @@ func (rt *Runtime) agentAPI() (dispatcher.AgentAPI, error) {
 			Records: rt.Topo.Handled,
 			Secrets: rt.Cfg.AgentAPISecrets,
 			Logger:  rt.Log.With("stage", "agentapi"),
+			LoopGuard: func(in *events.Inbound) string {
+				return dispatcher.LoopGuard(in, rt.Cfg.ReplyToReplies, rt.Cfg.MaxHops)
+			},
 			BeforeNotify: func(ws, text string) {
 				if l := rt.ledger; l != nil {
 					l.Note(ws, text)
