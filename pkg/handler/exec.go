@@ -79,8 +79,10 @@ type execHandler struct {
 
 // NewExec returns the exec: handler. Each call runs program with args
 // (no shell), in its own process group, with the Payload JSON on stdin and
-// only the environment Options.Env describes. The reply is the trimmed
-// stdout. A non-zero exit is an *ExitError: EX_DATAERR (65) is permanent,
+// only the environment Options.Env describes (plus the agent API's
+// MOLECULE_AGENT_API and MOLECULE_AGENT_TOKEN when the relay serves it).
+// The reply is the trimmed stdout, or with Options.AnswerJSON a structured
+// answer (ParseAnswer). A non-zero exit is an *ExitError: EX_DATAERR (65) is permanent,
 // everything else, EX_TEMPFAIL (75) included, is retried. When the call's
 // deadline passes, the whole process group is killed (SIGKILL) and the
 // error wraps the context's error; the group is also killed when the

@@ -57,7 +57,9 @@ type httpHandler struct {
 // NewHTTP returns the http: handler. Each call POSTs the Payload JSON to
 // rawURL. The reply is the "reply" string of a JSON object body
 // ({"reply": "..."}; an object without it means no reply), a JSON string
-// body, or else the trimmed text body. A non-2xx answer is a *StatusError.
+// body, or else the trimmed text body; a body of Content-Type
+// AnswerContentType (or any body, with Options.AnswerJSON) is a
+// structured answer (ParseAnswer). A non-2xx answer is a *StatusError.
 func NewHTTP(rawURL string, opts Options) (Handler, error) {
 	opts.SetDefaults()
 	if err := opts.Validate(); err != nil {
