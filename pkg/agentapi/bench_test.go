@@ -1,6 +1,7 @@
 package agentapi_test
 
 import (
+	"context"
 	"net/http"
 	"testing"
 	"time"
@@ -23,7 +24,7 @@ func BenchmarkSessionOpenEnd(b *testing.B) {
 	deadline := time.Now().Add(time.Hour)
 	b.ReportAllocs()
 	for b.Loop() {
-		_, end := srv.Open(in, deadline)
+		_, end := srv.Open(context.Background(), in, deadline)
 		end()
 	}
 }
@@ -33,7 +34,7 @@ func BenchmarkSessionOpenEnd(b *testing.B) {
 func BenchmarkPeersCachedRoundTrip(b *testing.B) {
 	w := pipelinetest.New(b, pipelinetest.Options{Peers: 1})
 	srv := startAPI(b, w, agentapi.Config{})
-	agent, end := srv.Open(canvasMessage(w), time.Now().Add(time.Hour))
+	agent, end := srv.Open(pipelinetest.Ctx(b), canvasMessage(w), time.Now().Add(time.Hour))
 	defer end()
 	url, tok := endpoint(b, agent)
 	if st, body := call(b, http.MethodGet, url+"/v1/peers", tok, ""); st != http.StatusOK {

@@ -43,7 +43,9 @@ func (s *Server) authed(fn func(http.ResponseWriter, *http.Request, *Session)) h
 			return
 		}
 		r.Body = http.MaxBytesReader(w, r.Body, maxBody)
-		fn(w, r, sess)
+		ctx, cancel := sess.callContext(r.Context())
+		defer cancel()
+		fn(w, r.WithContext(ctx), sess)
 	}
 }
 

@@ -150,7 +150,7 @@ func TestInterimEffectivelyOnceOnRedelivery(t *testing.T) {
 func TestPeersDiscoverAndAsk(t *testing.T) {
 	w := pipelinetest.New(t, pipelinetest.Options{Peers: 1})
 	srv := startAPI(t, w, agentapi.Config{})
-	agent, end := srv.Open(canvasMessage(w), time.Now().Add(time.Minute))
+	agent, end := srv.Open(pipelinetest.Ctx(t), canvasMessage(w), time.Now().Add(time.Minute))
 	defer end()
 	url, tok := endpoint(t, agent)
 	peersPath := "/registry/" + w.Agent.ID + "/peers"

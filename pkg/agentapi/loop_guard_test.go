@@ -38,7 +38,7 @@ func TestPeerInterimRefusedByLoopGuard(t *testing.T) {
 		{"an ordinary message", fromPeer(func(*events.Inbound) {}), http.StatusOK},
 	} {
 		before := len(w.Plat.A2ACalls(peer.ID))
-		agent, end := srv.Open(tt.in, time.Now().Add(time.Minute))
+		agent, end := srv.Open(pipelinetest.Ctx(t), tt.in, time.Now().Add(time.Minute))
 		url, tok := endpoint(t, agent)
 		st, body := call(t, http.MethodPost, url+"/v1/interim", tok, `{"text":"working"}`)
 		end()

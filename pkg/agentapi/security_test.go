@@ -66,7 +66,7 @@ func TestCapabilityTokenOfAnotherOrEndedMessageIs401(t *testing.T) {
 
 	// Expiry: a session whose deadline passed is refused although its
 	// handler has not returned.
-	agent, end := srv.Open(canvasMessage(w), time.Now().Add(300*time.Millisecond))
+	agent, end := srv.Open(pipelinetest.Ctx(t), canvasMessage(w), time.Now().Add(300*time.Millisecond))
 	defer end()
 	url, tok := endpoint(t, agent)
 	if st, body := call(t, http.MethodGet, url+"/v1/peers", tok, ""); st != http.StatusOK {
@@ -175,7 +175,7 @@ func TestSecretsForbiddenUnlessEnabled(t *testing.T) {
 	w.Plat.SetSecret(w.Agent.ID, "MY_API_KEY", "sk-local-123")
 	for _, on := range []bool{false, true} {
 		srv := startAPI(t, w, agentapi.Config{Secrets: on})
-		agent, end := srv.Open(canvasMessage(w), time.Now().Add(time.Minute))
+		agent, end := srv.Open(pipelinetest.Ctx(t), canvasMessage(w), time.Now().Add(time.Minute))
 		url, tok := endpoint(t, agent)
 		st, body := call(t, http.MethodGet, url+"/v1/secrets", tok, "")
 		end()

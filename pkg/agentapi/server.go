@@ -88,13 +88,14 @@ func (s *Server) Close() error {
 }
 
 // Open starts the session of one handler run of in: a fresh capability
-// token that is valid until deadline or until end is called. It
-// implements dispatcher.AgentAPI.
-func (s *Server) Open(in *events.Inbound, deadline time.Time) (handler.Agent, func()) {
+// token that is valid until deadline or until end is called. Calls made
+// over HTTP run with ctx's values (the handler's context: the dispatcher
+// keeps what an Asker needs there). It implements dispatcher.AgentAPI.
+func (s *Server) Open(ctx context.Context, in *events.Inbound, deadline time.Time) (handler.Agent, func()) {
 	var raw [tokenBytes]byte
 	_, _ = rand.Read(raw[:]) // crypto/rand.Read never fails (Go 1.24+)
 	tok := base64.RawURLEncoding.EncodeToString(raw[:])
-	sess := &Session{srv: s, token: tok, in: *in, deadline: deadline, key: sha256.Sum256([]byte(tok))}
+	sess := &Session{srv: s, token: tok, in: *in, deadline: deadline, key: sha256.Sum256([]byte(tok)), base: context.WithoutCancel(ctx)}
 	s.mu.Lock()
 	s.sessions[sess.key] = sess
 	s.mu.Unlock()

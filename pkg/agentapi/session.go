@@ -19,6 +19,9 @@ type Scope struct {
 	Message events.Inbound
 	// Deadline is the handler's deadline; no wait may outlast it.
 	Deadline time.Time
+	// N numbers the question within the handler run, from 1, in call
+	// order: a re-run of the handler asks its n-th question again.
+	N int
 }
 
 // Asker asks a peer workspace and waits for its answer (issue 13 part C
@@ -37,8 +40,12 @@ type Session struct {
 	in       events.Inbound
 	deadline time.Time
 
+	// base carries the handler context's values for calls made over HTTP.
+	base context.Context
+
 	ended    atomic.Bool
 	interims atomic.Int64
+	asks     atomic.Int64
 	// postMu keeps the session's interims in call order.
 	postMu sync.Mutex
 }
@@ -88,7 +95,16 @@ func (s *Session) Ask(ctx context.Context, q handler.Question) (*handler.PeerAns
 		ctx, c2 = context.WithTimeout(ctx, q.Timeout)
 		defer c2()
 	}
-	return s.srv.cfg.Asker.Ask(ctx, Scope{Message: s.in, Deadline: s.deadline}, q)
+	n := int(s.asks.Add(1))
+	return s.srv.cfg.Asker.Ask(ctx, Scope{Message: s.in, Deadline: s.deadline, N: n}, q)
+}
+
+// callContext is the context of a call made over HTTP: the handler
+// context's values with the request's cancellation.
+func (s *Session) callContext(req context.Context) (context.Context, context.CancelFunc) {
+	ctx, cancel := context.WithCancel(s.base)
+	stop := context.AfterFunc(req, cancel)
+	return ctx, func() { stop(); cancel() }
 }
 
 // Peers lists the workspace's peers, cached for PeersTTL.

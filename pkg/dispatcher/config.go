@@ -1,6 +1,7 @@
 package dispatcher
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"time"
@@ -52,8 +53,9 @@ type Config struct {
 // AgentAPI opens per-message agent API sessions (pkg/agentapi.Server).
 type AgentAPI interface {
 	// Open starts the session of in's handler run, valid until deadline
-	// or until end is called, whichever comes first.
-	Open(in *events.Inbound, deadline time.Time) (agent handler.Agent, end func())
+	// or until end is called, whichever comes first. ctx is the handler's
+	// context: calls made over HTTP carry its values.
+	Open(ctx context.Context, in *events.Inbound, deadline time.Time) (agent handler.Agent, end func())
 }
 
 // SetDefaults fills every unset field except ProgressInterval, which New

@@ -198,7 +198,7 @@ func (d *Dispatcher) runHandler(runCtx context.Context, del *stage.Delivery, in 
 	}
 	if d.cfg.Agent != nil {
 		var end func()
-		req.Agent, end = d.cfg.Agent.Open(&m, deadline)
+		req.Agent, end = d.cfg.Agent.Open(hctx, &m, deadline)
 		defer end() // the session dies when the handler returns
 	}
 	start := time.Now()
