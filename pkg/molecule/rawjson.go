@@ -1,0 +1,134 @@
+package molecule
+
+import (
+	"bytes"
+	"encoding/json"
+	"unicode/utf8"
+)
+
+// Splitting JSON that is already known to be valid.
+//
+// A feed row used to be decoded level by level with json.Unmarshal into
+// map[string]json.RawMessage: every level validated and decoded its bytes
+// again, so the text of a message was scanned about ten times per poll
+// (docs/performance.md). The page is validated once (json.Valid); below
+// that, these functions only find where values start and end. They give
+// the same result as json.Unmarshal into a map[string]json.RawMessage or a
+// []json.RawMessage (exact key match, the last duplicate key wins), which
+// TestSplitMatchesEncodingJSON checks; they must never see invalid JSON.
+
+// splitObject splits a valid JSON object into its members. The values
+// share data's memory.
+func splitObject(data []byte) rawObject {
+	i := skipSpace(data, 0) + 1 // past '{'
+	obj := make(rawObject, 8)
+	for {
+		i = skipSpace(data, i)
+		if i >= len(data) || data[i] == '}' {
+			return obj
+		}
+		if data[i] == ',' {
+			i = skipSpace(data, i+1)
+		}
+		end := skipString(data, i)
+		key := unquote(data[i:end])
+		i = skipSpace(data, end) + 1 // past ':'
+		i = skipSpace(data, i)
+		vend := skipValue(data, i)
+		obj[key] = json.RawMessage(data[i:vend:vend])
+		i = vend
+	}
+}
+
+// splitArray splits a valid JSON array into its elements, sharing data's
+// memory.
+func splitArray(data []byte) []json.RawMessage {
+	i := skipSpace(data, 0) + 1 // past '['
+	var elems []json.RawMessage
+	for {
+		i = skipSpace(data, i)
+		if i >= len(data) || data[i] == ']' {
+			if elems == nil {
+				elems = []json.RawMessage{} // "[]" is present, not null
+			}
+			return elems
+		}
+		if data[i] == ',' {
+			i = skipSpace(data, i+1)
+		}
+		end := skipValue(data, i)
+		elems = append(elems, json.RawMessage(data[i:end:end]))
+		i = end
+	}
+}
+
+// unquote decodes a valid JSON string literal. Escapes and non-ASCII
+// bytes (json.Unmarshal replaces invalid UTF-8) take encoding/json's path.
+func unquote(lit []byte) string {
+	inner := lit[1 : len(lit)-1]
+	if bytes.IndexByte(inner, '\\') < 0 && utf8.Valid(inner) {
+		return string(inner)
+	}
+	var s string
+	_ = json.Unmarshal(lit, &s) // valid by the caller's contract
+	return s
+}
+
+func skipSpace(data []byte, i int) int {
+	for i < len(data) && (data[i] == ' ' || data[i] == '\t' || data[i] == '\n' || data[i] == '\r') {
+		i++
+	}
+	return i
+}
+
+// skipString returns the index after the string literal starting at i.
+func skipString(data []byte, i int) int {
+	for i++; i < len(data); i++ {
+		switch data[i] {
+		case '\\':
+			i++
+		case '"':
+			return i + 1
+		}
+	}
+	return len(data)
+}
+
+// skipValue returns the index after the value starting at i.
+func skipValue(data []byte, i int) int {
+	if i >= len(data) {
+		return i
+	}
+	switch data[i] {
+	case '"':
+		return skipString(data, i)
+	case '{', '[':
+		depth := 0
+		for ; i < len(data); i++ {
+			switch data[i] {
+			case '"':
+				i = skipString(data, i) - 1
+			case '{', '[':
+				depth++
+			case '}', ']':
+				if depth--; depth == 0 {
+					return i + 1
+				}
+			}
+		}
+		return len(data)
+	default: // number, true, false, null
+		for i < len(data) && !endsLiteral(data[i]) {
+			i++
+		}
+		return i
+	}
+}
+
+func endsLiteral(c byte) bool {
+	switch c {
+	case ',', '}', ']', ' ', '\t', '\r', '\n':
+		return true
+	}
+	return false
+}
