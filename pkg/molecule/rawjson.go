@@ -17,11 +17,38 @@ import (
 // []json.RawMessage (exact key match, the last duplicate key wins), which
 // TestSplitMatchesEncodingJSON checks; they must never see invalid JSON.
 
+// rawObject is a JSON object split into its members, in order, values
+// still raw. Keys stay literals: a lookup compares bytes and allocates
+// nothing unless the key holds an escape.
+type rawObject []member
+
+type member struct {
+	key     []byte // the key's string literal, quotes included
+	escaped bool   // key holds a backslash or non-ASCII: compare it unquoted
+	val     json.RawMessage
+}
+
+// get returns the value of key, the last one if the key repeats (as
+// json.Unmarshal into a map keeps it).
+func (o rawObject) get(key string) (json.RawMessage, bool) {
+	for i := len(o) - 1; i >= 0; i-- {
+		m := o[i]
+		if m.escaped {
+			if unquote(m.key) == key {
+				return m.val, true
+			}
+		} else if string(m.key[1:len(m.key)-1]) == key {
+			return m.val, true
+		}
+	}
+	return nil, false
+}
+
 // splitObject splits a valid JSON object into its members. The values
-// share data's memory.
+// share data's memory. It never returns nil.
 func splitObject(data []byte) rawObject {
 	i := skipSpace(data, 0) + 1 // past '{'
-	obj := make(rawObject, 8)
+	obj := make(rawObject, 0, 16)
 	for {
 		i = skipSpace(data, i)
 		if i >= len(data) || data[i] == '}' {
@@ -31,13 +58,23 @@ func splitObject(data []byte) rawObject {
 			i = skipSpace(data, i+1)
 		}
 		end := skipString(data, i)
-		key := unquote(data[i:end])
+		key := data[i:end:end]
 		i = skipSpace(data, end) + 1 // past ':'
 		i = skipSpace(data, i)
 		vend := skipValue(data, i)
-		obj[key] = json.RawMessage(data[i:vend:vend])
+		obj = append(obj, member{key: key, escaped: !plainASCII(key), val: json.RawMessage(data[i:vend:vend])})
 		i = vend
 	}
+}
+
+// plainASCII: no escape and no byte outside ASCII.
+func plainASCII(b []byte) bool {
+	for _, c := range b {
+		if c == '\\' || c >= utf8.RuneSelf {
+			return false
+		}
+	}
+	return true
 }
 
 // splitArray splits a valid JSON array into its elements, sharing data's

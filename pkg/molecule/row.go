@@ -173,9 +173,6 @@ func (r ActivityRow) Parse(self string) (*Message, error) {
 	return m, nil
 }
 
-// rawObject is a decoded JSON object whose values are still raw.
-type rawObject map[string]json.RawMessage
-
 // jsonKind is the type of a valid raw JSON value, read from its first byte.
 func jsonKind(v json.RawMessage) byte {
 	v = bytes.TrimLeft(v, " \t\r\n")
@@ -208,7 +205,7 @@ func kindName(k byte) string {
 
 // object returns o[key] as an object; nil (no error) when absent or null.
 func (o rawObject) object(key, path string) (rawObject, error) {
-	v, ok := o[key]
+	v, ok := o.get(key)
 	if !ok {
 		return nil, nil
 	}
@@ -224,7 +221,7 @@ func (o rawObject) object(key, path string) (rawObject, error) {
 
 // array returns o[key] as an array; present is false when absent or null.
 func (o rawObject) array(key, path string) (elems []json.RawMessage, present bool, err error) {
-	v, ok := o[key]
+	v, ok := o.get(key)
 	if !ok {
 		return nil, false, nil
 	}
@@ -246,7 +243,7 @@ func (o rawObject) str(key, path string) (string, error) {
 
 // strOK is str that also says whether the value was a string (not null).
 func (o rawObject) strOK(key, path string) (s string, isString bool, err error) {
-	v, ok := o[key]
+	v, ok := o.get(key)
 	if !ok {
 		return "", false, nil
 	}
@@ -272,7 +269,7 @@ func (o rawObject) lenientStr(key string) string {
 // nonNegInt reads o[key] as a non-negative integer no larger than max;
 // ok is false for anything else (absent, wrong type, fractional, negative).
 func (o rawObject) nonNegInt(key string, max int64) (n int64, ok bool) {
-	v, present := o[key]
+	v, present := o.get(key)
 	if !present || jsonKind(v) != '0' {
 		return 0, false
 	}
@@ -334,7 +331,7 @@ func decodeRowObject(raw json.RawMessage) (rawObject, error) {
 		return nil, fmt.Errorf("want a JSON object, got %s", kindName(k))
 	}
 	if !json.Valid(raw) {
-		var row rawObject
+		var row map[string]json.RawMessage
 		err := json.Unmarshal(raw, &row) // for its description of the fault
 		return nil, fmt.Errorf("not valid JSON: %w", err)
 	}
