@@ -114,6 +114,7 @@ func (p *pipeline) throughput(b *testing.B, n int) {
 		"msg/relay_cpu_s": 1e6 / relayUS,
 		"double_us/msg":   doubleUS,
 		"cpu_bound_msg/s": float64(runtime.NumCPU()) * 1e6 / (relayUS + doubleUS),
+		"allocs/msg":      float64(st1.Allocs-st0.Allocs) / float64(n),
 		"nats_in/msg":     float64(st1.InMsgs-st0.InMsgs) / float64(n),
 		"nats_out/msg":    float64(st1.OutMsgs-st0.OutMsgs) / float64(n),
 		"load1":           (load0 + loadavg()) / 2,
@@ -223,7 +224,7 @@ func printSummary() {
 		return
 	}
 	cols := []string{"msg/s", "p50_ms", "p99_ms", "inject_msg/s", "relay_us/msg", "msg/relay_cpu_s", "double_us/msg",
-		"cpu_bound_msg/s", "nats_in/msg", "nats_out/msg", "load1"}
+		"cpu_bound_msg/s", "allocs/msg", "nats_in/msg", "nats_out/msg", "load1"}
 	fmt.Printf("\nMedians over runs (GOMAXPROCS %d, %d CPUs; latency = reply received by the platform − row created_at)\n", runtime.GOMAXPROCS(0), runtime.NumCPU())
 	fmt.Printf("%-36s %4s", "configuration", "runs")
 	for _, c := range cols {

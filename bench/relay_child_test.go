@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"os"
 	"runtime"
+	rtmetrics "runtime/metrics"
 	"runtime/pprof"
 	"strings"
 	"sync"
@@ -55,6 +56,7 @@ type relayStats struct {
 	OutMsgs   int64         // and sent to clients
 	Replied   uint64        // replies the replier delivered (notify, A2A, reconciled)
 	Handled   []uint64      // per in-process dispatcher
+	Allocs    uint64        // heap objects allocated by the relay process (runtime/metrics)
 	Warnings  int
 	FirstWarn []string
 }
@@ -224,6 +226,9 @@ func (r *relay) stats() relayStats {
 	if v, err := r.ns.Varz(nil); err == nil {
 		st.InMsgs, st.OutMsgs = v.InMsgs, v.OutMsgs
 	}
+	sample := []rtmetrics.Sample{{Name: "/gc/heap/allocs:objects"}}
+	rtmetrics.Read(sample) // no stop-the-world, unlike runtime.ReadMemStats
+	st.Allocs = sample[0].Value.Uint64()
 	rs := r.rep.Stats()
 	st.Replied = rs.Notified + rs.SentA2A + rs.Reconciled
 	for _, d := range r.disp {
