@@ -63,6 +63,7 @@ lint: ## gofmt check, go vet and staticcheck (pinned)
 
 bench: ## benchmarks with their figures (pipeline: BENCH_COUNT=3 for medians, BENCH_FLAGS='-echo-msgs 20000')
 	$(GO) test -run '^$$' -bench . -benchtime 1x -count 1 ./pkg/molecule/...
+	$(GO) test -run '^$$' -bench BenchmarkPollerPath -benchtime 200x -count $(or $(BENCH_COUNT),1) ./pkg/poller
 	@echo "load average: $$(cat /proc/loadavg 2>/dev/null)"
 	$(GO) test -run '^$$' -bench . -benchtime 1x -count $(or $(BENCH_COUNT),1) -timeout 20m ./bench $(BENCH_FLAGS)
 	@echo "load average: $$(cat /proc/loadavg 2>/dev/null)"

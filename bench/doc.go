@@ -6,19 +6,28 @@
 // to the moment the platform received the reply (the double's notify or
 // A2A log).
 //
-// Everything lives in the package's tests:
+// The relay (the embedded NATS server and the stages) runs as a separate
+// process: the benchmark re-executes its own test binary, whose
+// TestRelayChild then serves as the relay, so the relay's CPU time is
+// measured apart from the platform double and the HTTP senders, which stay
+// in the benchmark's process. Everything lives in the package's tests:
 //
 //	go test -run '^$' -bench . -benchtime 1x ./bench
 //
 // prints one line per configuration and, at the end, a table of medians
 // over -count runs. Besides msg/s and latency percentiles, each run reports
 // inject_msg/s (how fast the senders got their messages accepted),
-// cpu_cores (CPU time of the benchmark process and the child dispatcher
-// over the run's wall time: 2.0 means both cores of a 2-core machine) and
-// msg/cpu_s (messages per CPU-second: the figure least disturbed by other
-// load on a shared machine, though the NATS server and the platform double
-// run in the same process and are counted too). -window-cpuprofile DIR
-// writes a CPU profile of each run's measured window. Flags (after the package list): -echo-msgs, -sleep-msgs,
-// -idle-msgs, -senders, -proc (second echo dispatcher as a child
-// `molecule-relay dispatch` process), -peer-every.
+// relay_us/msg and msg/relay_cpu_s (the relay process's utime+stime over
+// the run, its child dispatcher included, per relayed message: the figure
+// least disturbed by other load on a shared machine), double_us/msg (the
+// same for the benchmark process: the double and the senders),
+// cpu_bound_msg/s (the machine's CPUs divided by both: the throughput at
+// which the relay and the double together would saturate the machine), and
+// nats_in/msg and nats_out/msg (the NATS server's in_msgs and out_msgs
+// deltas per relayed message). -window-cpuprofile DIR has the relay process
+// write a CPU profile of each run's measured window, and its allocation
+// profiles at the window's start and end (allocs1 with -base allocs0).
+// Flags (after the package list): -echo-msgs, -sleep-msgs, -idle-msgs,
+// -senders, -proc (second echo dispatcher as a child `molecule-relay
+// dispatch` process of the relay process), -peer-every.
 package bench

@@ -6,7 +6,6 @@ import (
 	"encoding/json"
 	"flag"
 	"fmt"
-	"log/slog"
 	"math"
 	"net/http"
 	"os"
@@ -21,17 +20,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/nats-io/nats.go/jetstream"
-
-	"github.com/molecule-ai/molecule-relay/internal/natstest"
-	"github.com/molecule-ai/molecule-relay/pkg/dispatcher"
-	"github.com/molecule-ai/molecule-relay/pkg/events"
-	"github.com/molecule-ai/molecule-relay/pkg/handler"
 	"github.com/molecule-ai/molecule-relay/pkg/molecule"
 	"github.com/molecule-ai/molecule-relay/pkg/molecule/moleculetest"
-	"github.com/molecule-ai/molecule-relay/pkg/poller"
-	"github.com/molecule-ai/molecule-relay/pkg/replier"
-	"github.com/molecule-ai/molecule-relay/pkg/stage"
 )
 
 var (
@@ -50,29 +40,25 @@ var (
 
 // scenario is one pipeline configuration.
 type scenario struct {
-	handler     handler.Handler
-	dispatchers int  // dispatcher instances, each with its own NATS connection
-	childProc   bool // the second dispatcher is a child process (echo only)
-	concurrency int  // per dispatcher
+	handler     string // "echo" or "sleep100ms"
+	dispatchers int    // dispatcher instances, each with its own NATS connection
+	childProc   bool   // the second dispatcher is a child process (echo only)
+	concurrency int    // per dispatcher
 	replyConc   int
 	sse         bool
 	pollEvery   time.Duration
 }
 
-// pipeline is a running platform double, NATS server and relay stages.
+// pipeline is the platform double and its senders, in this process, and
+// the relay (NATS server and stages) in another one.
 type pipeline struct {
 	srv     *moleculetest.Server
-	ns      *natstest.Server
 	agent   moleculetest.Workspace
 	peers   []moleculetest.Workspace
-	disp    []*dispatcher.Dispatcher
-	rep     *replier.Replier
-	topo    *events.Topology // the replier's handles, for consumer info
-	warns   *warnLog
-	child   int    // pid of the child dispatcher, 0 if none
+	relay   *relayProc
+	tb      testing.TB
 	run     int    // number of the current injection (message text prefix)
 	runBase uint64 // replies delivered before the current injection
-	stages  sync.WaitGroup
 }
 
 // warnLog keeps the first warnings the stages logged, and counts them all.
@@ -98,41 +84,26 @@ func (w *warnLog) count() int {
 	return w.n
 }
 
-// sleepHandler replies like echo after 100 ms.
-var sleepHandler = handler.Func(func(ctx context.Context, req *handler.Request) (string, error) {
-	t := time.NewTimer(100 * time.Millisecond)
-	defer t.Stop()
-	select {
-	case <-t.C:
-	case <-ctx.Done():
-		return "", ctx.Err()
-	}
-	return "echo: " + req.Message.Text, nil
-})
-
-func httpClient() *http.Client {
-	if !*flagPooledHTTP {
+func httpClient(pooled bool) *http.Client {
+	if !pooled {
 		return nil // molecule.New's default, as relay.Open builds it
 	}
 	return &http.Client{Transport: &http.Transport{MaxIdleConns: 512, MaxIdleConnsPerHost: 256, IdleConnTimeout: time.Minute}}
 }
 
-// start brings the pipeline up and returns once it has answered one canvas
-// and one peer message (so the SSE stream, pulls and connections are warm).
+// start brings the double and the relay process up and returns once the
+// relay has answered one canvas and one peer message (so the SSE stream,
+// pulls and connections are warm).
 func start(b testing.TB, sc scenario) *pipeline {
 	b.Helper()
-	ns := natstest.Start(b)
 	srv := moleculetest.NewServer(moleculetest.WithRateLimit(0, 0), moleculetest.WithoutRequestLog())
 	b.Cleanup(srv.Close)
-	p := &pipeline{srv: srv, ns: ns, warns: &warnLog{}}
-	log := slog.New(slog.NewTextHandler(p.warns, &slog.HandlerOptions{Level: slog.LevelWarn}))
+	p := &pipeline{srv: srv, tb: b}
 	p.agent = srv.CreateWorkspace("bench-agent")
-	ctx, cancel := context.WithCancel(context.Background())
-	b.Cleanup(func() { cancel(); p.stages.Wait() })
-
+	ctx := context.Background()
 	for i := range 2 {
 		pw := srv.CreateWorkspace(fmt.Sprintf("bench-peer-%d", i))
-		pc, err := molecule.New(molecule.Config{PlatformURL: srv.URL(), WorkspaceID: pw.ID, Token: pw.Token, Logger: log})
+		pc, err := molecule.New(molecule.Config{PlatformURL: srv.URL(), WorkspaceID: pw.ID, Token: pw.Token})
 		if err != nil {
 			b.Fatal(err)
 		}
@@ -141,82 +112,14 @@ func start(b testing.TB, sc scenario) *pipeline {
 		}
 		p.peers = append(p.peers, pw)
 	}
-
-	// One NATS connection and one platform client per stage, as separate
-	// processes would have.
-	conn := func() (jetstream.JetStream, *events.Topology) {
-		_, js := natstest.Connect(b, ns.ClientURL())
-		topo, err := events.EnsureTopology(ctx, js, events.TopologyConfig{})
-		if err != nil {
-			b.Fatal(err)
-		}
-		return js, topo
-	}
-	client := func() *molecule.Client {
-		c, err := molecule.New(molecule.Config{PlatformURL: srv.URL(), WorkspaceID: p.agent.ID, Token: p.agent.Token, Logger: log, HTTPClient: httpClient()})
-		if err != nil {
-			b.Fatal(err)
-		}
-		return c
-	}
-	run := func(name string, f func(context.Context) error) {
-		p.stages.Add(1)
-		go func() {
-			defer p.stages.Done()
-			if err := f(ctx); err != nil && ctx.Err() == nil {
-				log.Error("stage stopped", "stage", name, "error", err)
-			}
-		}()
-	}
-
-	jsR, topoR := conn()
-	r, err := replier.New(jsR, topoR, map[string]*molecule.Client{p.agent.ID: client()}, replier.Config{Config: stage.Config{Concurrency: sc.replyConc, Logger: log}})
-	if err != nil {
-		b.Fatal(err)
-	}
-	p.rep, p.topo = r, topoR
-	run("replier", r.Run)
-
-	inproc := sc.dispatchers
-	if sc.childProc {
-		inproc--
-		p.child = startChild(b, ns.ClientURL(), sc.concurrency)
-	}
-	for range inproc {
-		js, topo := conn()
-		d, err := dispatcher.New(js, topo, sc.handler, dispatcher.Config{Config: stage.Config{Concurrency: sc.concurrency, Logger: log}})
-		if err != nil {
-			b.Fatal(err)
-		}
-		p.disp = append(p.disp, d)
-		run("dispatcher", d.Run)
-	}
-
-	jsP, topoP := conn()
-	pl, err := poller.New(jsP, topoP, poller.Config{
-		Workspaces: []*molecule.Client{client()}, PollInterval: sc.pollEvery, PageLimit: poller.MaxPageLimit,
-		SSE: sc.sse, AgentName: "bench", Logger: log, OverlapEvery: *flagOverlap, OverlapWindow: 4 * *flagOverlap,
+	p.relay = startRelayProc(b, relayConfig{
+		PlatformURL: srv.URL(), AgentID: p.agent.ID, AgentToken: p.agent.Token, Handler: sc.handler,
+		Dispatchers: sc.dispatchers, ChildProc: sc.childProc, Concurrency: sc.concurrency, ReplyConc: sc.replyConc,
+		SSE: sc.sse, PollEvery: sc.pollEvery, Overlap: *flagOverlap, PooledHTTP: *flagPooledHTTP,
 	})
-	if err != nil {
-		b.Fatal(err)
+	if got := srv.Status(p.agent.ID).DeliveryMode; got != "poll" {
+		b.Fatalf("relay ready but the workspace's delivery mode is %q", got)
 	}
-	run("poller", pl.Run)
-
-	// Every dispatcher holds a pull open once it is up.
-	waitFor(b, "dispatchers pulling", 30*time.Second, func() bool {
-		info, err := topoR.Dispatcher.Info(ctx)
-		return err == nil && info.NumWaiting >= sc.dispatchers
-	})
-	waitFor(b, "workspace registered in poll mode", 30*time.Second, func() bool {
-		return srv.Status(p.agent.ID).DeliveryMode == "poll"
-	})
-	// The poller seeds its cursor on its first cycle, after registering; a
-	// row queued before the seed would be taken as backlog and not
-	// delivered (BacklogWindow 0), so wait for the cursor.
-	waitFor(b, "cursor seeded", 30*time.Second, func() bool {
-		_, err := topoR.Cursors.Get(ctx, p.agent.ID)
-		return err == nil
-	})
 	if _, err := p.inject(ctx, 2, 1, 2); err != nil {
 		b.Fatalf("warm-up: %v", err)
 	}
@@ -351,10 +254,7 @@ type result struct {
 	first, last        time.Time       // earliest created_at, latest reply
 }
 
-func (p *pipeline) replied() uint64 {
-	st := p.rep.Stats()
-	return st.Notified + st.SentA2A + st.Reconciled
-}
+func (p *pipeline) replied() uint64 { return p.relay.stats(p.tb).Replied }
 
 // collect waits for the replies of the current run (wait), then matches
 // them (match).
@@ -368,7 +268,7 @@ func (p *pipeline) collect(b testing.TB, want int, timeout time.Duration) result
 // before this run, or timeout.
 func (p *pipeline) wait(want int, timeout time.Duration) {
 	deadline := time.Now().Add(timeout)
-	t := time.NewTicker(2 * time.Millisecond)
+	t := time.NewTicker(5 * time.Millisecond)
 	defer t.Stop()
 	for p.replied() < p.runBase+uint64(want) && time.Now().Before(deadline) {
 		<-t.C
@@ -488,14 +388,14 @@ func loadavg() float64 {
 	return f
 }
 
-// cpuTime is the user+system CPU time of this process and of the child
-// dispatcher, if any.
-func (p *pipeline) cpuTime() time.Duration {
+// selfCPU is the user+system CPU time of this process: the platform
+// double and the senders.
+func selfCPU() time.Duration {
 	var ru syscall.Rusage
 	if syscall.Getrusage(syscall.RUSAGE_SELF, &ru) != nil {
 		return 0
 	}
-	return time.Duration(ru.Utime.Nano()+ru.Stime.Nano()) + procCPU(p.child)
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 }
 
 // procCPU reads a running process's user+system time from /proc/<pid>/stat

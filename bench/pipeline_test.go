@@ -8,15 +8,12 @@ import (
 	"os"
 	"path/filepath"
 	"runtime"
-	"runtime/pprof"
 	"slices"
 	"sort"
 	"strings"
 	"sync"
 	"testing"
 	"time"
-
-	"github.com/molecule-ai/molecule-relay/pkg/handler"
 )
 
 var (
@@ -30,29 +27,21 @@ var (
 
 var profileN int
 
-// startProfile starts a CPU profile of the measured window when
+// startProfile has the relay process profile the measured window when
 // -window-cpuprofile is set; the returned function stops it.
-func startProfile(b *testing.B) func() {
+func (p *pipeline) startProfile(b *testing.B) func() {
 	if *flagProfile == "" {
 		return func() {}
 	}
 	profileN++
 	name := strings.NewReplacer("/", "_", "Benchmark", "").Replace(b.Name())
-	f, err := os.Create(filepath.Join(*flagProfile, fmt.Sprintf("%s-%d.pprof", name, profileN)))
+	dir, err := filepath.Abs(*flagProfile)
 	if err != nil {
 		b.Fatal(err)
 	}
-	if err := pprof.StartCPUProfile(f); err != nil {
-		f.Close()
-		b.Fatalf("window profile (not together with -cpuprofile): %v", err)
-	}
+	p.relay.command(b, "profile "+filepath.Join(dir, fmt.Sprintf("%s-%d", name, profileN)))
 	var once sync.Once
-	return func() {
-		once.Do(func() {
-			pprof.StopCPUProfile()
-			f.Close()
-		})
-	}
+	return func() { once.Do(func() { p.relay.command(b, "stop") }) }
 }
 
 // BenchmarkPipeline injects messages as fast as several HTTP senders can,
@@ -61,11 +50,11 @@ func startProfile(b *testing.B) func() {
 // received − row created_at).
 func BenchmarkPipeline(b *testing.B) {
 	echo := func(d int, child bool) scenario {
-		return scenario{handler: handler.Echo, dispatchers: d, childProc: child, concurrency: *flagEchoConc,
+		return scenario{handler: "echo", dispatchers: d, childProc: child, concurrency: *flagEchoConc,
 			replyConc: *flagReplyConc, sse: true, pollEvery: *flagPoll}
 	}
 	sleep := func(d int) scenario {
-		return scenario{handler: sleepHandler, dispatchers: d, concurrency: *flagSleepConc,
+		return scenario{handler: "sleep100ms", dispatchers: d, concurrency: *flagSleepConc,
 			replyConc: *flagReplyConc, sse: true, pollEvery: *flagPoll}
 	}
 	cases := []struct {
@@ -94,10 +83,8 @@ func BenchmarkPipeline(b *testing.B) {
 
 func (p *pipeline) throughput(b *testing.B, n int) {
 	ctx := context.Background()
-	load0, cpu0 := loadavg(), p.cpuTime()
-	handled0 := p.handledPerDispatcher()
-	in0, out0 := p.natsMsgs()
-	stopProfile := startProfile(b)
+	stopProfile := p.startProfile(b)
+	load0, st0, self0 := loadavg(), p.relay.stats(b), selfCPU()
 	b.ResetTimer()
 	t0, err := p.inject(ctx, n, *flagSenders, *flagPeerEvery)
 	injectDur := time.Since(t0)
@@ -107,60 +94,46 @@ func (p *pipeline) throughput(b *testing.B, n int) {
 	}
 	p.wait(n, *flagTimeout)
 	b.StopTimer()
+	st1, self1 := p.relay.stats(b), selfCPU()
 	stopProfile()
-	cpu, elapsed := p.cpuTime()-cpu0, time.Since(t0)
-	in1, out1 := p.natsMsgs()
 	res := p.match(n)
 	wall := res.last.Sub(t0)
 	if res.missing > 0 {
 		b.Errorf("%d of %d replies missing after %s", res.missing, n, *flagTimeout)
 	}
+	relayUS := float64((st1.CPU - st0.CPU).Microseconds()) / float64(n)
+	doubleUS := float64((self1 - self0).Microseconds()) / float64(n)
 	m := metrics{
-		"msg/s":        float64(res.got) / wall.Seconds(),
-		"p50_ms":       pct(res.lat, 0.50),
-		"p90_ms":       pct(res.lat, 0.90),
-		"p99_ms":       pct(res.lat, 0.99),
-		"max_ms":       pct(res.lat, 1),
-		"inject_msg/s": float64(n) / injectDur.Seconds(),
-		"cpu_cores":    cpu.Seconds() / elapsed.Seconds(),
-		"msg/cpu_s":    float64(res.got) / cpu.Seconds(),
-		"load1":        (load0 + loadavg()) / 2,
-		"nats_in/msg":  float64(in1-in0) / float64(n),
-		"nats_out/msg": float64(out1-out0) / float64(n),
+		"msg/s":           float64(res.got) / wall.Seconds(),
+		"p50_ms":          pct(res.lat, 0.50),
+		"p90_ms":          pct(res.lat, 0.90),
+		"p99_ms":          pct(res.lat, 0.99),
+		"max_ms":          pct(res.lat, 1),
+		"inject_msg/s":    float64(n) / injectDur.Seconds(),
+		"relay_us/msg":    relayUS,
+		"msg/relay_cpu_s": 1e6 / relayUS,
+		"double_us/msg":   doubleUS,
+		"cpu_bound_msg/s": float64(runtime.NumCPU()) * 1e6 / (relayUS + doubleUS),
+		"allocs/msg":      float64(st1.Allocs-st0.Allocs) / float64(n),
+		"nats_in/msg":     float64(st1.InMsgs-st0.InMsgs) / float64(n),
+		"nats_out/msg":    float64(st1.OutMsgs-st0.OutMsgs) / float64(n),
+		"load1":           (load0 + loadavg()) / 2,
 	}
 	m.report(b)
 	var shares []string
-	for i, h := range p.handledPerDispatcher() {
-		shares = append(shares, fmt.Sprintf("d%d=%d", i, h-handled0[i]))
+	for i, h := range st1.Handled {
+		shares = append(shares, fmt.Sprintf("d%d=%d", i, h-st0.Handled[i]))
 	}
 	b.Logf("%d msgs in %.2fs (inject %.2fs); in-process dispatchers handled %s; duplicate replies %d; stage warnings %d %q",
-		res.got, wall.Seconds(), injectDur.Seconds(), strings.Join(shares, " "), res.dups, p.warns.count(), p.warns.first)
+		res.got, wall.Seconds(), injectDur.Seconds(), strings.Join(shares, " "), res.dups, st1.Warnings, st1.FirstWarn)
 	record(b.Name(), m)
-}
-
-// natsMsgs is the NATS server's count of messages received from and sent
-// to clients (publishes, requests, acks, pull requests, deliveries).
-func (p *pipeline) natsMsgs() (in, out int64) {
-	v, err := p.ns.Varz(nil)
-	if err != nil {
-		return 0, 0
-	}
-	return v.InMsgs, v.OutMsgs
-}
-
-func (p *pipeline) handledPerDispatcher() []uint64 {
-	out := make([]uint64, len(p.disp))
-	for i, d := range p.disp {
-		out[i] = d.Stats().Handled
-	}
-	return out
 }
 
 // BenchmarkIdleLatency sends one message at a time, each after the
 // previous reply arrived and a pause, so the pipeline is idle when it
 // comes: the latency of the SSE wake-up path.
 func BenchmarkIdleLatency(b *testing.B) {
-	sc := scenario{handler: handler.Echo, dispatchers: 1, concurrency: *flagEchoConc, replyConc: *flagReplyConc,
+	sc := scenario{handler: "echo", dispatchers: 1, concurrency: *flagEchoConc, replyConc: *flagReplyConc,
 		sse: true, pollEvery: 5 * time.Second}
 	b.Run("echo/d1/sse", func(b *testing.B) {
 		p := start(b, sc)
@@ -202,7 +175,7 @@ func TestPipelineSmoke(t *testing.T) {
 	if testing.Short() {
 		t.Skip("starts the whole pipeline")
 	}
-	p := start(t, scenario{handler: handler.Echo, dispatchers: 2, concurrency: 8, replyConc: 8, sse: true, pollEvery: time.Second})
+	p := start(t, scenario{handler: "echo", dispatchers: 2, concurrency: 8, replyConc: 8, sse: true, pollEvery: time.Second})
 	const n = 40
 	if _, err := p.inject(context.Background(), n, 4, 4); err != nil {
 		t.Fatal(err)
@@ -250,16 +223,17 @@ func printSummary() {
 	if len(summary.order) == 0 {
 		return
 	}
-	cols := []string{"msg/s", "p50_ms", "p90_ms", "p99_ms", "max_ms", "inject_msg/s", "cpu_cores", "msg/cpu_s", "load1"}
+	cols := []string{"msg/s", "p50_ms", "p99_ms", "inject_msg/s", "relay_us/msg", "msg/relay_cpu_s", "double_us/msg",
+		"cpu_bound_msg/s", "allocs/msg", "nats_in/msg", "nats_out/msg", "load1"}
 	fmt.Printf("\nMedians over runs (GOMAXPROCS %d, %d CPUs; latency = reply received by the platform − row created_at)\n", runtime.GOMAXPROCS(0), runtime.NumCPU())
-	fmt.Printf("%-44s %4s", "configuration", "runs")
+	fmt.Printf("%-36s %4s", "configuration", "runs")
 	for _, c := range cols {
-		fmt.Printf(" %12s", c)
+		fmt.Printf(" %15s", c)
 	}
 	fmt.Println()
 	for _, name := range summary.order {
 		runs := summary.runs[name]
-		fmt.Printf("%-44s %4d", name, len(runs))
+		fmt.Printf("%-36s %4d", name, len(runs))
 		for _, c := range cols {
 			var vs []float64
 			for _, r := range runs {
@@ -268,7 +242,7 @@ func printSummary() {
 				}
 			}
 			if len(vs) == 0 {
-				fmt.Printf(" %12s", "-")
+				fmt.Printf(" %15s", "-")
 				continue
 			}
 			sort.Float64s(vs)
@@ -276,7 +250,7 @@ func printSummary() {
 			if len(vs)%2 == 0 {
 				med = (vs[len(vs)/2-1] + vs[len(vs)/2]) / 2
 			}
-			fmt.Printf(" %12.1f", med)
+			fmt.Printf(" %15.1f", med)
 		}
 		fmt.Println()
 	}

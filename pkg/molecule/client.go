@@ -544,8 +544,8 @@ func (c *Client) Activity(ctx context.Context, q ActivityQuery) (*ActivityPage, 
 	if err != nil {
 		return nil, err
 	}
-	var raws []json.RawMessage
-	if err := decodeJSON(r, resp.body, &raws); err != nil {
+	raws, err := decodeRows(r, resp.body)
+	if err != nil {
 		return nil, err
 	}
 	if raws == nil && !isJSONArray(resp.body) {
@@ -572,34 +572,34 @@ func isJSONArray(b []byte) bool {
 	return strings.HasPrefix(s, "[")
 }
 
+// decodeRows splits an activity body into its rows. The body is
+// validated once here; the rows are only split from then on (rawjson.go).
+// Anything but a valid array takes encoding/json's path, for its error.
+func decodeRows(r request, body []byte) ([]json.RawMessage, error) {
+	if jsonKind(body) == '[' && json.Valid(body) {
+		return splitArray(body), nil
+	}
+	var raws []json.RawMessage
+	if err := decodeJSON(r, body, &raws); err != nil {
+		return nil, err
+	}
+	return raws, nil
+}
+
 // decodeActivityRow reads id, created_at and method, leaving them empty
-// when the row is not an object or they are not strings. It decodes into a
-// struct of three fields rather than a map of all of them: the poller reads
-// every row of every page.
+// when absent or of the wrong type, and keeps the row's members for
+// ActivityRow.Parse, so the row is split once. raw must be valid JSON.
 func decodeActivityRow(raw json.RawMessage) ActivityRow {
 	row := ActivityRow{JSON: raw}
-	var f struct {
-		ID        json.RawMessage `json:"id"`
-		CreatedAt json.RawMessage `json:"created_at"`
-		Method    json.RawMessage `json:"method"`
-	}
-	if json.Unmarshal(raw, &f) != nil {
+	if jsonKind(raw) != '{' {
 		return row
 	}
-	var s string
-	if json.Unmarshal(f.ID, &s) == nil {
-		row.ID = s
+	row.obj = splitObject(raw)
+	row.ID = row.obj.lenientStr("id")
+	if t, err := time.Parse(time.RFC3339Nano, row.obj.lenientStr("created_at")); err == nil {
+		row.CreatedAt = t
 	}
-	s = ""
-	if json.Unmarshal(f.CreatedAt, &s) == nil {
-		if t, err := time.Parse(time.RFC3339Nano, s); err == nil {
-			row.CreatedAt = t
-		}
-	}
-	s = ""
-	if json.Unmarshal(f.Method, &s) == nil {
-		row.Method = s
-	}
+	row.Method = row.obj.lenientStr("method")
 	return row
 }
 

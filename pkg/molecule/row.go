@@ -160,8 +160,18 @@ func ParseRow(raw json.RawMessage, self string) (*Message, error) {
 	return m, nil
 }
 
-// rawObject is a decoded JSON object whose values are still raw.
-type rawObject map[string]json.RawMessage
+// Parse parses the row like ParseRow(r.JSON, self), reusing the split
+// Activity made of it rather than decoding the row again.
+func (r ActivityRow) Parse(self string) (*Message, error) {
+	if r.obj == nil {
+		return ParseRow(r.JSON, self)
+	}
+	m, id, err := parseRowObject(r.obj, r.JSON, self)
+	if err != nil {
+		return nil, &RowError{ID: id, Err: err}
+	}
+	return m, nil
+}
 
 // jsonKind is the type of a valid raw JSON value, read from its first byte.
 func jsonKind(v json.RawMessage) byte {
@@ -195,7 +205,7 @@ func kindName(k byte) string {
 
 // object returns o[key] as an object; nil (no error) when absent or null.
 func (o rawObject) object(key, path string) (rawObject, error) {
-	v, ok := o[key]
+	v, ok := o.get(key)
 	if !ok {
 		return nil, nil
 	}
@@ -203,11 +213,7 @@ func (o rawObject) object(key, path string) (rawObject, error) {
 	case 'n':
 		return nil, nil
 	case '{':
-		var out rawObject
-		if err := json.Unmarshal(v, &out); err != nil {
-			return nil, fmt.Errorf("%s: %w", path, err)
-		}
-		return out, nil
+		return splitObject(v), nil
 	default:
 		return nil, fmt.Errorf("%s: want an object, got %s", path, kindName(k))
 	}
@@ -215,7 +221,7 @@ func (o rawObject) object(key, path string) (rawObject, error) {
 
 // array returns o[key] as an array; present is false when absent or null.
 func (o rawObject) array(key, path string) (elems []json.RawMessage, present bool, err error) {
-	v, ok := o[key]
+	v, ok := o.get(key)
 	if !ok {
 		return nil, false, nil
 	}
@@ -223,10 +229,7 @@ func (o rawObject) array(key, path string) (elems []json.RawMessage, present boo
 	case 'n':
 		return nil, false, nil
 	case '[':
-		if err := json.Unmarshal(v, &elems); err != nil {
-			return nil, false, fmt.Errorf("%s: %w", path, err)
-		}
-		return elems, true, nil
+		return splitArray(v), true, nil
 	default:
 		return nil, false, fmt.Errorf("%s: want an array, got %s", path, kindName(k))
 	}
@@ -240,7 +243,7 @@ func (o rawObject) str(key, path string) (string, error) {
 
 // strOK is str that also says whether the value was a string (not null).
 func (o rawObject) strOK(key, path string) (s string, isString bool, err error) {
-	v, ok := o[key]
+	v, ok := o.get(key)
 	if !ok {
 		return "", false, nil
 	}
@@ -248,10 +251,7 @@ func (o rawObject) strOK(key, path string) (s string, isString bool, err error) 
 	case 'n':
 		return "", false, nil
 	case '"':
-		if err := json.Unmarshal(v, &s); err != nil {
-			return "", false, fmt.Errorf("%s: %w", path, err)
-		}
-		return s, true, nil
+		return unquote(bytes.TrimSpace(v)), true, nil
 	default:
 		return "", false, fmt.Errorf("%s: want a string, got %s", path, kindName(k))
 	}
@@ -269,14 +269,11 @@ func (o rawObject) lenientStr(key string) string {
 // nonNegInt reads o[key] as a non-negative integer no larger than max;
 // ok is false for anything else (absent, wrong type, fractional, negative).
 func (o rawObject) nonNegInt(key string, max int64) (n int64, ok bool) {
-	v, present := o[key]
+	v, present := o.get(key)
 	if !present || jsonKind(v) != '0' {
 		return 0, false
 	}
-	var num json.Number
-	if err := json.Unmarshal(v, &num); err != nil {
-		return 0, false
-	}
+	num := json.Number(bytes.TrimSpace(v)) // a valid number literal, as json.Unmarshal would give it
 	if i, err := strconv.ParseInt(num.String(), 10, 64); err == nil {
 		if i < 0 || i > max {
 			return 0, false
@@ -299,6 +296,11 @@ func parseRow(raw json.RawMessage, self string) (m *Message, id string, err erro
 	if err != nil {
 		return nil, "", err
 	}
+	return parseRowObject(row, append(json.RawMessage(nil), raw...), self)
+}
+
+// parseRowObject parses a row split into row; raw is kept as Message.Raw.
+func parseRowObject(row rawObject, raw json.RawMessage, self string) (m *Message, id string, err error) {
 	id, err = row.str("id", "id")
 	if err != nil {
 		return nil, "", err
@@ -307,7 +309,7 @@ func parseRow(raw json.RawMessage, self string) (m *Message, id string, err erro
 		return nil, "", errors.New("id is missing or empty")
 	}
 
-	m = &Message{ActivityID: id, Raw: append(json.RawMessage(nil), raw...)}
+	m = &Message{ActivityID: id, Raw: raw}
 	if err := m.readColumns(row); err != nil {
 		return nil, id, err
 	}
@@ -319,7 +321,8 @@ func parseRow(raw json.RawMessage, self string) (m *Message, id string, err erro
 	return m, id, nil
 }
 
-// decodeRowObject decodes one feed row, which must be a JSON object.
+// decodeRowObject decodes one feed row, which must be a JSON object. It
+// validates the row once; below it, the row is only split (rawjson.go).
 func decodeRowObject(raw json.RawMessage) (rawObject, error) {
 	if k := jsonKind(raw); k != '{' {
 		if !json.Valid(raw) {
@@ -327,11 +330,12 @@ func decodeRowObject(raw json.RawMessage) (rawObject, error) {
 		}
 		return nil, fmt.Errorf("want a JSON object, got %s", kindName(k))
 	}
-	var row rawObject
-	if err := json.Unmarshal(raw, &row); err != nil {
+	if !json.Valid(raw) {
+		var row map[string]json.RawMessage
+		err := json.Unmarshal(raw, &row) // for its description of the fault
 		return nil, fmt.Errorf("not valid JSON: %w", err)
 	}
-	return row, nil
+	return splitObject(raw), nil
 }
 
 // readColumns reads the row's top-level columns: the string fields,
@@ -588,10 +592,7 @@ func scanParts(parts []json.RawMessage, path string) (text string, files []Attac
 		if k := jsonKind(raw); k != '{' {
 			return "", nil, fmt.Errorf("%s: want an object, got %s", pp, kindName(k))
 		}
-		var part rawObject
-		if err := json.Unmarshal(raw, &part); err != nil {
-			return "", nil, fmt.Errorf("%s: %w", pp, err)
-		}
+		part := splitObject(raw)
 		kind, err := part.str("kind", pp+".kind")
 		if err != nil {
 			return "", nil, err
@@ -668,10 +669,10 @@ func (m *Message) addEnrichedAttachments(row rawObject) {
 		return
 	}
 	for _, raw := range elems {
-		var o rawObject
-		if jsonKind(raw) != '{' || json.Unmarshal(raw, &o) != nil {
+		if jsonKind(raw) != '{' {
 			continue
 		}
+		o := splitObject(raw)
 		a, ok, err := filePart(o, "attachments")
 		if err != nil || !ok {
 			continue

@@ -196,6 +196,8 @@ type ActivityRow struct {
 	// caller can pass over its own "notify" rows without parsing them.
 	Method string
 	JSON   json.RawMessage
+	// obj is JSON split into its members by Activity (nil otherwise).
+	obj rawObject
 }
 
 // ActivityPage is one answer of GET /activity, rows oldest first whatever

@@ -463,7 +463,7 @@ func (p *Poller) publishRow(ctx context.Context, w *workspace, row molecule.Acti
 		p.checkForeignNotify(w, row)
 		return nil, nil
 	}
-	m, perr := molecule.ParseRow(row.JSON, w.id)
+	m, perr := row.Parse(w.id) // reuses the split Activity made
 	if perr != nil {
 		return p.deadLetterRow(ctx, w, row, perr, res)
 	}

@@ -153,6 +153,10 @@ func (p *Poller) sseLoop(ctx context.Context, w *workspace, wake chan<- struct{}
 		}
 		connected := time.Now()
 		err := w.c.StreamEvents(ctx, func(ev molecule.Event) {
+			// A wake-up already pending covers this event: skip its parse.
+			if len(wake) == cap(wake) {
+				return
+			}
 			if wakeOn(ev) {
 				select {
 				case wake <- struct{}{}:

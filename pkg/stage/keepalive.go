@@ -13,41 +13,53 @@ import (
 // an extra InProgress at once, at most once per interval/8 however often it
 // is called; it is safe from any goroutine and after stop (then a no-op).
 func KeepAlive(msg jetstream.Msg, interval time.Duration) (progress func(), stop func()) {
-	minGap := interval / 8
-	var last atomic.Int64
-	var stopped atomic.Bool
-	done := make(chan struct{})
-	send := func(force bool) {
-		if stopped.Load() {
-			return
-		}
-		now := time.Now().UnixNano()
-		prev := last.Load()
-		if !force && time.Duration(now-prev) < minGap {
-			return
-		}
-		if last.CompareAndSwap(prev, now) {
-			_ = msg.InProgress()
-		}
+	k := &keepAlive{msg: msg, interval: interval, minGap: interval / 8}
+	k.last.Store(time.Now().UnixNano())
+	// A timer rather than a goroutine with a ticker: every message in
+	// flight has one, and most finish long before the first tick.
+	k.mu.Lock()
+	k.timer = time.AfterFunc(interval, k.tick)
+	k.mu.Unlock()
+	return func() { k.send(false) }, k.stop
+}
+
+type keepAlive struct {
+	msg              jetstream.Msg
+	interval, minGap time.Duration
+	last             atomic.Int64
+	stopped          atomic.Bool
+	mu               sync.Mutex // orders the timer's re-arming with stop
+	timer            *time.Timer
+}
+
+func (k *keepAlive) tick() {
+	k.send(true)
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	if !k.stopped.Load() {
+		k.timer.Reset(k.interval)
 	}
-	last.Store(time.Now().UnixNano())
-	go func() {
-		t := time.NewTicker(interval)
-		defer t.Stop()
-		for {
-			select {
-			case <-done:
-				return
-			case <-t.C:
-				send(true)
-			}
-		}
-	}()
-	var once sync.Once
-	return func() { send(false) }, func() {
-		once.Do(func() {
-			stopped.Store(true)
-			close(done)
-		})
+}
+
+func (k *keepAlive) send(force bool) {
+	if k.stopped.Load() {
+		return
 	}
+	now := time.Now().UnixNano()
+	prev := k.last.Load()
+	if !force && time.Duration(now-prev) < k.minGap {
+		return
+	}
+	if k.last.CompareAndSwap(prev, now) {
+		_ = k.msg.InProgress()
+	}
+}
+
+func (k *keepAlive) stop() {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	if k.stopped.Swap(true) {
+		return
+	}
+	k.timer.Stop()
 }

@@ -1,0 +1,109 @@
+package bench_test
+
+import (
+	"bufio"
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+)
+
+// relayProc is the benchmark's handle on the relay process (TestRelayChild
+// in a re-executed copy of this test binary).
+type relayProc struct {
+	mu     sync.Mutex
+	in     io.WriteCloser
+	out    *bufio.Scanner
+	stderr bytes.Buffer
+}
+
+// startRelayProc starts the relay process and waits until it is ready.
+func startRelayProc(b testing.TB, cfg relayConfig) *relayProc {
+	b.Helper()
+	raw, err := json.Marshal(cfg)
+	if err != nil {
+		b.Fatal(err)
+	}
+	cmd := exec.Command(os.Args[0], "-test.run", "^TestRelayChild$", "-test.count", "1", "-test.timeout", "0")
+	cmd.Env = append(os.Environ(), childEnv+"="+string(raw))
+	rp := &relayProc{}
+	cmd.Stderr = &rp.stderr
+	if rp.in, err = cmd.StdinPipe(); err != nil {
+		b.Fatal(err)
+	}
+	stdout, err := cmd.StdoutPipe()
+	if err != nil {
+		b.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		b.Fatalf("start the relay process: %v", err)
+	}
+	rp.out = bufio.NewScanner(stdout)
+	rp.out.Buffer(make([]byte, 64<<10), 1<<20)
+	b.Cleanup(func() {
+		rp.in.Close() // the relay stops when its stdin closes
+		done := make(chan error, 1)
+		go func() { done <- cmd.Wait() }()
+		select {
+		case err := <-done:
+			if err != nil {
+				b.Logf("relay process: %v; stderr: %.1000s", err, rp.stderr.String())
+			}
+		case <-time.After(30 * time.Second):
+			_ = cmd.Process.Kill()
+			<-done
+			b.Logf("relay process killed after 30s; stderr: %.1000s", rp.stderr.String())
+		}
+	})
+	var ready string
+	if err := rp.read(&ready); err != nil || ready != "ready" {
+		b.Fatalf("relay process not ready (%q, %v); stderr: %.2000s", ready, err, rp.stderr.String())
+	}
+	return rp
+}
+
+// read decodes the child's next answer into v, passing other output.
+func (rp *relayProc) read(v any) error {
+	for rp.out.Scan() {
+		line, ok := strings.CutPrefix(rp.out.Text(), childPrefix)
+		if ok {
+			return json.Unmarshal([]byte(line), v)
+		}
+	}
+	if err := rp.out.Err(); err != nil {
+		return err
+	}
+	return io.EOF
+}
+
+// call sends one command and decodes its answer into v.
+func (rp *relayProc) call(cmd string, v any) error {
+	rp.mu.Lock()
+	defer rp.mu.Unlock()
+	if _, err := fmt.Fprintln(rp.in, cmd); err != nil {
+		return err
+	}
+	return rp.read(v)
+}
+
+func (rp *relayProc) stats(b testing.TB) relayStats {
+	var st relayStats
+	if err := rp.call("stats", &st); err != nil {
+		b.Fatalf("relay process stats: %v; stderr: %.1000s", err, rp.stderr.String())
+	}
+	return st
+}
+
+// command sends a profile command; the relay answers "ok" or an error.
+func (rp *relayProc) command(b testing.TB, cmd string) {
+	var msg string
+	if err := rp.call(cmd, &msg); err != nil || msg != "ok" {
+		b.Fatalf("relay process %q: %q %v", cmd, msg, err)
+	}
+}

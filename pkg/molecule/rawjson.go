@@ -1,0 +1,171 @@
+package molecule
+
+import (
+	"bytes"
+	"encoding/json"
+	"unicode/utf8"
+)
+
+// Splitting JSON that is already known to be valid.
+//
+// A feed row used to be decoded level by level with json.Unmarshal into
+// map[string]json.RawMessage: every level validated and decoded its bytes
+// again, so the text of a message was scanned about ten times per poll
+// (docs/performance.md). The page is validated once (json.Valid); below
+// that, these functions only find where values start and end. They give
+// the same result as json.Unmarshal into a map[string]json.RawMessage or a
+// []json.RawMessage (exact key match, the last duplicate key wins), which
+// TestSplitMatchesEncodingJSON checks; they must never see invalid JSON.
+
+// rawObject is a JSON object split into its members, in order, values
+// still raw. Keys stay literals: a lookup compares bytes and allocates
+// nothing unless the key holds an escape.
+type rawObject []member
+
+type member struct {
+	key     []byte // the key's string literal, quotes included
+	escaped bool   // key holds a backslash or non-ASCII: compare it unquoted
+	val     json.RawMessage
+}
+
+// get returns the value of key, the last one if the key repeats (as
+// json.Unmarshal into a map keeps it).
+func (o rawObject) get(key string) (json.RawMessage, bool) {
+	for i := len(o) - 1; i >= 0; i-- {
+		m := o[i]
+		if m.escaped {
+			if unquote(m.key) == key {
+				return m.val, true
+			}
+		} else if string(m.key[1:len(m.key)-1]) == key {
+			return m.val, true
+		}
+	}
+	return nil, false
+}
+
+// splitObject splits a valid JSON object into its members. The values
+// share data's memory. It never returns nil.
+func splitObject(data []byte) rawObject {
+	i := skipSpace(data, 0) + 1 // past '{'
+	obj := make(rawObject, 0, 16)
+	for {
+		i = skipSpace(data, i)
+		if i >= len(data) || data[i] == '}' {
+			return obj
+		}
+		if data[i] == ',' {
+			i = skipSpace(data, i+1)
+		}
+		end := skipString(data, i)
+		key := data[i:end:end]
+		i = skipSpace(data, end) + 1 // past ':'
+		i = skipSpace(data, i)
+		vend := skipValue(data, i)
+		obj = append(obj, member{key: key, escaped: !plainASCII(key), val: json.RawMessage(data[i:vend:vend])})
+		i = vend
+	}
+}
+
+// plainASCII: no escape and no byte outside ASCII.
+func plainASCII(b []byte) bool {
+	for _, c := range b {
+		if c == '\\' || c >= utf8.RuneSelf {
+			return false
+		}
+	}
+	return true
+}
+
+// splitArray splits a valid JSON array into its elements, sharing data's
+// memory.
+func splitArray(data []byte) []json.RawMessage {
+	i := skipSpace(data, 0) + 1 // past '['
+	var elems []json.RawMessage
+	for {
+		i = skipSpace(data, i)
+		if i >= len(data) || data[i] == ']' {
+			if elems == nil {
+				elems = []json.RawMessage{} // "[]" is present, not null
+			}
+			return elems
+		}
+		if data[i] == ',' {
+			i = skipSpace(data, i+1)
+		}
+		end := skipValue(data, i)
+		elems = append(elems, json.RawMessage(data[i:end:end]))
+		i = end
+	}
+}
+
+// unquote decodes a valid JSON string literal. Escapes and non-ASCII
+// bytes (json.Unmarshal replaces invalid UTF-8) take encoding/json's path.
+func unquote(lit []byte) string {
+	inner := lit[1 : len(lit)-1]
+	if bytes.IndexByte(inner, '\\') < 0 && utf8.Valid(inner) {
+		return string(inner)
+	}
+	var s string
+	_ = json.Unmarshal(lit, &s) // valid by the caller's contract
+	return s
+}
+
+func skipSpace(data []byte, i int) int {
+	for i < len(data) && (data[i] == ' ' || data[i] == '\t' || data[i] == '\n' || data[i] == '\r') {
+		i++
+	}
+	return i
+}
+
+// skipString returns the index after the string literal starting at i.
+func skipString(data []byte, i int) int {
+	for i++; i < len(data); i++ {
+		switch data[i] {
+		case '\\':
+			i++
+		case '"':
+			return i + 1
+		}
+	}
+	return len(data)
+}
+
+// skipValue returns the index after the value starting at i.
+func skipValue(data []byte, i int) int {
+	if i >= len(data) {
+		return i
+	}
+	switch data[i] {
+	case '"':
+		return skipString(data, i)
+	case '{', '[':
+		depth := 0
+		for ; i < len(data); i++ {
+			switch data[i] {
+			case '"':
+				i = skipString(data, i) - 1
+			case '{', '[':
+				depth++
+			case '}', ']':
+				if depth--; depth == 0 {
+					return i + 1
+				}
+			}
+		}
+		return len(data)
+	default: // number, true, false, null
+		for i < len(data) && !endsLiteral(data[i]) {
+			i++
+		}
+		return i
+	}
+}
+
+func endsLiteral(c byte) bool {
+	switch c {
+	case ',', '}', ']', ' ', '\t', '\r', '\n':
+		return true
+	}
+	return false
+}
