@@ -20,6 +20,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"math/rand/v2"
 	"time"
 	"unicode/utf8"
 
@@ -38,8 +39,10 @@ const (
 	DefaultMaxBytes = 64 << 10
 	// minMaxBytes keeps room for a few truncated turns.
 	minMaxBytes = 1 << 10
-	// maxAttempts bounds the compare-and-set retries of one write.
-	maxAttempts = 16
+	// maxAttempts bounds the compare-and-set retries of one write; with
+	// conflictPause between them it rides out dozens of writers at once
+	// on one conversation (TestConcurrentWritersLoseNoTurn: 30).
+	maxAttempts = 32
 )
 
 // TruncatedMark ends the text of a turn that was cut to fit
@@ -155,7 +158,7 @@ func (s *Store) Record(ctx context.Context, workspace, conversation string, turn
 		return 0, nil
 	}
 	key := events.HistoryKey(workspace, conversation)
-	for range maxAttempts {
+	for attempt := range maxAttempts {
 		cur, rev, err := s.load(ctx, key)
 		if err != nil {
 			return 0, err
@@ -177,12 +180,28 @@ func (s *Store) Record(ctx context.Context, workspace, conversation string, turn
 		case err == nil:
 			return added, nil
 		case errors.Is(err, jetstream.ErrKeyExists), errors.Is(err, jetstream.ErrKeyRevisionMismatch):
-			continue // another writer came first: read its turns and merge again
+			// Another writer came first: read its turns and merge again,
+			// after a random pause so the racers spread out.
+			if err := conflictPause(ctx, attempt); err != nil {
+				return 0, err
+			}
 		default:
 			return 0, fmt.Errorf("memory: write %s: %w", key, err)
 		}
 	}
 	return 0, fmt.Errorf("%w: %s", ErrContended, key)
+}
+
+// conflictPause waits a random time up to 1 ms << attempt (at most 64 ms).
+func conflictPause(ctx context.Context, attempt int) error {
+	t := time.NewTimer(time.Duration(rand.Int64N(int64(time.Millisecond << min(attempt, 6)))))
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return nil
+	case <-ctx.Done():
+		return fmt.Errorf("memory: %w", ctx.Err())
+	}
 }
 
 // merge appends the turns of add that cur does not hold.
