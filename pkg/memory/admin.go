@@ -29,8 +29,10 @@ func Conversations(ctx context.Context, kv jetstream.KeyValue, workspace string)
 	for k := range lister.Keys() {
 		out = append(out, strings.TrimPrefix(k, prefix))
 	}
-	if err := lister.Stop(); err != nil && !errors.Is(err, jetstream.ErrNoKeysFound) {
-		return nil, err
+	// The lister stops its watcher itself once the keys are all read
+	// (its Stop would then fail); a listing cut short shows as ctx's end.
+	if err := ctx.Err(); err != nil {
+		return nil, fmt.Errorf("memory: list %s: %w", prefix+">", err)
 	}
 	sort.Strings(out)
 	return out, nil
