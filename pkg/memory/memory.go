@@ -137,8 +137,7 @@ func (s *Store) Seed(ctx context.Context, workspace, conversation string, turns 
 	if s == nil || len(turns) == 0 {
 		return nil, nil
 	}
-	turns = s.bound(turns)
-	data, err := json.Marshal(turns)
+	turns, data, err := s.bound(turns)
 	if err != nil {
 		return turns, fmt.Errorf("memory: encode: %w", err)
 	}
@@ -167,7 +166,7 @@ func (s *Store) Record(ctx context.Context, workspace, conversation string, turn
 		if added == 0 {
 			return 0, nil
 		}
-		data, err := json.Marshal(s.bound(next))
+		_, data, err := s.bound(next)
 		if err != nil {
 			return 0, fmt.Errorf("memory: encode: %w", err)
 		}
@@ -227,23 +226,28 @@ func merge(cur, add []handler.Turn) (out []handler.Turn, added int) {
 }
 
 // bound cuts each turn's text to MaxBytes/4, keeps the newest Turns turns
-// and drops the oldest until the JSON value fits MaxBytes.
-func (s *Store) bound(turns []handler.Turn) []handler.Turn {
+// and drops the oldest until the JSON value fits MaxBytes; it returns the
+// turns kept and their JSON.
+func (s *Store) bound(turns []handler.Turn) ([]handler.Turn, []byte, error) {
 	if len(turns) > s.cfg.Turns {
 		turns = turns[len(turns)-s.cfg.Turns:]
 	}
 	out := make([]handler.Turn, len(turns))
-	size := 2 // []
 	for i, t := range turns {
 		t.Text = truncate(t.Text, s.cfg.MaxBytes/4)
 		out[i] = t
-		size += turnSize(t) + 1
 	}
+	data, err := json.Marshal(out)
+	if err != nil || len(data) <= s.cfg.MaxBytes {
+		return out, data, err // the usual case: one encoding
+	}
+	size := len(data)
 	for len(out) > 1 && size > s.cfg.MaxBytes {
-		size -= turnSize(out[0]) + 1
+		size -= turnSize(out[0]) + 1 // its comma
 		out = out[1:]
 	}
-	return out
+	data, err = json.Marshal(out)
+	return out, data, err
 }
 
 func turnSize(t handler.Turn) int {
