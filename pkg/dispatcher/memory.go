@@ -43,7 +43,9 @@ func (d *Dispatcher) recall(runCtx context.Context, req *handler.Request, in *ev
 func (d *Dispatcher) withMemory(rep events.Reply, in *events.Inbound) events.Reply {
 	if d.cfg.Memory.On() {
 		rep.Conversation = events.ConversationOf(in)
-		rep.InboundText, rep.InboundAttachments = in.Text, in.Attachments
+		// Clipped as memory would: a long message must not push the
+		// reply envelope past NATS's message size.
+		rep.InboundText, rep.InboundAttachments = d.cfg.Memory.Clip(in.Text), in.Attachments
 	}
 	return rep
 }

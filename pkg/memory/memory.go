@@ -258,6 +258,15 @@ func turnSize(t handler.Turn) int {
 	return len(b)
 }
 
+// Clip cuts text as a stored turn's is cut (MaxBytes/4), so that what a
+// reply envelope carries for memory never outgrows what memory keeps.
+func (s *Store) Clip(text string) string {
+	if s == nil {
+		return text
+	}
+	return truncate(text, s.cfg.MaxBytes/4)
+}
+
 // truncate cuts s to at most max bytes, on a rune boundary, ending in
 // TruncatedMark.
 func truncate(s string, limit int) string {

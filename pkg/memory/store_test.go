@@ -132,3 +132,15 @@ func TestNewRefusesBadConfigAndTurnsZeroIsOff(t *testing.T) {
 		t.Errorf("off Load = %v, %v", turns, err)
 	}
 }
+
+func TestClipCutsAsStoredTurnsAreCut(t *testing.T) {
+	w := pipelinetest.New(t, pipelinetest.Options{})
+	s := memoryOn(t, w.Obs, memory.Config{Turns: 5, MaxBytes: 4096})
+	long := strings.Repeat("x", 5000)
+	if got := s.Clip(long); len(got) > 1024 || !strings.HasSuffix(got, memory.TruncatedMark) {
+		t.Errorf("Clip of 5000 bytes gave %d bytes", len(got))
+	}
+	if got := s.Clip("short"); got != "short" {
+		t.Errorf("Clip(short) = %q", got)
+	}
+}
