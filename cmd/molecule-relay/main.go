@@ -56,6 +56,7 @@ func init() {
 		{"status", "workspaces, cursors, streams, consumer lag and dead letters (--json)", runStatus},
 		{"mcp", "Claude Code channel: an MCP stdio server on the durable pipeline (see README, Claude Code channel)", runMCP},
 		{"dlq", "dead letters: list | show SEQ | replay SEQ | purge", runDLQ},
+		{"history", "conversation memory: show | forget <workspace> [conversation]", runHistory},
 		{"version", "print the version", func(_ context.Context, e *cliEnv, _ []string) error {
 			fmt.Fprintln(e.stdout, "molecule-relay", version.String())
 			return nil

@@ -18,6 +18,7 @@ import (
 	"github.com/molecule-ai/molecule-relay/pkg/dispatcher"
 	"github.com/molecule-ai/molecule-relay/pkg/events"
 	"github.com/molecule-ai/molecule-relay/pkg/handler"
+	"github.com/molecule-ai/molecule-relay/pkg/memory"
 	"github.com/molecule-ai/molecule-relay/pkg/molecule"
 	"github.com/molecule-ai/molecule-relay/pkg/molecule/moleculetest"
 	"github.com/molecule-ai/molecule-relay/pkg/poller"
@@ -29,6 +30,16 @@ import (
 // that stage uses (events.LookupTopology, MOLECULE_TOPOLOGY=lookup). The
 // stage users may not create or update anything (accounts.conf): an admin
 // created it.
+// stageMemory is the conversation memory of a stage, 100 turns.
+func stageMemory(t *testing.T, topo *events.Topology) *memory.Store {
+	t.Helper()
+	m, err := memory.New(topo.History, memory.Config{Turns: 100})
+	if err != nil {
+		t.Fatalf("memory.New: %v", err)
+	}
+	return m
+}
+
 func stageTopology(t *testing.T, js jetstream.JetStream, stage string, cfg events.TopologyConfig) *events.Topology {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
@@ -101,8 +112,10 @@ func TestPipelineSurvivesNodeKill(t *testing.T) {
 	var dispatchers []*dispatcher.Dispatcher
 	for i := range 2 {
 		_, js := c.Connect(t, clustertest.UserDispatcher)
-		d, err := dispatcher.New(js, stageTopology(t, js, events.StageDispatcher, tcfg), echo, dispatcher.Config{
+		dtopo := stageTopology(t, js, events.StageDispatcher, tcfg)
+		d, err := dispatcher.New(js, dtopo, echo, dispatcher.Config{
 			Config: stage.Config{Concurrency: 4, StoreTimeout: 3 * time.Second, Logger: testLogger(fmt.Sprintf("dispatcher-%d", i))},
+			Memory: stageMemory(t, dtopo),
 		})
 		if err != nil {
 			t.Fatalf("dispatcher.New: %v", err)
@@ -110,8 +123,9 @@ func TestPipelineSurvivesNodeKill(t *testing.T) {
 		dispatchers = append(dispatchers, d)
 	}
 	_, replJS := c.Connect(t, clustertest.UserReplier)
-	r, err := replier.New(replJS, stageTopology(t, replJS, events.StageReplier, tcfg), map[string]*molecule.Client{ws.ID: client()},
-		replier.Config{Config: stage.Config{Concurrency: 4, StoreTimeout: 3 * time.Second, Logger: testLogger(events.StageReplier)}})
+	rtopo := stageTopology(t, replJS, events.StageReplier, tcfg)
+	r, err := replier.New(replJS, rtopo, map[string]*molecule.Client{ws.ID: client()},
+		replier.Config{Config: stage.Config{Concurrency: 4, StoreTimeout: 3 * time.Second, Logger: testLogger(events.StageReplier)}, Memory: stageMemory(t, rtopo)})
 	if err != nil {
 		t.Fatalf("replier.New: %v", err)
 	}
@@ -218,6 +232,19 @@ func TestPipelineSurvivesNodeKill(t *testing.T) {
 	}
 	if len(texts) != total {
 		t.Errorf("%d notifications for %d messages: %v", len(texts), total, texts)
+	}
+	// Conversation memory worked on the cluster, each turn once (it is
+	// best-effort: a write during the failover may be missing).
+	turns, _, err := memory.Read(ctx, topo.History, ws.ID, events.ConversationCanvas)
+	seen := map[string]bool{}
+	for _, tn := range turns {
+		if seen[tn.ActivityID+tn.Role] {
+			t.Errorf("turn %s/%s recorded twice", tn.ActivityID, tn.Role)
+		}
+		seen[tn.ActivityID+tn.Role] = true
+	}
+	if err != nil || len(turns) < total {
+		t.Errorf("the canvas conversation holds %d turns (%v), want at least %d of %d", len(turns), err, total, 2*total)
 	}
 	// The stages did all of it within their users' permissions.
 	if errs := c.ClientErrors(); strings.Contains(errs, "permissions violation") {

@@ -139,6 +139,16 @@ type Config struct {
 	ReplyToReplies bool `env:"MOLECULE_REPLY_TO_REPLIES"`
 	// MaxHops caps relay replies in one conversation. Default 3.
 	MaxHops int `env:"MOLECULE_MAX_HOPS" envDefault:"3"`
+	// HistoryTurns is how many recent turns of each conversation are kept
+	// and given to the handler (conversation memory, in the NATS bucket
+	// molecule_history); 0 turns memory off. Default 20.
+	HistoryTurns int `env:"MOLECULE_HISTORY_TURNS" envDefault:"20"`
+	// HistoryMaxBytes bounds one conversation's stored turns; the oldest
+	// are dropped first. Default 65536.
+	HistoryMaxBytes int `env:"MOLECULE_HISTORY_MAX_BYTES" envDefault:"65536"`
+	// HistoryTTL is how long a conversation is kept after its last turn.
+	// Default 168h (7 days).
+	HistoryTTL Seconds `env:"MOLECULE_HISTORY_TTL" envDefault:"168h"`
 	// OpenAI handler settings.
 	OpenAIAPIKey string `env:"OPENAI_API_KEY"`
 	OpenAIModel  string `env:"MOLECULE_OPENAI_MODEL"`
@@ -348,6 +358,12 @@ func (c *Config) validateLimits() error {
 		return bad("MOLECULE_A2A_TIMEOUT", "%s is outside 5s..30m", c.A2ATimeout)
 	case c.MaxHops < 1:
 		return bad("MOLECULE_MAX_HOPS", "%d; must be at least 1", c.MaxHops)
+	case c.HistoryTurns < 0 || c.HistoryTurns > 1000:
+		return bad("MOLECULE_HISTORY_TURNS", "%d is outside 0..1000 (0 turns memory off)", c.HistoryTurns)
+	case c.HistoryMaxBytes != 0 && (c.HistoryMaxBytes < 1024 || c.HistoryMaxBytes > 512<<10):
+		return bad("MOLECULE_HISTORY_MAX_BYTES", "%d is outside 1024..524288 (a NATS message holds 1 MB)", c.HistoryMaxBytes)
+	case c.HistoryTTL.D() != 0 && c.HistoryTTL.D() < time.Minute:
+		return bad("MOLECULE_HISTORY_TTL", "%s is below 1m", c.HistoryTTL)
 	case c.Replicas < 1 || c.Replicas > 5:
 		return bad("MOLECULE_STREAM_REPLICAS", "%d is outside 1..5", c.Replicas)
 	}

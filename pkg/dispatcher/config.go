@@ -8,6 +8,7 @@ import (
 
 	"github.com/molecule-ai/molecule-relay/pkg/events"
 	"github.com/molecule-ai/molecule-relay/pkg/handler"
+	"github.com/molecule-ai/molecule-relay/pkg/memory"
 	"github.com/molecule-ai/molecule-relay/pkg/stage"
 )
 
@@ -48,6 +49,10 @@ type Config struct {
 	// (Request.Agent); the dispatcher ends it when the handler returns.
 	// If nil, handlers get no agent API.
 	Agent AgentAPI
+	// Memory, when set, is the conversation memory: handlers get the
+	// history and replies carry what the replier records. If nil, memory
+	// is off and its bucket is never touched.
+	Memory *memory.Store
 }
 
 // AgentAPI opens per-message agent API sessions (pkg/agentapi.Server).

@@ -196,6 +196,7 @@ func (d *Dispatcher) runHandler(runCtx context.Context, del *stage.Delivery, in 
 		Logger:   log,
 		Progress: del.Progress,
 	}
+	d.recall(runCtx, req, in, log)
 	if d.cfg.Agent != nil {
 		var end func()
 		req.Agent, end = d.cfg.Agent.Open(hctx, &m, deadline)
@@ -272,7 +273,7 @@ func (d *Dispatcher) complete(runCtx context.Context, m *stage.Delivery, in *eve
 		rec.Outcome = events.OutcomeSuppressed
 		log.Info("dispatcher: reply dropped by the loop guard", "why", why, "hops", in.Hops, "in_reply_to", in.InReplyTo)
 	} else {
-		reply := BuildReply(in, a.Text, now)
+		reply := d.withMemory(BuildReply(in, a.Text, now), in)
 		reply.Attachments = a.Attachments
 		data, err := reply.Marshal()
 		if err != nil {
@@ -325,6 +326,7 @@ func (d *Dispatcher) complete(runCtx context.Context, m *stage.Delivery, in *eve
 	if crashpoint.Hit(runCtx, crashpoint.DispatcherOf(runCtx).AfterReplyPublish, in) {
 		return
 	}
+	d.rememberUnanswered(runCtx, in, rec.Outcome, log)
 	d.stats.handled.Add(1)
 	switch rec.Outcome {
 	case events.OutcomeReplied:
@@ -359,6 +361,7 @@ func (d *Dispatcher) duplicate(runCtx context.Context, m *stage.Delivery, in *ev
 	if crashpoint.Hit(runCtx, crashpoint.DispatcherOf(runCtx).AfterReplyPublish, in) {
 		return
 	}
+	d.rememberUnanswered(runCtx, in, rec.Outcome, log)
 	d.stats.duplicates.Add(1)
 	log.Info("dispatcher: redelivery of a handled message; handler not run again", "outcome", rec.Outcome)
 	d.ack(runCtx, m, log)

@@ -33,6 +33,9 @@ type Stats struct {
 	// HandlerErrors counts handler runs that returned an error (or
 	// panicked).
 	HandlerErrors uint64
+	// MemoryErrors counts conversation-memory reads and writes that
+	// failed (best-effort: the message went on without them).
+	MemoryErrors uint64
 	// HandlerRuns, HandlerTime and HandlerMax describe handler latency:
 	// mean = HandlerTime / HandlerRuns.
 	HandlerRuns uint64
@@ -59,6 +62,7 @@ func (s Stats) sub(prev Stats) Stats {
 		Duplicates:     s.Duplicates - prev.Duplicates,
 		PeerDuplicates: s.PeerDuplicates - prev.PeerDuplicates,
 		HandlerErrors:  s.HandlerErrors - prev.HandlerErrors,
+		MemoryErrors:   s.MemoryErrors - prev.MemoryErrors,
 		HandlerRuns:    s.HandlerRuns - prev.HandlerRuns,
 		HandlerTime:    s.HandlerTime - prev.HandlerTime,
 		HandlerMax:     s.HandlerMax,
@@ -69,7 +73,7 @@ func (s Stats) sub(prev Stats) Stats {
 // shared ones.
 type counters struct {
 	handled, replied, noReply, skipped, duplicates atomic.Uint64
-	peerDuplicates, handlerErrors                  atomic.Uint64
+	peerDuplicates, handlerErrors, memoryErrors    atomic.Uint64
 	handler                                        stage.Durations
 }
 
@@ -84,6 +88,7 @@ func (c *counters) snapshot(shared stage.Stats) Stats {
 		Duplicates:     c.duplicates.Load(),
 		PeerDuplicates: c.peerDuplicates.Load(),
 		HandlerErrors:  c.handlerErrors.Load(),
+		MemoryErrors:   c.memoryErrors.Load(),
 		HandlerRuns:    runs,
 		HandlerTime:    total,
 		HandlerMax:     longest,

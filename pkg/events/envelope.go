@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/molecule-ai/molecule-relay/internal/uuid"
+	"github.com/molecule-ai/molecule-relay/pkg/molecule"
 )
 
 // Version is the envelope version this package writes. Decoders accept
@@ -66,6 +67,10 @@ type Inbound struct {
 	// ContextID and TaskID are the A2A contextId and taskId of the message.
 	ContextID string `json:"context_id,omitempty"`
 	TaskID    string `json:"task_id,omitempty"`
+	// PlatformHistory is the sender's own list of earlier turns
+	// (params.metadata.history, sent by the canvas); memory uses it to seed
+	// a conversation it has no turns of.
+	PlatformHistory []molecule.HistoryTurn `json:"platform_history,omitempty"`
 	// Hops counts relay replies in this conversation (metadata.relay_hops of
 	// the inbound message); used to cap agent-to-agent loops.
 	Hops int `json:"hops,omitempty"`
@@ -107,6 +112,13 @@ type Reply struct {
 	TaskID             string `json:"task_id,omitempty"`
 	// Hops is the inbound message's Hops plus one.
 	Hops int `json:"hops,omitempty"`
+	// Conversation, InboundText and InboundAttachments are set when
+	// conversation memory is on: once the reply is sent the replier
+	// records the message answered (the user's turn) and the reply (the
+	// agent's) in that conversation (pkg/memory).
+	Conversation       string       `json:"conversation,omitempty"`
+	InboundText        string       `json:"inbound_text,omitempty"`
+	InboundAttachments []Attachment `json:"inbound_attachments,omitempty"`
 	// Timestamps for latency accounting.
 	InboundCreatedAt time.Time `json:"inbound_created_at"`
 	PolledAt         time.Time `json:"polled_at,omitzero"`

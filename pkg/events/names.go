@@ -60,6 +60,9 @@ const (
 	// molecule-relay mcp instance (key: workspace id), so a second
 	// instance on the same workspace is refused.
 	BucketMCPLeases = "molecule_mcp_leases"
+	// BucketHistory holds the recent turns of each conversation (key:
+	// HistoryKey), for conversation memory (pkg/memory).
+	BucketHistory = "molecule_history"
 )
 
 // Stage names, used in dead-letter subjects and envelopes.
@@ -119,6 +122,12 @@ func InterimKey(workspace, interimID string) string {
 
 // ReplyKey is the BucketReplies key of the reply to an inbound message.
 func ReplyKey(workspace, activityID string) string { return kvKey(workspace, activityID) }
+
+// HistoryKey is the BucketHistory key of a conversation of workspace
+// (ConversationOf gives conversation, already a safe token).
+func HistoryKey(workspace, conversation string) string {
+	return kvKey(workspace, conversation)
+}
 
 // kvKey joins workspace and activity id with a dot. Both are UUIDs on the
 // real platform; anything outside the KV key alphabet is replaced so a

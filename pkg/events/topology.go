@@ -56,6 +56,9 @@ type TopologyConfig struct {
 	// RecordTTL is how long handled/replied records are kept. If not set,
 	// 7 days (the platform's activity retention).
 	RecordTTL time.Duration
+	// HistoryTTL is how long a conversation's turns are kept after its last
+	// write (the history bucket's MaxAge). If not set, 7 days.
+	HistoryTTL time.Duration
 	// Storage of streams and buckets. If not set, file storage.
 	Storage jetstream.StorageType
 }
@@ -89,6 +92,9 @@ func (c *TopologyConfig) SetDefaults() {
 	if c.RecordTTL == 0 {
 		c.RecordTTL = 7 * 24 * time.Hour
 	}
+	if c.HistoryTTL == 0 {
+		c.HistoryTTL = 7 * 24 * time.Hour
+	}
 }
 
 // Validate reports the first invalid field.
@@ -104,6 +110,8 @@ func (c *TopologyConfig) Validate() error {
 		return fmt.Errorf("events: max deliver must be >= 1")
 	case c.MaxAckPending < 1:
 		return fmt.Errorf("events: max ack pending must be >= 1")
+	case c.HistoryTTL < time.Minute:
+		return fmt.Errorf("events: history TTL must be at least 1m, got %s", c.HistoryTTL)
 	}
 	return nil
 }
@@ -119,6 +127,7 @@ type Topology struct {
 	Status     jetstream.KeyValue
 	Handled    jetstream.KeyValue
 	Replies    jetstream.KeyValue
+	History    jetstream.KeyValue
 	Config     TopologyConfig
 }
 
@@ -157,6 +166,7 @@ func EnsureTopology(ctx context.Context, js jetstream.JetStream, cfg TopologyCon
 		{&t.Status, jetstream.KeyValueConfig{Bucket: BucketPollerStatus, Description: "poller observations per workspace"}},
 		{&t.Handled, jetstream.KeyValueConfig{Bucket: BucketHandled, Description: "inbound messages whose handler finished", TTL: cfg.RecordTTL}},
 		{&t.Replies, jetstream.KeyValueConfig{Bucket: BucketReplies, Description: "replies being or already posted", TTL: cfg.RecordTTL}},
+		{&t.History, jetstream.KeyValueConfig{Bucket: BucketHistory, Description: "recent turns per conversation", TTL: cfg.HistoryTTL}},
 	} {
 		b.cfg.Replicas = cfg.Replicas
 		b.cfg.Storage = cfg.Storage
@@ -337,6 +347,13 @@ func LookupTopology(ctx context.Context, js jetstream.JetStream, cfg TopologyCon
 		stream(&t.Reply, StreamReply)
 		consumer(&t.Replier, StreamReply, ConsumerReplier)
 		bucket(&t.Replies, BucketReplies)
+	}
+	if err == nil && (all || want[StageDispatcher] || want[StageReplier]) {
+		// Optional: a cluster whose admin has not created it yet runs
+		// without conversation memory, and the caller says so.
+		if kv, kerr := js.KeyValue(ctx, BucketHistory); kerr == nil {
+			t.History = kv
+		}
 	}
 	if all {
 		stream(&t.DLQ, StreamDLQ)

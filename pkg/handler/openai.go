@@ -39,8 +39,8 @@ type chatResponse struct {
 
 // NewOpenAI returns the openai: handler for an OpenAI-compatible server
 // (OpenAI, vLLM, Ollama, a hermes gateway). Each call POSTs
-// {"model", "messages": [system prompt if set, {"role":"user","content":
-// text}]} to <base>/v1/chat/completions (a base already ending in /v1, or
+// {"model", "messages": [system prompt if set, the conversation's history
+// (user and assistant turns), {"role":"user","content": text}]} to <base>/v1/chat/completions (a base already ending in /v1, or
 // naming the full /chat/completions endpoint, is used as is) with
 // "Authorization: Bearer <OpenAIAPIKey>" when a key is set. The reply is
 // choices[0].message.content. 400, 401, 403 and other 4xx are permanent;
@@ -76,6 +76,7 @@ func (h *openAIHandler) Handle(ctx context.Context, req *Request) (string, error
 	if h.opts.OpenAISystemPrompt != "" {
 		cr.Messages = append(cr.Messages, chatMessage{Role: "system", Content: h.opts.OpenAISystemPrompt})
 	}
+	cr.Messages = append(cr.Messages, historyMessages(req.History)...)
 	cr.Messages = append(cr.Messages, chatMessage{Role: "user", Content: req.Message.Text})
 	body, err := json.Marshal(cr)
 	if err != nil {
@@ -112,6 +113,25 @@ func (h *openAIHandler) Handle(ctx context.Context, req *Request) (string, error
 	}
 	loggerOf(req).Debug("openai handler done", "url", h.display, "model", h.opts.OpenAIModel, "reply_bytes", len(reply))
 	return strings.TrimSpace(reply), nil
+}
+
+// historyMessages turns the conversation's earlier turns into chat
+// messages: the other party's as "user", ours as "assistant". A turn with
+// no text (attachments only) is left out: the chat API has no place for a
+// bare file.
+func historyMessages(turns []Turn) []chatMessage {
+	out := make([]chatMessage, 0, len(turns))
+	for _, t := range turns {
+		if t.Text == "" {
+			continue
+		}
+		role := "user"
+		if t.Role == RoleAgent {
+			role = "assistant"
+		}
+		out = append(out, chatMessage{Role: role, Content: t.Text})
+	}
+	return out
 }
 
 // chatContent reads message.content: a string, null (no reply), or an

@@ -26,11 +26,16 @@ type Payload struct {
 	// AgentAPI is where the handler reaches the agent API for this
 	// message (agentapi.go); absent when the relay serves none.
 	AgentAPI *AgentAPIRef `json:"agent_api,omitempty"`
+	// Conversation and History are Request.Conversation and
+	// Request.History: the conversation's earlier turns, oldest first.
+	Conversation string `json:"conversation,omitempty"`
+	History      []Turn `json:"history,omitempty"`
 }
 
 // NewPayload builds the Payload of req.
 func NewPayload(req *Request) Payload {
-	return Payload{Message: req.Message, Delivery: req.Delivery, Deadline: req.Deadline, AgentAPI: agentRef(req)}
+	return Payload{Message: req.Message, Delivery: req.Delivery, Deadline: req.Deadline, AgentAPI: agentRef(req),
+		Conversation: req.Conversation, History: req.History}
 }
 
 func marshalPayload(req *Request) ([]byte, error) {

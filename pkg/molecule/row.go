@@ -112,6 +112,10 @@ type Message struct {
 	// ContextID and TaskID are the A2A params.message.contextId and taskId.
 	ContextID string
 	TaskID    string
+	// History is params.metadata.history, the sender's own list of the
+	// conversation's earlier turns (the canvas sends it); nil when absent
+	// or unreadable.
+	History   []HistoryTurn
 	CreatedAt time.Time
 	// Enrichment (include=peer_info on NEW platforms).
 	PeerName     string
@@ -424,6 +428,7 @@ func (m *Message) readContent(row rawObject) error {
 			return err
 		}
 		if params != nil {
+			m.History = parseHistory(params)
 			if msg, err = params.object("message", "request_body.params.message"); err != nil {
 				return err
 			}
@@ -486,7 +491,8 @@ func (m *Message) readNotify(row rawObject) error {
 // keeps an empty Text rather than a summary such as "message/send → ext-A
 // (queued for poll)", which would read as something the user typed.
 // Attachments come from the first of the same candidates that has file
-// parts. params.metadata.history (the canvas's prior turns) is never read.
+// parts. params.metadata.history (the canvas's prior turns) goes to
+// History, read tolerantly (parseHistory): it never rejects the row.
 func (m *Message) readBody(body rawObject) (msg rawObject, err error) {
 	type candidate struct {
 		parts   []json.RawMessage
@@ -500,6 +506,7 @@ func (m *Message) readBody(body rawObject) (msg rawObject, err error) {
 			return nil, err
 		}
 		if params != nil {
+			m.History = parseHistory(params)
 			if msg, err = params.object("message", "request_body.params.message"); err != nil {
 				return nil, err
 			}

@@ -198,6 +198,7 @@ func TestParseRowFixtures(t *testing.T) {
 				Method: "message/send", Summary: queuedA, Status: "ok", TargetID: wsA,
 				Kind: molecule.KindMessage, Sender: molecule.SenderCanvasUser,
 				Text: "and what about tomorrow?", MessageID: "b7d9f1a3-c5e7-4092-b4d6-f8a0c2e4a6b8", Role: "user",
+				History:   []molecule.HistoryTurn{{Role: "user", Text: "what is on today?"}, {Role: "agent", Text: "Two meetings."}},
 				CreatedAt: mustTime(t, "2026-11-21T17:30:02.000001Z"),
 			},
 		},

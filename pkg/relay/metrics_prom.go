@@ -112,7 +112,8 @@ var (
 	descDeadLettered = desc("dead_lettered_total", "Messages moved to the dead-letter stream, by stage.", "stage")
 	descReplied      = desc("replied_total", "Replies the platform accepted (or found delivered: reconciled), by route.", "route")
 	descReplyErrs    = desc("reply_errors_total", "Reply posts that failed.")
-	describeStages   = []*prometheus.Desc{descHandled, descHandlerErrs, descDuplicates, descDeadLettered, descReplied, descReplyErrs}
+	descMemoryErrs   = desc("memory_errors_total", "Conversation-memory reads and writes that failed (the message went on without them), by stage.", "stage")
+	describeStages   = []*prometheus.Desc{descHandled, descHandlerErrs, descDuplicates, descDeadLettered, descReplied, descReplyErrs, descMemoryErrs}
 
 	descStreamMsgs    = desc("stream_messages", "Messages stored in the stream.", "stream")
 	descStreamPub     = desc("stream_published_total", "Messages ever stored in the stream (its last sequence); for the inbound stream, messages polled and published.", "stream")
@@ -144,6 +145,7 @@ func (rt *Runtime) collectStages(ch chan<- prometheus.Metric) {
 		ch <- counterOf(descHandlerErrs, s.HandlerErrors)
 		ch <- counterOf(descDuplicates, s.Duplicates)
 		ch <- counterOf(descDeadLettered, s.DeadLettered, "dispatcher")
+		ch <- counterOf(descMemoryErrs, s.MemoryErrors, "dispatcher")
 	}
 	if r != nil {
 		s := r.Stats()
@@ -152,6 +154,7 @@ func (rt *Runtime) collectStages(ch chan<- prometheus.Metric) {
 		ch <- counterOf(descReplied, s.Reconciled, "reconciled")
 		ch <- counterOf(descReplyErrs, s.PostErrors)
 		ch <- counterOf(descDeadLettered, s.DeadLettered, "replier")
+		ch <- counterOf(descMemoryErrs, s.MemoryErrors, "replier")
 	}
 }
 

@@ -188,7 +188,7 @@ func (b budgetsByBucket) of(w config.Workspace) *molecule.RateBudget {
 func (rt *Runtime) ensureTopology(ctx context.Context, s Stages) error {
 	tctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()
-	tc := events.TopologyConfig{Replicas: rt.Cfg.Replicas}
+	tc := events.TopologyConfig{Replicas: rt.Cfg.Replicas, HistoryTTL: rt.Cfg.HistoryTTL.D()}
 	if rt.Cfg.Topology == "lookup" {
 		var names []string
 		if s != All {
@@ -299,6 +299,10 @@ func (rt *Runtime) poller(batched bool) (*poller.Poller, error) {
 
 // Dispatcher builds the dispatcher stage core around h.
 func (rt *Runtime) Dispatcher(h handler.Handler) (*dispatcher.Dispatcher, error) {
+	mem, err := rt.Memory()
+	if err != nil {
+		return nil, err
+	}
 	agent, err := rt.agentAPI()
 	if err != nil {
 		return nil, err
@@ -311,16 +315,22 @@ func (rt *Runtime) Dispatcher(h handler.Handler) (*dispatcher.Dispatcher, error)
 		ReplyToReplies: rt.Cfg.ReplyToReplies,
 		ObserveHandler: rt.handlerObserver(),
 		OnReply:        rt.Hooks.OnReply,
+		Memory:         mem,
 	})
 }
 
 // Replier builds the replier stage core.
 func (rt *Runtime) Replier() (*replier.Replier, error) {
+	mem, err := rt.Memory()
+	if err != nil {
+		return nil, err
+	}
 	return replier.New(rt.Conn.JS, rt.Topo, rt.ClientMap(), replier.Config{
 		Config:        stage.Config{Concurrency: rt.Cfg.ReplyConcurrency, Logger: rt.Log.With("stage", events.StageReplier)},
 		A2ATimeout:    rt.Cfg.A2ATimeout.D(),
 		ReconcileSkew: rt.Cfg.ReconcileSkew.D(),
 		Observer:      rt.replyObserver(),
+		Memory:        mem,
 		BeforeNotify: func() func(string, string) {
 			if rt.ledger == nil {
 				return nil

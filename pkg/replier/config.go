@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/molecule-ai/molecule-relay/pkg/memory"
 	"github.com/molecule-ai/molecule-relay/pkg/stage"
 )
 
@@ -58,6 +59,10 @@ type Config struct {
 	// Observer, when set, receives post times and deliveries (the metrics
 	// histograms); it must be quick and safe for concurrent use.
 	Observer Observer
+	// Memory, when set, is the conversation memory: a sent reply that
+	// carries a conversation has its turns recorded there. If nil, memory
+	// is off and its bucket is never touched.
+	Memory *memory.Store
 }
 
 // SetDefaults fills every unset field except ProgressInterval, which New

@@ -30,6 +30,9 @@ type Stats struct {
 	Reposted uint64
 	// PostErrors counts failed posts.
 	PostErrors uint64
+	// MemoryErrors counts sent replies whose turns could not be recorded
+	// in the conversation's memory (best-effort: the reply was acked).
+	MemoryErrors uint64
 	// Posts, PostTime and PostMax describe post latency.
 	Posts    uint64
 	PostTime time.Duration
@@ -38,16 +41,17 @@ type Stats struct {
 
 func (s Stats) sub(p Stats) Stats {
 	return Stats{
-		Stats:      s.Stats.Sub(p.Stats),
-		Notified:   s.Notified - p.Notified,
-		SentA2A:    s.SentA2A - p.SentA2A,
-		Duplicates: s.Duplicates - p.Duplicates,
-		Reconciled: s.Reconciled - p.Reconciled,
-		Reposted:   s.Reposted - p.Reposted,
-		PostErrors: s.PostErrors - p.PostErrors,
-		Posts:      s.Posts - p.Posts,
-		PostTime:   s.PostTime - p.PostTime,
-		PostMax:    s.PostMax,
+		Stats:        s.Stats.Sub(p.Stats),
+		Notified:     s.Notified - p.Notified,
+		SentA2A:      s.SentA2A - p.SentA2A,
+		Duplicates:   s.Duplicates - p.Duplicates,
+		Reconciled:   s.Reconciled - p.Reconciled,
+		Reposted:     s.Reposted - p.Reposted,
+		PostErrors:   s.PostErrors - p.PostErrors,
+		MemoryErrors: s.MemoryErrors - p.MemoryErrors,
+		Posts:        s.Posts - p.Posts,
+		PostTime:     s.PostTime - p.PostTime,
+		PostMax:      s.PostMax,
 	}
 }
 
@@ -55,21 +59,23 @@ func (s Stats) sub(p Stats) Stats {
 // shared ones.
 type counters struct {
 	notified, sentA2A, duplicates, reconciled, reposted, postErrors atomic.Uint64
+	memoryErrors                                                    atomic.Uint64
 	post                                                            stage.Durations
 }
 
 func (c *counters) snapshot(shared stage.Stats) Stats {
 	posts, total, longest := c.post.Load()
 	return Stats{
-		Stats:      shared,
-		Notified:   c.notified.Load(),
-		SentA2A:    c.sentA2A.Load(),
-		Duplicates: c.duplicates.Load(),
-		Reconciled: c.reconciled.Load(),
-		Reposted:   c.reposted.Load(),
-		PostErrors: c.postErrors.Load(),
-		Posts:      posts,
-		PostTime:   total,
-		PostMax:    longest,
+		Stats:        shared,
+		Notified:     c.notified.Load(),
+		SentA2A:      c.sentA2A.Load(),
+		Duplicates:   c.duplicates.Load(),
+		Reconciled:   c.reconciled.Load(),
+		Reposted:     c.reposted.Load(),
+		PostErrors:   c.postErrors.Load(),
+		MemoryErrors: c.memoryErrors.Load(),
+		Posts:        posts,
+		PostTime:     total,
+		PostMax:      longest,
 	}
 }
