@@ -1,7 +1,5 @@
 package molecule
 
-import "encoding/json"
-
 // HistoryTurn is one entry of params.metadata.history: the canvas sends
 // the last 20 messages of its chat with every message, oldest first,
 // as {"role": "user"|"agent", "parts": [{"kind": "text", "text": …}]}
@@ -34,10 +32,11 @@ func parseHistory(params rawObject) []HistoryTurn {
 	}
 	var out []HistoryTurn
 	for _, raw := range list {
-		var e rawObject
-		if jsonKind(raw) != '{' || json.Unmarshal(raw, &e) != nil {
+		// The page was validated once (rawjson.go): split, never decode.
+		if jsonKind(raw) != '{' {
 			continue
 		}
+		e := splitObject(raw)
 		role := e.lenientStr("role")
 		switch role {
 		case "user", "agent":
@@ -57,10 +56,10 @@ func historyText(e rawObject) string {
 	if parts, _, err := e.array("parts", ""); err == nil && len(parts) > 0 {
 		var text string
 		for _, raw := range parts {
-			var p rawObject
-			if jsonKind(raw) != '{' || json.Unmarshal(raw, &p) != nil {
+			if jsonKind(raw) != '{' {
 				continue
 			}
+			p := splitObject(raw)
 			if p.lenientStr("kind") == "text" || p.lenientStr("type") == "text" {
 				text += p.lenientStr("text")
 			}
