@@ -155,6 +155,10 @@ const (
 	ReasonAmbiguous = "ambiguous_delivery"
 	// ReasonLoop: the message was refused by the agent-to-agent loop guard.
 	ReasonLoop = "loop_guard"
+	// ReasonUnawaitedAnswer: a peer's answer to a question no handler
+	// waits for any more (the asking message finished, the wait was
+	// abandoned, or the question already has another answer).
+	ReasonUnawaitedAnswer = "unawaited_answer"
 )
 
 // Marshal encodes an envelope, stamping the current Version.

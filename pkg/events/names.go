@@ -63,6 +63,10 @@ const (
 	// BucketHistory holds the recent turns of each conversation (key:
 	// HistoryKey), for conversation memory (pkg/memory).
 	BucketHistory = "molecule_history"
+	// BucketAsks records the questions handlers ask peers and wait for
+	// (key: AskKey): created before the question is sent, it receives the
+	// peer's answer, routed there by the dispatcher.
+	BucketAsks = "molecule_asks"
 )
 
 // Stage names, used in dead-letter subjects and envelopes.
@@ -118,6 +122,14 @@ func PeerMessageKey(workspace, sender, messageID string) string {
 // four.
 func InterimKey(workspace, interimID string) string {
 	return sanitizeKeyToken(workspace) + ".interim." + sanitizeKeyToken(interimID)
+}
+
+// AskKey is the BucketAsks key of the question workspace sent with
+// messageID. The messageId is hashed: it arrives back from a peer in
+// metadata.in_reply_to_message_id and may hold any character.
+func AskKey(workspace, messageID string) string {
+	sum := sha256.Sum256([]byte(messageID))
+	return sanitizeKeyToken(workspace) + ".ask." + hex.EncodeToString(sum[:16])
 }
 
 // ReplyKey is the BucketReplies key of the reply to an inbound message.

@@ -81,3 +81,47 @@ type ReplyRecord struct {
 	// activity feed rather than from a POST answer.
 	Reconciled bool `json:"reconciled,omitempty"`
 }
+
+// States of an AskRecord.
+const (
+	// AskPending: the question is (being) sent; no answer yet.
+	AskPending = "pending"
+	// AskAnswered: the peer's answer is in the record.
+	AskAnswered = "answered"
+	// AskAbandoned: the asking handler stopped waiting (timeout); a late
+	// answer is dead-lettered.
+	AskAbandoned = "abandoned"
+)
+
+// AskRecord is the value of a BucketAsks key (AskKey). The asker creates
+// it in AskPending before it sends the question; the answer (a push peer's
+// synchronous one, or the peer's reply routed by the dispatcher) moves it
+// to AskAnswered with a compare-and-set, so a handler re-run after a crash
+// finds the answer instead of asking again.
+type AskRecord struct {
+	State string `json:"state"`
+	// Workspace asked; Peer is the workspace asked.
+	Workspace string `json:"workspace"`
+	Peer      string `json:"peer"`
+	// Activity is the inbound activity whose handler asked.
+	Activity string `json:"activity"`
+	// MessageID is the question's A2A messageId.
+	MessageID string `json:"message_id"`
+	// Deadline is when the asker stops waiting (asker clock).
+	Deadline  time.Time `json:"deadline"`
+	CreatedAt time.Time `json:"created_at"`
+	// Answer, when State is AskAnswered.
+	Answer *AskAnswer `json:"answer,omitempty"`
+}
+
+// AskAnswer is a peer's answer stored in an AskRecord.
+type AskAnswer struct {
+	Text        string       `json:"text"`
+	Attachments []Attachment `json:"attachments,omitempty"`
+	// ActivityID and MessageID are the answer's activity on the asking
+	// workspace's feed and its A2A messageId; both empty for a push
+	// peer's synchronous answer.
+	ActivityID string    `json:"activity_id,omitempty"`
+	MessageID  string    `json:"message_id,omitempty"`
+	At         time.Time `json:"at"`
+}

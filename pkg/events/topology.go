@@ -59,6 +59,10 @@ type TopologyConfig struct {
 	// HistoryTTL is how long a conversation's turns are kept after its last
 	// write (the history bucket's MaxAge). If not set, 7 days.
 	HistoryTTL time.Duration
+	// AskTTL is how long an ask record (BucketAsks) is kept: a little
+	// over the longest wait for a peer's answer, which the asker caps at
+	// AskTTL less AskTTLMargin. If not set, DefaultAskTTL (1 hour).
+	AskTTL time.Duration
 	// Storage of streams and buckets. If not set, file storage.
 	Storage jetstream.StorageType
 }
@@ -95,7 +99,18 @@ func (c *TopologyConfig) SetDefaults() {
 	if c.HistoryTTL == 0 {
 		c.HistoryTTL = 7 * 24 * time.Hour
 	}
+	if c.AskTTL == 0 {
+		c.AskTTL = DefaultAskTTL
+	}
 }
+
+// DefaultAskTTL is TopologyConfig.AskTTL's default; AskTTLMargin is how
+// much longer an ask record lives than the longest wait for its answer, so
+// an answer arriving at the end of a wait still finds its record.
+const (
+	DefaultAskTTL = time.Hour
+	AskTTLMargin  = 5 * time.Minute
+)
 
 // Validate reports the first invalid field.
 func (c *TopologyConfig) Validate() error {
@@ -112,6 +127,8 @@ func (c *TopologyConfig) Validate() error {
 		return fmt.Errorf("events: max ack pending must be >= 1")
 	case c.HistoryTTL < time.Minute:
 		return fmt.Errorf("events: history TTL must be at least 1m, got %s", c.HistoryTTL)
+	case c.AskTTL < 2*AskTTLMargin:
+		return fmt.Errorf("events: ask TTL must be at least %s, got %s", 2*AskTTLMargin, c.AskTTL)
 	}
 	return nil
 }
@@ -128,7 +145,10 @@ type Topology struct {
 	Handled    jetstream.KeyValue
 	Replies    jetstream.KeyValue
 	History    jetstream.KeyValue
-	Config     TopologyConfig
+	// Asks is nil in a LookupTopology of a cluster whose admin has not
+	// created it yet: delegation is then off (the dispatcher says so).
+	Asks   jetstream.KeyValue
+	Config TopologyConfig
 }
 
 // EnsureTopology creates or updates the streams, durable consumers and
@@ -167,6 +187,7 @@ func EnsureTopology(ctx context.Context, js jetstream.JetStream, cfg TopologyCon
 		{&t.Handled, jetstream.KeyValueConfig{Bucket: BucketHandled, Description: "inbound messages whose handler finished", TTL: cfg.RecordTTL}},
 		{&t.Replies, jetstream.KeyValueConfig{Bucket: BucketReplies, Description: "replies being or already posted", TTL: cfg.RecordTTL}},
 		{&t.History, jetstream.KeyValueConfig{Bucket: BucketHistory, Description: "recent turns per conversation", TTL: cfg.HistoryTTL}},
+		{&t.Asks, jetstream.KeyValueConfig{Bucket: BucketAsks, Description: "questions to peers and their answers", TTL: cfg.AskTTL}},
 	} {
 		b.cfg.Replicas = cfg.Replicas
 		b.cfg.Storage = cfg.Storage
@@ -342,6 +363,13 @@ func LookupTopology(ctx context.Context, js jetstream.JetStream, cfg TopologyCon
 	}
 	if all || want[StageDispatcher] {
 		bucket(&t.Handled, BucketHandled)
+		// Optional: a cluster set up before delegation existed has no
+		// asks bucket (or no permission for it); delegation is then off.
+		if err == nil {
+			if kv, kerr := js.KeyValue(ctx, BucketAsks); kerr == nil {
+				t.Asks = kv
+			}
+		}
 	}
 	if all || want[StageReplier] {
 		stream(&t.Reply, StreamReply)

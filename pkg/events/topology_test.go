@@ -83,7 +83,7 @@ func TestEnsureTopologyCreatesEverything(t *testing.T) {
 		ttl  time.Duration
 	}{
 		{events.BucketCursors, 0}, {events.BucketPollerStatus, 0},
-		{events.BucketHandled, 7 * 24 * time.Hour}, {events.BucketReplies, 7 * 24 * time.Hour},
+		{events.BucketHandled, 7 * 24 * time.Hour}, {events.BucketReplies, 7 * 24 * time.Hour}, {events.BucketAsks, events.DefaultAskTTL},
 	} {
 		kv, err := js.KeyValue(ctx, b.name)
 		if err != nil {

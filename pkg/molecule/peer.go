@@ -54,7 +54,15 @@ func buildA2A(m A2AMessage) (*a2aBody, error) {
 	if m.Text == "" && len(m.Attachments) == 0 {
 		return nil, fmt.Errorf("%w: a2a: a message needs text or attachments", ErrInvalidArgument)
 	}
-	msg := a2aMessage{Role: "agent", MessageID: m.MessageID, ContextID: m.ContextID, TaskID: m.TaskID, Parts: []a2aPart{}}
+	role := m.Role
+	switch role {
+	case "":
+		role = "agent"
+	case "agent", "user":
+	default:
+		return nil, fmt.Errorf("%w: a2a: role must be \"agent\" or \"user\", got %q", ErrInvalidArgument, m.Role)
+	}
+	msg := a2aMessage{Role: role, MessageID: m.MessageID, ContextID: m.ContextID, TaskID: m.TaskID, Parts: []a2aPart{}}
 	if m.Text != "" {
 		msg.Parts = append(msg.Parts, a2aPart{Kind: "text", Text: m.Text})
 	}

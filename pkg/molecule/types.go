@@ -247,6 +247,10 @@ type A2AMessage struct {
 	Attachments []Attachment
 	// Timeout is sent as X-Timeout (seconds) when positive.
 	Timeout time.Duration
+	// Role is params.message.role. If not set, "agent" (a reply); a
+	// question a relay waits on is sent as "user", because a relay drops
+	// a peer's role-"agent" message as an answer (its loop guard).
+	Role string
 }
 
 // A2AResult is a successful answer to an A2A send: 200 queued (poll-mode
