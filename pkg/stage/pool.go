@@ -38,7 +38,7 @@ type pool struct {
 	cons     jetstream.Consumer
 	cfg      Config
 	opts     poolOptions
-	process  func(msg jetstream.Msg)
+	process  func(msg jetstream.Msg, park func(func()))
 	log      *slog.Logger
 	sem      chan struct{}
 	wg       sync.WaitGroup
@@ -54,7 +54,7 @@ type pool struct {
 // Messages a pull delivers after the stop began are nak'd for immediate
 // redelivery elsewhere. It returns nil on a stop by ctx, idle or maxWait,
 // and the error when the connection is closed under it.
-func runPool(ctx context.Context, js jetstream.JetStream, cons jetstream.Consumer, cfg Config, opts poolOptions, process func(jetstream.Msg)) error {
+func runPool(ctx context.Context, js jetstream.JetStream, cons jetstream.Consumer, cfg Config, opts poolOptions, process func(jetstream.Msg, func(func()))) error {
 	p := &pool{cons: cons, cfg: cfg, opts: opts, process: process, log: cfg.Logger,
 		sem: make(chan struct{}, cfg.Concurrency), lastMsg: time.Now()}
 	err := p.loop(ctx)
@@ -165,8 +165,18 @@ func (p *pool) start(msg jetstream.Msg) {
 			p.inflight.Add(-1)
 			p.wg.Done()
 		}()
-		p.process(msg)
+		p.process(msg, p.park)
 	}()
+}
+
+// park gives the caller's slot back while fn runs and takes one again
+// after it, so a message that waits on another message of this consumer
+// (a handler awaiting a peer's answer) lets the loop fetch that one.
+// Still in flight meanwhile: a drain waits for it.
+func (p *pool) park(fn func()) {
+	<-p.sem
+	defer func() { p.sem <- struct{}{} }()
+	fn()
 }
 
 // pullWait is how long the next pull may wait, or false when fetching

@@ -50,6 +50,8 @@ type Delivery struct {
 	// WorkspaceID and ActivityID name the message in a dead letter once the
 	// stage decoded it. If not set, the workspace comes from the subject.
 	WorkspaceID, ActivityID string
+
+	park func(func())
 }
 
 // Admission is the start-margin rule of a stage: given the time left
@@ -170,8 +172,8 @@ func (r *Runner) Drain(ctx context.Context, idle time.Duration) (Stats, error) {
 
 func (r *Runner) pull(ctx context.Context, idle time.Duration) error {
 	opts := poolOptions{idle: idle, maxWait: r.admitWait(ctx)}
-	err := runPool(ctx, r.js, r.target.Consumer, r.cfg, opts, func(msg jetstream.Msg) {
-		r.process(ctx, &Delivery{Msg: msg})
+	err := runPool(ctx, r.js, r.target.Consumer, r.cfg, opts, func(msg jetstream.Msg, park func(func())) {
+		r.process(ctx, &Delivery{Msg: msg, park: park})
 	})
 	if err != nil {
 		return fmt.Errorf("%s: %w", r.target.Stage, err)
