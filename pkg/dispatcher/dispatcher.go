@@ -118,6 +118,9 @@ func (d *Dispatcher) process(runCtx context.Context, m *stage.Delivery) {
 	defer span.End()
 	log := tracing.Log(runCtx, d.log.With("workspace", in.WorkspaceID, "activity", in.ActivityID, "delivery", m.Meta.NumDelivered))
 
+	if d.routeAnswer(runCtx, m, in, log) {
+		return // a peer's answer to a handler's question (pkg/delegate)
+	}
 	key := events.HandledKey(in.WorkspaceID, in.ActivityID)
 	ctx, cancel := d.run.OpContext(runCtx)
 	entry, err := d.topo.Handled.Get(ctx, key)
@@ -188,6 +191,7 @@ func (d *Dispatcher) runHandler(runCtx context.Context, del *stage.Delivery, in 
 	// finish), bounded by HandlerTimeout.
 	hctx, cancel := context.WithDeadline(context.WithoutCancel(runCtx), deadline)
 	defer cancel()
+	hctx = stage.WithParking(hctx, del) // a wait for a peer's answer frees the slot
 	m := *in // the handler gets its own copy
 	req := &handler.Request{
 		Message:  &m,

@@ -110,6 +110,9 @@ type AskRecord struct {
 	// Deadline is when the asker stops waiting (asker clock).
 	Deadline  time.Time `json:"deadline"`
 	CreatedAt time.Time `json:"created_at"`
+	// SentAt is when the platform accepted the question; zero while it
+	// may not have been sent (a re-run then sends it again, same id).
+	SentAt time.Time `json:"sent_at,omitzero"`
 	// Answer, when State is AskAnswered.
 	Answer *AskAnswer `json:"answer,omitempty"`
 }
