@@ -191,7 +191,8 @@ func (d *Dispatcher) runHandler(runCtx context.Context, del *stage.Delivery, in 
 	// finish), bounded by HandlerTimeout.
 	hctx, cancel := context.WithDeadline(context.WithoutCancel(runCtx), deadline)
 	defer cancel()
-	hctx = stage.WithParking(hctx, del) // a wait for a peer's answer frees the slot
+	// A wait for a peer's answer gives the slot back (pkg/delegate).
+	hctx = stage.WithParking(hctx, del)
 	m := *in // the handler gets its own copy
 	req := &handler.Request{
 		Message:  &m,
