@@ -1,0 +1,127 @@
+package delegate_test
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/molecule-ai/molecule-relay/internal/natstest"
+	"github.com/molecule-ai/molecule-relay/internal/pipelinetest"
+	"github.com/molecule-ai/molecule-relay/pkg/delegate"
+	"github.com/molecule-ai/molecule-relay/pkg/dispatcher"
+	"github.com/molecule-ai/molecule-relay/pkg/events"
+	"github.com/molecule-ai/molecule-relay/pkg/handler"
+	"github.com/molecule-ai/molecule-relay/pkg/molecule"
+	"github.com/molecule-ai/molecule-relay/pkg/poller"
+	"github.com/molecule-ai/molecule-relay/pkg/replier"
+)
+
+// askPrefix is the canvas text that makes relay A's handler ask its peer.
+const askPrefix = "ask: "
+
+// newAsker is relay A's Asker on process p (its asks bucket, A's client).
+func newAsker(t testing.TB, w *pipelinetest.World, p *pipelinetest.Proc) *delegate.Asker {
+	t.Helper()
+	a, err := delegate.New(delegate.Config{Asks: p.Topo.Asks,
+		Clients: map[string]*molecule.Client{w.Agent.ID: w.Client(w.Agent)}, Logger: pipelinetest.Logger()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return a
+}
+
+// askingHandler is relay A's agent: a canvas message "ask: <q>" is asked
+// of peer, and the canvas gets "peer says: <answer>"; a timeout is
+// answered "peer did not answer". Anything else is echoed.
+func askingHandler(a *delegate.Asker, peer string, timeout time.Duration) handler.Func {
+	return func(ctx context.Context, req *handler.Request) (string, error) {
+		in := req.Message
+		q, ok := strings.CutPrefix(in.Text, askPrefix)
+		if !ok {
+			return handler.Echo.Handle(ctx, req)
+		}
+		s := a.Session(delegate.Scope{Workspace: in.WorkspaceID, Activity: in.ActivityID, ContextID: in.ContextID, Deadline: req.Deadline})
+		ans, err := s.Ask(ctx, handler.Question{PeerID: peer, Text: q, Timeout: timeout})
+		if err != nil {
+			if ctx.Err() == nil && errors.Is(err, delegate.ErrNoAnswer) {
+				return "peer did not answer", nil
+			}
+			return "", err
+		}
+		return "peer says: " + ans.Text, nil
+	}
+}
+
+// relayB is a second relay on its own NATS server serving the peer
+// workspace (the world's Peers[0]) with h: poller, dispatcher, replier.
+func relayB(t *testing.T, w *pipelinetest.World, h handler.Handler) {
+	t.Helper()
+	peer := w.Peers[0]
+	ns := natstest.Start(t)
+	nc, js := natstest.Connect(t, ns.ClientURL())
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	topo, err := events.EnsureTopology(ctx, js, w.Topology)
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := &pipelinetest.Proc{NC: nc, JS: js, Topo: topo}
+	c := w.Client(peer)
+	pipelinetest.Start(t, w.NewDispatcher(p, h, dispatcher.Config{}).Run)
+	pipelinetest.Start(t, w.NewReplier(p, map[string]*molecule.Client{peer.ID: c}, replier.Config{}).Run)
+	pipelinetest.Start(t, w.NewPoller(p, poller.Config{Workspaces: []*molecule.Client{c}}).Run)
+	pipelinetest.Eventually(t, 15*time.Second, "relay B's cursor seeded", func() bool {
+		_, err := topo.Cursors.Get(pipelinetest.Ctx(t), peer.ID)
+		return err == nil
+	})
+}
+
+// peerAgent is relay B's agent: it answers "B: <text>" and records the
+// role of what it was asked.
+func peerAgent(roles chan<- string) handler.Func {
+	return func(ctx context.Context, req *handler.Request) (string, error) {
+		select {
+		case roles <- req.Message.Role:
+		default:
+		}
+		return "B: " + req.Message.Text, nil
+	}
+}
+
+// notifies is the canvas answers relay A posted, in order.
+func notifies(w *pipelinetest.World) []string {
+	var out []string
+	for _, n := range w.Plat.Notifications(w.Agent.ID) {
+		out = append(out, n.Message)
+	}
+	return out
+}
+
+// askRecord reads question n of activity's handler run on relay A.
+func askRecord(t testing.TB, w *pipelinetest.World, activity string, n int) *events.AskRecord {
+	t.Helper()
+	e, err := w.Obs.Topo.Asks.Get(pipelinetest.Ctx(t), events.AskKey(w.Agent.ID, delegate.MessageID(w.Agent.ID, activity, n)))
+	if err != nil {
+		t.Fatalf("ask record %d of %s: %v", n, activity, err)
+	}
+	var rec events.AskRecord
+	if err := json.Unmarshal(e.Value(), &rec); err != nil {
+		t.Fatal(err)
+	}
+	return &rec
+}
+
+// questionsTo counts relay A's A2A posts to peer.
+func questionsTo(w *pipelinetest.World, peer string) int {
+	n := 0
+	for _, c := range w.Plat.A2ACalls(peer) {
+		if c.CallerID == w.Agent.ID {
+			n++
+		}
+	}
+	return n
+}
+
