@@ -129,6 +129,11 @@ type Config struct {
 	// platform waits for a push-mode peer before queueing the message.
 	// Default 10m; 5s..30m (the platform's own ceiling is 30 minutes).
 	A2ATimeout Seconds `env:"MOLECULE_A2A_TIMEOUT" envDefault:"10m"`
+	// AskTimeout bounds a handler's wait for a peer's answer to its
+	// question when the question sets none (pkg/delegate); the handler's
+	// own deadline bounds it too. Default 2m; 1s..55m (the ask record
+	// lives 1 hour).
+	AskTimeout Seconds `env:"MOLECULE_ASK_TIMEOUT" envDefault:"2m"`
 	// ReconcileSkew widens the feed window searched for a notify whose
 	// outcome was unknown, on both sides, by the clock difference allowed
 	// between this host and the platform. Default 2m.
@@ -356,6 +361,8 @@ func (c *Config) validateLimits() error {
 		return bad("MOLECULE_REPLY_CONCURRENCY", "%d is outside 1..4096", c.ReplyConcurrency)
 	case c.A2ATimeout.D() < 5*time.Second || c.A2ATimeout.D() > 30*time.Minute:
 		return bad("MOLECULE_A2A_TIMEOUT", "%s is outside 5s..30m", c.A2ATimeout)
+	case c.AskTimeout.D() < time.Second || c.AskTimeout.D() > 55*time.Minute:
+		return bad("MOLECULE_ASK_TIMEOUT", "%s is outside 1s..55m", c.AskTimeout)
 	case c.MaxHops < 1:
 		return bad("MOLECULE_MAX_HOPS", "%d; must be at least 1", c.MaxHops)
 	case c.HistoryTurns < 0 || c.HistoryTurns > 1000:

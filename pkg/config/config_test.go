@@ -100,6 +100,7 @@ func TestValidationNamesTheVariable(t *testing.T) {
 		{"history turns negative", append(base, "MOLECULE_HISTORY_TURNS=-1"), "MOLECULE_HISTORY_TURNS"},
 		{"history max bytes too small", append(base, "MOLECULE_HISTORY_MAX_BYTES=100"), "MOLECULE_HISTORY_MAX_BYTES"},
 		{"history ttl too short", append(base, "MOLECULE_HISTORY_TTL=5s"), "MOLECULE_HISTORY_TTL"},
+		{"ask timeout too long for the ask record", append(base, "MOLECULE_ASK_TIMEOUT=2h"), "MOLECULE_ASK_TIMEOUT"},
 		{"push listen without url", append(base, "MOLECULE_PUSH_LISTEN=:8081"), "MOLECULE_PUSH_URL"},
 		{"push url without listen", append(base, "MOLECULE_PUSH_URL=https://agent.example.com"), "MOLECULE_PUSH_LISTEN"},
 		{"push url not http", append(base, "MOLECULE_PUSH_LISTEN=:8081", "MOLECULE_PUSH_URL=remote://no-inbound"), "MOLECULE_PUSH_URL"},
