@@ -57,7 +57,7 @@ func askingHandler(a *delegate.Asker, peer string, timeout time.Duration) handle
 
 // relayB is a second relay on its own NATS server serving the peer
 // workspace (the world's Peers[0]) with h: poller, dispatcher, replier.
-func relayB(t *testing.T, w *pipelinetest.World, h handler.Handler) {
+func relayB(t testing.TB, w *pipelinetest.World, h handler.Handler) {
 	t.Helper()
 	peer := w.Peers[0]
 	ns := natstest.Start(t)
@@ -72,7 +72,7 @@ func relayB(t *testing.T, w *pipelinetest.World, h handler.Handler) {
 	c := w.Client(peer)
 	pipelinetest.Start(t, w.NewDispatcher(p, h, dispatcher.Config{}).Run)
 	pipelinetest.Start(t, w.NewReplier(p, map[string]*molecule.Client{peer.ID: c}, replier.Config{}).Run)
-	pipelinetest.Start(t, w.NewPoller(p, poller.Config{Workspaces: []*molecule.Client{c}}).Run)
+	pipelinetest.Start(t, w.NewPoller(p, poller.Config{Workspaces: []*molecule.Client{c}, SSE: true}).Run)
 	pipelinetest.Eventually(t, 15*time.Second, "relay B's cursor seeded", func() bool {
 		_, err := topo.Cursors.Get(pipelinetest.Ctx(t), peer.ID)
 		return err == nil
