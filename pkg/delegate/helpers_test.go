@@ -124,4 +124,3 @@ func questionsTo(w *pipelinetest.World, peer string) int {
 	}
 	return n
 }
-
