@@ -46,7 +46,7 @@ func main() {
 func coordinator(a *delegate.Asker, researcher string) handler.Func {
 	return func(ctx context.Context, req *handler.Request) (string, error) {
 		in := req.Message
-		s := a.Session(delegate.Scope{Workspace: in.WorkspaceID, Activity: in.ActivityID, ContextID: in.ContextID, Deadline: req.Deadline})
+		s := a.Session(delegate.Scope{Workspace: in.WorkspaceID, Activity: in.ActivityID, ContextID: in.ContextID, Deadline: req.Deadline, Hops: in.Hops})
 		ans, err := s.Ask(ctx, handler.Question{PeerID: researcher, Text: in.Text})
 		if errors.Is(err, delegate.ErrNoAnswer) {
 			return "The researcher did not answer in time; please ask again later.", nil

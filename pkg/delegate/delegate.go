@@ -113,6 +113,10 @@ type Scope struct {
 	ContextID string
 	// Deadline is the handler's deadline; no wait outlasts it.
 	Deadline time.Time
+	// Hops is the asking message's hop count (events.Inbound.Hops); the
+	// question carries one more (metadata.relay_hops), so a chain of agents
+	// asking each other stops at the receivers' MOLECULE_MAX_HOPS.
+	Hops int
 }
 
 // MessageID is the A2A messageId of the n-th question the handler of

@@ -37,8 +37,8 @@ func TestE2EDelegationToPollPeerWithOneDispatcherSlot(t *testing.T) {
 	if got := notifies(w); len(got) != 1 || got[0] != "peer says: B: what is 6 x 7?" {
 		t.Fatalf("canvas answers %q, want one quoting B", got)
 	}
-	if r := <-roles; r != "user" {
-		t.Errorf("B was asked with role %q, want user (a relay drops role agent as an answer)", r)
+	if r := <-roles; r != "user 1" {
+		t.Errorf("B was asked with role and hops %q, want \"user 1\" (a relay drops role agent as an answer; hops bound chains of asks)", r)
 	}
 	asked := w.SentText(askPrefix + "what is 6 x 7?")
 	ar := askRecord(t, w, asked.ActivityID, 1)

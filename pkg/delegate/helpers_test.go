@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -43,7 +44,7 @@ func askingHandler(a *delegate.Asker, peer string, timeout time.Duration) handle
 		if !ok {
 			return handler.Echo.Handle(ctx, req)
 		}
-		s := a.Session(delegate.Scope{Workspace: in.WorkspaceID, Activity: in.ActivityID, ContextID: in.ContextID, Deadline: req.Deadline})
+		s := a.Session(delegate.Scope{Workspace: in.WorkspaceID, Activity: in.ActivityID, ContextID: in.ContextID, Deadline: req.Deadline, Hops: in.Hops})
 		ans, err := s.Ask(ctx, handler.Question{PeerID: peer, Text: q, Timeout: timeout})
 		if err != nil {
 			if ctx.Err() == nil && errors.Is(err, delegate.ErrNoAnswer) {
@@ -80,11 +81,11 @@ func relayB(t testing.TB, w *pipelinetest.World, h handler.Handler) {
 }
 
 // peerAgent is relay B's agent: it answers "B: <text>" and records the
-// role of what it was asked.
+// role and hop count of what it was asked ("user 1").
 func peerAgent(roles chan<- string) handler.Func {
 	return func(ctx context.Context, req *handler.Request) (string, error) {
 		select {
-		case roles <- req.Message.Role:
+		case roles <- fmt.Sprintf("%s %d", req.Message.Role, req.Message.Hops):
 		default:
 		}
 		return "B: " + req.Message.Text, nil

@@ -32,7 +32,7 @@ func (a *Asker) send(ctx context.Context, c *molecule.Client, key, id string, s 
 	}
 	res, err := c.SendA2A(sctx, molecule.A2AMessage{
 		To: q.PeerID, Text: q.Text, Attachments: files, MessageID: id, ContextID: contextID,
-		Role: "user", Timeout: time.Until(deadline),
+		Role: "user", Timeout: time.Until(deadline), Metadata: map[string]any{"relay_hops": s.Hops + 1},
 	})
 	if err != nil {
 		return nil, fmt.Errorf("delegate: asking %s: %w", q.PeerID, err)
