@@ -262,6 +262,35 @@ func TestPermissions(t *testing.T) {
 		if _, err := handled.Get(ctx, events.HandledKey(ws, "a1")); err != nil {
 			t.Fatalf("handled get: %v", err)
 		}
+		// Awaited delegation (pkg/delegate): the handler creates, watches
+		// and updates its question's record; the dispatcher stores answers.
+		asks, err := js.KeyValue(ctx, events.BucketAsks)
+		if err != nil {
+			t.Fatalf("asks bucket: %v", err)
+		}
+		askKey := events.AskKey(ws, "q1")
+		rev, err := asks.Create(ctx, askKey, []byte(`{"state":"pending"}`))
+		if err != nil {
+			t.Fatalf("ask create: %v", err)
+		}
+		watch, err := asks.Watch(ctx, askKey)
+		if err != nil {
+			t.Fatalf("ask watch: %v", err)
+		}
+		if _, err := asks.Update(ctx, askKey, []byte(`{"state":"answered"}`), rev); err != nil {
+			t.Fatalf("ask update: %v", err)
+		}
+		for e := range watch.Updates() {
+			if e != nil && string(e.Value()) == `{"state":"answered"}` {
+				break
+			}
+		}
+		if err := watch.Stop(); err != nil {
+			t.Fatalf("ask watch stop: %v", err)
+		}
+		if _, err := asks.Get(ctx, askKey); err != nil {
+			t.Fatalf("ask get: %v", err)
+		}
 		// The dead-letter sweeper: advisory subscription, then copy the
 		// message to the DLQ and delete it from the work queue.
 		adv, err := dispatcher.ok.SubscribeSync("$JS.EVENT.ADVISORY.CONSUMER.MAX_DELIVERIES.MOLECULE_INBOUND.dispatcher")
