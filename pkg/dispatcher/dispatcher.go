@@ -70,6 +70,9 @@ func New(js jetstream.JetStream, topo *events.Topology, h handler.Handler, cfg C
 		return nil, err
 	}
 	d.cfg, d.run, d.log = cfg, run, run.Logger()
+	if topo.Asks == nil {
+		d.log.Warn("dispatcher: no " + events.BucketAsks + " bucket; peers' answers to handlers' questions are not routed (create the topology as an admin)")
+	}
 	return d, nil
 }
 
