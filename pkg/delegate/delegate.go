@@ -33,8 +33,10 @@ import (
 	"github.com/molecule-ai/molecule-relay/pkg/molecule"
 )
 
-// Errors of Ask, matched with errors.Is.
+// Errors of New and Ask, matched with errors.Is.
 var (
+	// ErrInvalidConfig: New got no asks bucket or no workspace client.
+	ErrInvalidConfig = errors.New("delegate: invalid configuration")
 	// ErrInvalidQuestion: the question or its scope cannot be asked
 	// (no peer, nothing to say, an unknown asking workspace).
 	ErrInvalidQuestion = errors.New("delegate: invalid question")
@@ -82,7 +84,7 @@ type Asker struct {
 // New validates cfg, applies its defaults and returns an Asker.
 func New(cfg Config) (*Asker, error) {
 	if cfg.Asks == nil || len(cfg.Clients) == 0 {
-		return nil, fmt.Errorf("%w: need the asks bucket and at least one workspace client", ErrInvalidQuestion)
+		return nil, fmt.Errorf("%w: need the asks bucket and at least one workspace client", ErrInvalidConfig)
 	}
 	if cfg.DefaultTimeout <= 0 {
 		cfg.DefaultTimeout = DefaultTimeout
