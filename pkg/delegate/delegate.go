@@ -162,7 +162,7 @@ func (a *Asker) Ask(ctx context.Context, s Scope, q handler.Question) (*handler.
 	key := events.AskKey(s.Workspace, id)
 	deadline := a.deadline(s, q)
 	log := a.log.With("workspace", s.Workspace, "activity", s.Activity, "peer", q.PeerID, "message_id", id)
-	rec, rev, err := a.open(ctx, key, id, s, q, deadline)
+	rec, err := a.open(ctx, key, id, s, q, deadline)
 	if err != nil {
 		return nil, err
 	}
@@ -175,7 +175,7 @@ func (a *Asker) Ask(ctx context.Context, s Scope, q handler.Question) (*handler.
 			return ans, err
 		}
 	} else {
-		log.Info("delegate: question sent by an earlier run; waiting for its answer", "rev", rev)
+		log.Info("delegate: question sent by an earlier run; waiting for its answer")
 	}
 	return a.await(ctx, key, id, deadline, log)
 }

@@ -21,7 +21,7 @@ const maxCAS = 5
 // not exist. A record of an earlier run is reused: answered, it is the
 // answer; abandoned (that run timed out), it is pending again with this
 // run's deadline. A record of another peer is ErrMismatch.
-func (a *Asker) open(ctx context.Context, key, id string, s Scope, q handler.Question, deadline time.Time) (*events.AskRecord, uint64, error) {
+func (a *Asker) open(ctx context.Context, key, id string, s Scope, q handler.Question, deadline time.Time) (*events.AskRecord, error) {
 	for range maxCAS {
 		rec, rev, err := a.load(ctx, key)
 		switch {
@@ -29,26 +29,26 @@ func (a *Asker) open(ctx context.Context, key, id string, s Scope, q handler.Que
 			now := time.Now().UTC()
 			rec = &events.AskRecord{State: events.AskPending, Workspace: s.Workspace, Peer: q.PeerID,
 				Activity: s.Activity, MessageID: id, Deadline: deadline, CreatedAt: now}
-			rev, err = a.write(ctx, key, rec, 0)
+			_, err = a.write(ctx, key, rec, 0)
 			if errors.Is(err, jetstream.ErrKeyExists) {
 				continue
 			}
-			return rec, rev, err
+			return rec, err
 		case err != nil:
-			return nil, 0, err
+			return nil, err
 		case rec.Peer != q.PeerID:
-			return nil, 0, fmt.Errorf("%w: question %d was asked of %s, now of %s", ErrMismatch, s.N, rec.Peer, q.PeerID)
+			return nil, fmt.Errorf("%w: question %d was asked of %s, now of %s", ErrMismatch, s.N, rec.Peer, q.PeerID)
 		case rec.State == events.AskAnswered:
-			return rec, rev, nil
+			return rec, nil
 		}
 		rec.State, rec.Deadline = events.AskPending, deadline
-		if rev, err = a.write(ctx, key, rec, rev); err == nil {
-			return rec, rev, nil
+		if _, err = a.write(ctx, key, rec, rev); err == nil {
+			return rec, nil
 		} else if !isConflict(err) {
-			return nil, 0, err
+			return nil, err
 		}
 	}
-	return nil, 0, fmt.Errorf("delegate: ask record %s kept changing", key)
+	return nil, fmt.Errorf("delegate: ask record %s kept changing", key)
 }
 
 // load reads an ask record and its revision.
