@@ -26,7 +26,7 @@ import (
 func BenchmarkDelegationRoundTrip(b *testing.B) {
 	w := pipelinetest.New(b, pipelinetest.Options{Peers: 1})
 	peer := w.Peers[0]
-	relayB(b, w, peerAgent(make(chan string)))
+	w.StartPeerRelay(0, peerAgent(make(chan string)))
 	procA := w.Proc()
 	var mu sync.Mutex
 	var asks []time.Duration

@@ -25,7 +25,7 @@ func TestE2EDelegatedAnswerReachesHandlerRerunAfterAskerKilled(t *testing.T) {
 	peer := w.Peers[0]
 	asked := make(chan struct{})
 	release := make(chan struct{})
-	relayB(t, w, handler.Func(func(ctx context.Context, req *handler.Request) (string, error) {
+	w.StartPeerRelay(0, handler.Func(func(ctx context.Context, req *handler.Request) (string, error) {
 		close(asked) // B is asked once: a second call panics the test
 		<-release
 		return "B: " + req.Message.Text, nil

@@ -22,7 +22,7 @@ func TestE2ELateAnswerIsDeadLettered(t *testing.T) {
 	w := pipelinetest.New(t, pipelinetest.Options{Peers: 1})
 	peer := w.Peers[0]
 	release := make(chan struct{})
-	relayB(t, w, handler.Func(func(ctx context.Context, req *handler.Request) (string, error) {
+	w.StartPeerRelay(0, handler.Func(func(ctx context.Context, req *handler.Request) (string, error) {
 		<-release
 		return "B: " + req.Message.Text, nil
 	}))

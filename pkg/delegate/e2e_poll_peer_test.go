@@ -21,7 +21,7 @@ func TestE2EDelegationToPollPeerWithOneDispatcherSlot(t *testing.T) {
 	w := pipelinetest.New(t, pipelinetest.Options{Peers: 1})
 	peer := w.Peers[0]
 	roles := make(chan string, 1)
-	relayB(t, w, peerAgent(roles))
+	w.StartPeerRelay(0, peerAgent(roles))
 
 	procA := w.Proc()
 	rec := pipelinetest.NewRecorder(askingHandler(newAsker(t, w, procA), peer.ID, 20*time.Second))

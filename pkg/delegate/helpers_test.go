@@ -9,15 +9,11 @@ import (
 	"testing"
 	"time"
 
-	"github.com/molecule-ai/molecule-relay/internal/natstest"
 	"github.com/molecule-ai/molecule-relay/internal/pipelinetest"
 	"github.com/molecule-ai/molecule-relay/pkg/delegate"
-	"github.com/molecule-ai/molecule-relay/pkg/dispatcher"
 	"github.com/molecule-ai/molecule-relay/pkg/events"
 	"github.com/molecule-ai/molecule-relay/pkg/handler"
 	"github.com/molecule-ai/molecule-relay/pkg/molecule"
-	"github.com/molecule-ai/molecule-relay/pkg/poller"
-	"github.com/molecule-ai/molecule-relay/pkg/replier"
 )
 
 // askPrefix is the canvas text that makes relay A's handler ask its peer.
@@ -54,30 +50,6 @@ func askingHandler(a *delegate.Asker, peer string, timeout time.Duration) handle
 		}
 		return "peer says: " + ans.Text, nil
 	}
-}
-
-// relayB is a second relay on its own NATS server serving the peer
-// workspace (the world's Peers[0]) with h: poller, dispatcher, replier.
-func relayB(t testing.TB, w *pipelinetest.World, h handler.Handler) {
-	t.Helper()
-	peer := w.Peers[0]
-	ns := natstest.Start(t)
-	nc, js := natstest.Connect(t, ns.ClientURL())
-	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
-	defer cancel()
-	topo, err := events.EnsureTopology(ctx, js, w.Topology)
-	if err != nil {
-		t.Fatal(err)
-	}
-	p := &pipelinetest.Proc{NC: nc, JS: js, Topo: topo}
-	c := w.Client(peer)
-	pipelinetest.Start(t, w.NewDispatcher(p, h, dispatcher.Config{}).Run)
-	pipelinetest.Start(t, w.NewReplier(p, map[string]*molecule.Client{peer.ID: c}, replier.Config{}).Run)
-	pipelinetest.Start(t, w.NewPoller(p, poller.Config{Workspaces: []*molecule.Client{c}, SSE: true}).Run)
-	pipelinetest.Eventually(t, 15*time.Second, "relay B's cursor seeded", func() bool {
-		_, err := topo.Cursors.Get(pipelinetest.Ctx(t), peer.ID)
-		return err == nil
-	})
 }
 
 // peerAgent is relay B's agent: it answers "B: <text>" and records the

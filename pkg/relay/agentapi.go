@@ -22,6 +22,7 @@ func (rt *Runtime) agentAPI() (dispatcher.AgentAPI, error) {
 			Clients: rt.ClientMap(),
 			Records: rt.Topo.Handled,
 			Secrets: rt.Cfg.AgentAPISecrets,
+			Asker:   rt.agentAsker(), // pkg/delegate, through asker.go
 			Logger:  rt.Log.With("stage", "agentapi"),
 			LoopGuard: func(in *events.Inbound) string {
 				return dispatcher.LoopGuard(in, rt.Cfg.ReplyToReplies, rt.Cfg.MaxHops)
