@@ -40,14 +40,13 @@ func main() {
 	}
 }
 
-// coordinator answers a canvas user by asking the researcher; the question
-// is the n-th of this handler run (a Session counts), so a re-run after a
-// crash finds the answer instead of asking again.
-func coordinator(a *delegate.Asker, researcher string) handler.Func {
+// coordinator answers a canvas user by asking the researcher and waiting
+// (req.AskPeer: the relay's agent API, pkg/delegate behind it). The
+// question is the n-th of this handler run, so a re-run after a crash finds
+// the answer instead of asking again.
+func coordinator(researcher string) handler.Func {
 	return func(ctx context.Context, req *handler.Request) (string, error) {
-		in := req.Message
-		s := a.Session(delegate.Scope{Workspace: in.WorkspaceID, Activity: in.ActivityID, ContextID: in.ContextID, Deadline: req.Deadline, Hops: in.Hops})
-		ans, err := s.Ask(ctx, handler.Question{PeerID: researcher, Text: in.Text})
+		ans, err := req.AskPeer(ctx, handler.Question{PeerID: researcher, Text: req.Message.Text})
 		if errors.Is(err, delegate.ErrNoAnswer) {
 			return "The researcher did not answer in time; please ask again later.", nil
 		}
@@ -59,7 +58,7 @@ func coordinator(a *delegate.Asker, researcher string) handler.Func {
 }
 
 // researcher answers every question it is asked.
-func researcher(_ *delegate.Asker, _ string) handler.Func {
+func researcher(string) handler.Func {
 	return func(_ context.Context, req *handler.Request) (string, error) {
 		return fmt.Sprintf("%q has %d words.", req.Message.Text, len(strings.Fields(req.Message.Text))), nil
 	}
@@ -68,7 +67,7 @@ func researcher(_ *delegate.Asker, _ string) handler.Func {
 // agent is one workspace and the handler its relay runs.
 type agent struct {
 	id, token string
-	handler   func(*delegate.Asker, string) handler.Func
+	handler   func(peer string) handler.Func
 	peer      string
 }
 
@@ -160,11 +159,7 @@ func openRelay(ctx context.Context, platform, org string, a agent, log *slog.Log
 
 // serve runs the three stages of a relay with the agent's Go handler.
 func serve(ctx context.Context, rt *relay.Runtime, a agent) error {
-	asker, err := rt.Asker()
-	if err != nil {
-		return err
-	}
-	d, err := rt.Dispatcher(a.handler(asker, a.peer))
+	d, err := rt.Dispatcher(a.handler(a.peer))
 	if err != nil {
 		return err
 	}
