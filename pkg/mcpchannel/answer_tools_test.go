@@ -106,9 +106,9 @@ func TestReplyToolAnswersPeerMessageOnce(t *testing.T) {
 	}
 }
 
-// dismiss records the message handled and sends nothing; the agent API
-// tools say they are not available rather than pretending, and list_peers
-// reads the platform.
+// dismiss records the message handled and sends nothing; delegate_task to
+// a workspace that does not exist says so rather than pretending, and
+// list_peers reads the platform.
 func TestDismissSendsNothingAndAgentToolsAreHonest(t *testing.T) {
 	t.Parallel()
 	w := pipelinetest.New(t, pipelinetest.Options{Peers: 1})
@@ -118,8 +118,10 @@ func TestDismissSendsNothingAndAgentToolsAreHonest(t *testing.T) {
 	w.SendCanvas("nothing to say")
 	n := cl.next(20 * time.Second)
 	id := n.Meta["activity_id"]
-	if text, isErr := cl.call(mcpchannel.ToolDelegate, map[string]any{"peer_id": w.Peers[0].ID, "task": "help"}); !isErr || !strings.Contains(text, "not available") {
-		t.Errorf("delegate_task without the agent API: %q (error %v)", text, isErr)
+	// pkg/delegate asks through the platform, which knows no such
+	// workspace: delegate_task says so rather than pretending.
+	if text, isErr := cl.call(mcpchannel.ToolDelegate, map[string]any{"peer_id": "00000000-0000-4000-8000-000000000000", "task": "help", "timeout_seconds": 5}); !isErr || !strings.Contains(text, "not found") {
+		t.Errorf("delegate_task to a workspace that does not exist: %q (error %v)", text, isErr)
 	}
 	if text, isErr := cl.call(mcpchannel.ToolPeers, nil); isErr || !strings.Contains(text, w.Peers[0].ID) {
 		t.Errorf("list_peers: %q (error %v)", text, isErr)
