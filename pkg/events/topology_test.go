@@ -268,8 +268,8 @@ func TestEnsureTopologyConcurrent(t *testing.T) {
 	for n := range names.Name() {
 		got = append(got, n)
 	}
-	// 3 streams + 5 KV buckets.
-	if len(got) != 8 {
+	// 3 streams + 6 KV buckets.
+	if len(got) != 9 {
 		t.Fatalf("streams after concurrent setup: %v", got)
 	}
 }
