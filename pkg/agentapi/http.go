@@ -49,27 +49,20 @@ func (s *Server) authed(fn func(http.ResponseWriter, *http.Request, *Session)) h
 	}
 }
 
-// attachmentJSON is an attachment as the API takes it: the structured
-// answer's shape.
-type attachmentJSON struct {
-	URI      string `json:"uri"`
-	Name     string `json:"name"`
-	MimeType string `json:"mime_type"`
-	Size     int64  `json:"size"`
-}
-
-func fromJSON(in []attachmentJSON) []events.Attachment {
+// fromJSON converts attachments as the API takes them (the structured
+// answer's shape) to the envelope's.
+func fromJSON(in []events.AttachmentJSON) []events.Attachment {
 	var out []events.Attachment
 	for _, a := range in {
-		out = append(out, events.Attachment{URI: a.URI, Name: a.Name, MimeType: a.MimeType, Size: a.Size})
+		out = append(out, a.Attachment())
 	}
 	return out
 }
 
 func (s *Server) postInterim(w http.ResponseWriter, r *http.Request, sess *Session) {
 	var body struct {
-		Text        string           `json:"text"`
-		Attachments []attachmentJSON `json:"attachments"`
+		Text        string                  `json:"text"`
+		Attachments []events.AttachmentJSON `json:"attachments"`
 	}
 	if err := decode(r, &body, `{"text": "working on it…"}`); err != nil {
 		writeError(w, err)
@@ -86,10 +79,10 @@ func (s *Server) postInterim(w http.ResponseWriter, r *http.Request, sess *Sessi
 
 func (s *Server) postAsk(w http.ResponseWriter, r *http.Request, sess *Session) {
 	var body struct {
-		PeerID         string           `json:"peer_id"`
-		Text           string           `json:"text"`
-		Attachments    []attachmentJSON `json:"attachments"`
-		TimeoutSeconds float64          `json:"timeout_seconds"`
+		PeerID         string                  `json:"peer_id"`
+		Text           string                  `json:"text"`
+		Attachments    []events.AttachmentJSON `json:"attachments"`
+		TimeoutSeconds float64                 `json:"timeout_seconds"`
 	}
 	if err := decode(r, &body, `{"peer_id": "<workspace id>", "text": "…", "timeout_seconds": 60}`); err != nil {
 		writeError(w, err)

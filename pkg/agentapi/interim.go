@@ -96,7 +96,7 @@ func (s *Session) interim(ctx context.Context, m handler.Interim) (InterimResult
 	if f := s.srv.cfg.BeforeNotify; f != nil {
 		f(s.in.WorkspaceID, m.Text)
 	}
-	_, err = c.Notify(ctx, m.Text, toMolecule(m.Attachments))
+	_, err = c.Notify(ctx, m.Text, events.MoleculeAttachments(m.Attachments))
 	return res, err
 }
 
@@ -125,7 +125,7 @@ func (s *Session) sendPeer(ctx context.Context, c *molecule.Client, id string, m
 		ContextID:   s.in.ContextID,
 		TaskID:      s.in.TaskID,
 		Metadata:    map[string]any{"relay_hops": s.in.Hops + 1, "relay_interim": true},
-		Attachments: toMolecule(m.Attachments),
+		Attachments: events.MoleculeAttachments(m.Attachments),
 		Timeout:     interimA2ATimeout,
 	})
 	return err
@@ -176,15 +176,4 @@ func (s *Session) takeBudget(ctx context.Context, c *molecule.Client) error {
 			return ctx.Err()
 		}
 	}
-}
-
-func toMolecule(in []events.Attachment) []molecule.Attachment {
-	if len(in) == 0 {
-		return nil
-	}
-	out := make([]molecule.Attachment, len(in))
-	for i, a := range in {
-		out[i] = molecule.Attachment{URI: a.URI, Name: a.Name, MimeType: a.MimeType, Size: a.Size}
-	}
-	return out
 }

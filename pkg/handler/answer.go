@@ -25,16 +25,9 @@ const answerForm = `{"text": "...", "attachments": [{"uri": "...", "name": "..."
 // answerJSON is the wire form of a structured answer. Pointers tell a
 // missing key from an empty one.
 type answerJSON struct {
-	Text        *string          `json:"text"`
-	Attachments []attachmentJSON `json:"attachments"`
-	Reply       *bool            `json:"reply"`
-}
-
-type attachmentJSON struct {
-	URI      string `json:"uri"`
-	Name     string `json:"name"`
-	MimeType string `json:"mime_type"`
-	Size     int64  `json:"size"`
+	Text        *string                 `json:"text"`
+	Attachments []events.AttachmentJSON `json:"attachments"`
+	Reply       *bool                   `json:"reply"`
 }
 
 // ParseAnswer decodes a structured answer. Empty input means no reply;
@@ -65,7 +58,7 @@ func ParseAnswer(data []byte) (Answer, error) {
 		if at.URI == "" || at.Name == "" || at.Size < 0 {
 			return Answer{}, fmt.Errorf("%w: structured answer: attachments[%d] needs a uri and a name (and a size >= 0)", ErrPermanent, i)
 		}
-		out.Attachments = append(out.Attachments, events.Attachment{URI: at.URI, Name: at.Name, MimeType: at.MimeType, Size: at.Size})
+		out.Attachments = append(out.Attachments, at.Attachment())
 	}
 	if a.Text == nil && len(out.Attachments) == 0 && !out.NoReply {
 		return Answer{}, fmt.Errorf("%w: structured answer has neither \"text\" nor \"attachments\" (say \"reply\": false for no reply); answer like %s", ErrPermanent, answerForm)

@@ -411,23 +411,12 @@ func (r *Replier) observePost(j *job, start time.Time, err error) {
 	}
 }
 
-func toAttachments(in []events.Attachment) []molecule.Attachment {
-	if len(in) == 0 {
-		return nil
-	}
-	out := make([]molecule.Attachment, len(in))
-	for i, a := range in {
-		out[i] = molecule.Attachment{URI: a.URI, Name: a.Name, MimeType: a.MimeType, Size: a.Size}
-	}
-	return out
-}
-
 func (r *Replier) send(ctx context.Context, j *job) error {
 	if j.route == events.RouteNotify {
 		if f := r.cfg.BeforeNotify; f != nil {
 			f(j.rep.WorkspaceID, j.rep.Text)
 		}
-		_, err := j.client.Notify(ctx, j.rep.Text, toAttachments(j.rep.Attachments))
+		_, err := j.client.Notify(ctx, j.rep.Text, events.MoleculeAttachments(j.rep.Attachments))
 		return err
 	}
 	msgID := j.rep.MessageID
@@ -446,7 +435,7 @@ func (r *Replier) send(ctx context.Context, j *job) error {
 		ContextID:   j.rep.ContextID,
 		TaskID:      j.rep.TaskID,
 		Metadata:    meta,
-		Attachments: toAttachments(j.rep.Attachments),
+		Attachments: events.MoleculeAttachments(j.rep.Attachments),
 		Timeout:     j.xTimeout,
 	})
 	if err == nil && !res.Queued {
