@@ -12,7 +12,10 @@ import (
 	"sync"
 	"time"
 
+	"github.com/nats-io/nats.go/jetstream"
+
 	"github.com/molecule-ai/molecule-relay/pkg/config"
+	"github.com/molecule-ai/molecule-relay/pkg/events"
 	"github.com/molecule-ai/molecule-relay/pkg/molecule"
 	"github.com/molecule-ai/molecule-relay/pkg/molecule/moleculetest"
 	"github.com/molecule-ai/molecule-relay/pkg/relay"
@@ -70,8 +73,8 @@ func runDev(ctx context.Context, env *cliEnv, args []string) error {
 		srv.URL(), agent.ID, peer.ID, rt.Conn.URL(), cfg.Handler)
 	out.printf("Type a message and press Enter to send it as a canvas user; start it with \"@peer \" to send it as the peer agent. Ctrl-C stops.\n\n")
 
-	replies := make(chan string, 16)
-	go watchReplies(runCtx, srv, agent.ID, peer.ID, out, replies)
+	printer := &replyPrinter{srv: srv, agentID: agent.ID, peerID: peer.ID, out: out}
+	go printer.run(runCtx)
 
 	d := &devSender{srv: srv, agent: agent, peer: peer, out: out}
 	// Messages can only queue once the poller registered the workspace in
@@ -85,14 +88,15 @@ func runDev(ctx context.Context, env *cliEnv, args []string) error {
 		d.send(ctx, "@peer hello from a peer agent")
 	}
 	if once {
-		if stopped, err := waitDemoReplies(ctx, replies, runErr, timeout); stopped || err != nil {
+		if stopped, err := waitDemoReplies(ctx, rt.Topo.Replies, runErr, timeout); stopped || err != nil {
 			return err
 		}
+		printer.sweep() // a sent record means the double has the reply
 		out.printf("\nBoth replies arrived: the pipeline works.\n")
 		cancel()
 		return <-runErr
 	}
-	return d.prompt(ctx, env.stdin, replies, runErr, cancel)
+	return d.prompt(ctx, env.stdin, runErr, cancel)
 }
 
 // devEnviron is the dev command's environment: the platform double's
@@ -126,14 +130,20 @@ func registerDevPeer(ctx context.Context, srv *moleculetest.Server, peer molecul
 	return nil
 }
 
-// waitDemoReplies waits for the two demo replies; stopped says ctx ended
-// first (Ctrl-C), which is no failure.
-func waitDemoReplies(ctx context.Context, replies <-chan string, runErr <-chan error, timeout time.Duration) (stopped bool, err error) {
+// waitDemoReplies waits until the replier has recorded both demo replies
+// as sent; stopped says ctx ended first (Ctrl-C), which is no failure. It
+// reads the replier's records, not what the double saw: a handler's
+// interim message reaches the double too, and is no reply.
+func waitDemoReplies(ctx context.Context, replies jetstream.KeyValue, runErr <-chan error, timeout time.Duration) (stopped bool, err error) {
 	deadline := time.After(timeout)
-	for got := 0; got < 2; {
+	tick := time.NewTicker(50 * time.Millisecond)
+	defer tick.Stop()
+	for {
+		if n, err := sentReplies(ctx, replies); err == nil && n >= 2 {
+			return false, nil
+		}
 		select {
-		case <-replies:
-			got++
+		case <-tick.C:
 		case err := <-runErr:
 			return false, fmt.Errorf("pipeline stopped: %v", err)
 		case <-deadline:
@@ -142,7 +152,26 @@ func waitDemoReplies(ctx context.Context, replies <-chan string, runErr <-chan e
 			return true, nil
 		}
 	}
-	return false, nil
+}
+
+// sentReplies counts the reply records in state sent.
+func sentReplies(ctx context.Context, kv jetstream.KeyValue) (int, error) {
+	keys, err := kv.ListKeys(ctx)
+	if err != nil {
+		return 0, err
+	}
+	n := 0
+	for k := range keys.Keys() {
+		e, err := kv.Get(ctx, k)
+		if err != nil {
+			continue
+		}
+		var rec events.ReplyRecord
+		if json.Unmarshal(e.Value(), &rec) == nil && rec.State == events.StateSent {
+			n++
+		}
+	}
+	return n, nil
 }
 
 // devSender sends what the dev user types to the platform double.
@@ -170,7 +199,7 @@ func (d *devSender) send(ctx context.Context, line string) {
 
 // prompt sends every line read from stdin until the pipeline stops or ctx
 // ends (then it stops the pipeline and returns its result).
-func (d *devSender) prompt(ctx context.Context, stdin io.Reader, replies <-chan string, runErr <-chan error, cancel context.CancelFunc) error {
+func (d *devSender) prompt(ctx context.Context, stdin io.Reader, runErr <-chan error, cancel context.CancelFunc) error {
 	lines := make(chan string)
 	go func() {
 		sc := bufio.NewScanner(stdin)
@@ -189,7 +218,6 @@ func (d *devSender) prompt(ctx context.Context, stdin io.Reader, replies <-chan 
 			if l = strings.TrimSpace(l); l != "" {
 				d.send(ctx, l)
 			}
-		case <-replies:
 		case err := <-runErr:
 			return err
 		case <-ctx.Done():
@@ -216,40 +244,44 @@ func waitRegistered(ctx context.Context, srv *moleculetest.Server, id string, wi
 	return nil
 }
 
-// watchReplies prints what the platform double received from the agent:
-// notifies (to the canvas) and A2A messages to the peer.
-func watchReplies(ctx context.Context, srv *moleculetest.Server, agentID, peerID string, out *syncWriter, seen chan<- string) {
+// replyPrinter prints what the platform double received from the agent:
+// notifies (to the canvas) and A2A messages to the peer, each once.
+type replyPrinter struct {
+	srv             *moleculetest.Server
+	agentID, peerID string
+	out             *syncWriter
+
+	mu            sync.Mutex
+	nNotify, nA2A int
+}
+
+// run sweeps every 20 ms until ctx ends.
+func (p *replyPrinter) run(ctx context.Context) {
 	t := time.NewTicker(20 * time.Millisecond)
 	defer t.Stop()
-	var nNotify, nA2A int
 	for {
 		select {
 		case <-ctx.Done():
 			return
 		case <-t.C:
-		}
-		ns := srv.Notifications(agentID)
-		for ; nNotify < len(ns); nNotify++ {
-			out.printf("← reply to canvas: %s\n", ns[nNotify].Message)
-			notifyNonBlocking(seen, ns[nNotify].Message)
-		}
-		calls := srv.A2ACalls(peerID)
-		for ; nA2A < len(calls); nA2A++ {
-			c := calls[nA2A]
-			if c.CallerID != agentID {
-				continue
-			}
-			text := a2aText(c.Body)
-			out.printf("← reply to peer %s: %s\n", short(peerID), text)
-			notifyNonBlocking(seen, text)
+			p.sweep()
 		}
 	}
 }
 
-func notifyNonBlocking(ch chan<- string, s string) {
-	select {
-	case ch <- s:
-	default:
+// sweep prints what arrived since the last sweep.
+func (p *replyPrinter) sweep() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	ns := p.srv.Notifications(p.agentID)
+	for ; p.nNotify < len(ns); p.nNotify++ {
+		p.out.printf("← reply to canvas: %s\n", ns[p.nNotify].Message)
+	}
+	calls := p.srv.A2ACalls(p.peerID)
+	for ; p.nA2A < len(calls); p.nA2A++ {
+		if c := calls[p.nA2A]; c.CallerID == p.agentID {
+			p.out.printf("← reply to peer %s: %s\n", short(p.peerID), a2aText(c.Body))
+		}
 	}
 }
 

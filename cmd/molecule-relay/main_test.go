@@ -7,6 +7,8 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"os"
+	"os/exec"
+	"path/filepath"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -209,6 +211,29 @@ func TestDevOnce(t *testing.T) {
 	if r.code != exitOK || !strings.Contains(r.stdout, "← reply to canvas: echo: hello from the canvas") ||
 		!strings.Contains(r.stdout, "← reply to peer") {
 		t.Fatalf("dev --once: exit %d\n%s\n%s", r.code, r.stdout, r.stderr)
+	}
+}
+
+// dev --once waits for the replies, not for whatever reaches the double
+// first: the example shell agent posts an interim ("working on it…")
+// through the agent API before it answers, and --once must not take that
+// for the reply.
+func TestDevOnceWaitsForRepliesNotInterims(t *testing.T) {
+	for _, tool := range []string{"jq", "curl"} {
+		if _, err := exec.LookPath(tool); err != nil {
+			t.Fatalf("%s not found: the shell agent needs it (.ci/run installs it)", tool)
+		}
+	}
+	agent, err := filepath.Abs("../../examples/shell-agent/agent.sh")
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := runCLI(t, []string{"MOLECULE_LOG_LEVEL=warn", "NATS_STORE_DIR=" + t.TempDir(),
+		"MOLECULE_HANDLER=exec:" + agent, "MOLECULE_HANDLER_ANSWER=json"}, "dev", "--once", "--timeout", "60s")
+	if r.code != exitOK || !strings.Contains(r.stdout, "← reply to canvas: working on it…") ||
+		!strings.Contains(r.stdout, "← reply to canvas: You said: hello from the canvas.") ||
+		!strings.Contains(r.stdout, ": You said: hello from a peer agent.") {
+		t.Fatalf("dev --once with an interim-posting agent: exit %d\n%s\n%s", r.code, r.stdout, r.stderr)
 	}
 }
 
