@@ -99,7 +99,7 @@ func TestEmbeddedDataSurvivesRestart(t *testing.T) {
 	if !strings.HasPrefix(c.URL(), "nats://127.0.0.1:") {
 		t.Fatalf("URL = %q, want nats://127.0.0.1:<port>", c.URL())
 	}
-	if ip := c.Server.(*server.Server).Addr().(*net.TCPAddr).IP; !ip.IsLoopback() {
+	if ip := c.Server.(interface{ Addr() net.Addr }).Addr().(*net.TCPAddr).IP; !ip.IsLoopback() {
 		t.Fatalf("embedded server listens on %s, want loopback only", ip)
 	}
 	if err := c.Healthy(ctx, time.Second); err != nil {
@@ -118,7 +118,7 @@ func TestEmbeddedDataSurvivesRestart(t *testing.T) {
 	if _, err := c.JS.Publish(ctx, "keep.one", []byte("survives")); err != nil {
 		t.Fatalf("publish: %v", err)
 	}
-	srv := c.Server.(*server.Server)
+	srv := c.Server.(interface{ Running() bool })
 	c.Close()
 	if srv.Running() {
 		t.Fatal("embedded server still running after Close")
@@ -139,6 +139,25 @@ func TestEmbeddedDataSurvivesRestart(t *testing.T) {
 	}
 	if string(m.Data) != "survives" || m.Subject != "keep.one" {
 		t.Fatalf("after restart got %q on %q", m.Data, m.Subject)
+	}
+}
+
+// nats-server takes no lock on its store, and two servers writing one
+// file store corrupt it: the second process (here a second server of the
+// same process, which flock refuses alike) is refused with a message
+// naming the store, and the store is free again once the first stops.
+func TestEmbeddedStoreUsedByOneServerAtATime(t *testing.T) {
+	cfg := broker.Config{StoreDir: filepath.Join(t.TempDir(), "nats"), ConnectTimeout: time.Second}
+	first := connect(t, cfg, nil)
+	_, err := broker.Connect(context.Background(), cfg, nil)
+	if !errors.Is(err, broker.ErrEmbedded) || !strings.Contains(err.Error(), "is in use by another process") ||
+		!strings.Contains(err.Error(), cfg.StoreDir) {
+		t.Fatalf("second server on one store: err = %v, want ErrEmbedded naming the store in use", err)
+	}
+	first.Close()
+	again := connect(t, cfg, nil)
+	if !again.Embedded() {
+		t.Fatal("store not free after the first server stopped")
 	}
 }
 

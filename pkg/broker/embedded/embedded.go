@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
+	"sync"
 	"time"
 
 	"github.com/molecule-ai/molecule-relay/pkg/broker"
@@ -23,6 +24,32 @@ func start(cfg broker.Config, log *slog.Logger) (broker.EmbeddedServer, error) {
 	if err := os.MkdirAll(cfg.StoreDir, 0o700); err != nil {
 		return nil, fmt.Errorf("%w: NATS_STORE_DIR %q: %w", broker.ErrEmbedded, cfg.StoreDir, err)
 	}
+	release, err := lockStore(cfg.StoreDir)
+	if err != nil {
+		return nil, fmt.Errorf("%w: NATS_STORE_DIR: %w", broker.ErrEmbedded, err)
+	}
+	ns, err := startServer(cfg, log)
+	if err != nil {
+		release()
+		return nil, err
+	}
+	return &lockedServer{Server: ns, release: release}, nil
+}
+
+// lockedServer releases the store's lock once the server has shut down.
+type lockedServer struct {
+	*server.Server
+	release func()
+	once    sync.Once
+}
+
+func (s *lockedServer) WaitForShutdown() {
+	s.Server.WaitForShutdown()
+	s.once.Do(s.release)
+}
+
+// startServer starts the server on a store this process holds locked.
+func startServer(cfg broker.Config, log *slog.Logger) (*server.Server, error) {
 	ns, err := server.NewServer(&server.Options{
 		ServerName: "molecule-relay-embedded",
 		Host:       "127.0.0.1",

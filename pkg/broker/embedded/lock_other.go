@@ -1,0 +1,7 @@
+//go:build !unix
+
+package embedded
+
+// lockStore is a no-op where flock is not available: there, nothing stops
+// two processes from sharing one NATS_STORE_DIR, so do not.
+func lockStore(dir string) (release func(), err error) { return func() {}, nil }
