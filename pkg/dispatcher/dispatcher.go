@@ -290,7 +290,7 @@ func (d *Dispatcher) complete(runCtx context.Context, m *stage.Delivery, in *eve
 		}
 		rec.Reply = data
 	}
-	recData, err := json.Marshal(rec)
+	recData, err := rec.Marshal()
 	if err != nil {
 		d.handlerFailed(runCtx, m, fmt.Errorf("%w: encode handled record: %v", handler.ErrPermanent, err), log)
 		return
