@@ -290,7 +290,7 @@ func (d *Dispatcher) complete(runCtx context.Context, m *stage.Delivery, in *eve
 		}
 		rec.Reply = data
 	}
-	recData, err := json.Marshal(rec)
+	recData, err := rec.Marshal()
 	if err != nil {
 		d.handlerFailed(runCtx, m, fmt.Errorf("%w: encode handled record: %v", handler.ErrPermanent, err), log)
 		return
@@ -391,8 +391,8 @@ func (d *Dispatcher) publishReply(ctx context.Context, in *events.Inbound, data 
 	return err
 }
 
-// ack acknowledges and waits for the server's confirmation. A lost ack is
-// harmless: the redelivery finds the handled record.
+// ack acknowledges (a plain ack). A lost ack is harmless: the redelivery
+// finds the handled record.
 func (d *Dispatcher) ack(runCtx context.Context, m *stage.Delivery, log *slog.Logger) {
 	d.run.Ack(runCtx, m, log, "the handled record")
 }

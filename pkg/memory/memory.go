@@ -71,8 +71,9 @@ type Config struct {
 // Store reads and writes conversation turns. A nil *Store is memory off:
 // every method is a no-op. It is safe for concurrent use.
 type Store struct {
-	kv  jetstream.KeyValue
-	cfg Config
+	kv   jetstream.KeyValue
+	cfg  Config
+	last lastWrites
 }
 
 // New returns the Store over kv (the topology's History bucket), or nil,
@@ -158,33 +159,43 @@ func (s *Store) Record(ctx context.Context, workspace, conversation string, turn
 	}
 	key := events.HistoryKey(workspace, conversation)
 	for attempt := range maxAttempts {
-		cur, rev, err := s.load(ctx, key)
-		if err != nil {
-			return 0, err
+		cur, rev, known := s.last.get(key)
+		if !known || attempt > 0 {
+			if cur, rev, err = s.load(ctx, key); err != nil {
+				return 0, err
+			}
 		}
 		next, added := merge(cur, turns)
 		if added == 0 {
 			return 0, nil
 		}
-		_, data, err := s.bound(next)
+		kept, data, err := s.bound(next)
 		if err != nil {
 			return 0, fmt.Errorf("memory: encode: %w", err)
 		}
+		var wrote uint64
 		if rev == 0 {
-			_, err = s.kv.Create(ctx, key, data)
+			wrote, err = s.kv.Create(ctx, key, data)
 		} else {
-			_, err = s.kv.Update(ctx, key, data, rev)
+			wrote, err = s.kv.Update(ctx, key, data, rev)
 		}
 		switch {
 		case err == nil:
+			s.last.put(key, kept, wrote)
 			return added, nil
 		case errors.Is(err, jetstream.ErrKeyExists), errors.Is(err, jetstream.ErrKeyRevisionMismatch):
 			// Another writer came first: read its turns and merge again,
-			// after a random pause so the racers spread out.
+			// after a random pause so the racers spread out (none after a
+			// stale last write: the read alone puts that right).
+			s.last.drop(key)
+			if known && attempt == 0 {
+				continue
+			}
 			if err := conflictPause(ctx, attempt); err != nil {
 				return 0, err
 			}
 		default:
+			s.last.drop(key)
 			return 0, fmt.Errorf("memory: write %s: %w", key, err)
 		}
 	}

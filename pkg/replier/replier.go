@@ -537,9 +537,8 @@ func (r *Replier) markSent(runCtx context.Context, j *job, rec events.ReplyRecor
 
 func isWrongRevision(err error) bool { return errors.Is(err, jetstream.ErrKeyRevisionMismatch) }
 
-// ack acknowledges a sent reply and waits for the server's confirmation (a
-// lost ack is harmless: the redelivery finds "sent"), after recording its
-// turns in memory.
+// ack acknowledges a sent reply (a plain ack: a lost one is harmless, the
+// redelivery finds "sent"), after recording its turns in memory.
 func (r *Replier) ack(runCtx context.Context, j *job) {
 	r.remember(runCtx, j)
 	r.run.Ack(runCtx, j.Delivery, j.log, "the sent record")

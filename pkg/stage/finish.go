@@ -49,15 +49,14 @@ func (r *Runner) Defer(d *Delivery, delay time.Duration) {
 	_ = d.Msg.NakWithDelay(delay)
 }
 
-// Ack acknowledges d and waits for the server's confirmation, so a
-// finished message stops counting against the consumer's ack-pending
-// limit before its slot is reused. A lost ack is harmless when the stage
-// recorded its outcome: lost says what the redelivery will find.
-func (r *Runner) Ack(runCtx context.Context, d *Delivery, log *slog.Logger, lost string) {
-	ctx, cancel := r.OpContext(runCtx)
-	defer cancel()
-	if err := d.Msg.DoubleAck(ctx); err != nil {
-		log.Warn(r.target.Stage+": ack not confirmed; a redelivery will find "+lost, "error", err)
+// Ack acknowledges d without waiting for the server's confirmation. Every
+// stage writes its outcome record (handled, sent) before it acks, so a
+// lost ack only brings a redelivery that the record turns into a no-op;
+// the pool flushes the connection before a run returns, so an ack written
+// is sent. lost says what that redelivery will find.
+func (r *Runner) Ack(_ context.Context, d *Delivery, log *slog.Logger, lost string) {
+	if err := d.Msg.Ack(); err != nil {
+		log.Warn(r.target.Stage+": ack not sent; a redelivery will find "+lost, "error", err)
 	}
 }
 

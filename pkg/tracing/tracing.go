@@ -10,12 +10,14 @@ package tracing
 import (
 	"context"
 	"log/slog"
+	"slices"
 
 	"github.com/nats-io/nats.go"
 	"go.opentelemetry.io/otel"
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/propagation"
 	"go.opentelemetry.io/otel/trace"
+	"go.opentelemetry.io/otel/trace/noop"
 )
 
 // Scope names the relay's tracer.
@@ -25,10 +27,22 @@ const Scope = "github.com/molecule-ai/molecule-relay"
 // NATS headers are the relay's own wire format.
 var propagator = propagation.TraceContext{}
 
+// unset is the global tracer provider before anyone installs one: while
+// it is still the global provider, tracing is off.
+var unset = otel.GetTracerProvider()
+
 // Start starts a span named name under ctx's span (from the global tracer
-// provider, so a provider installed later is used).
+// provider, so a provider installed later is used). With no provider
+// installed it allocates nothing: ctx comes back unchanged (an incoming
+// traceparent is passed on as is) with a span that records nothing.
 func Start(ctx context.Context, name string, kind trace.SpanKind, attrs ...attribute.KeyValue) (context.Context, trace.Span) {
-	return otel.Tracer(Scope).Start(ctx, name, trace.WithSpanKind(kind), trace.WithAttributes(attrs...))
+	tp := otel.GetTracerProvider()
+	if _, isNoop := tp.(noop.TracerProvider); tp == unset || isNoop {
+		return ctx, noop.Span{}
+	}
+	// The copy keeps attrs from escaping, so callers' attribute slices
+	// stay on their stack on the path above.
+	return tp.Tracer(Scope).Start(ctx, name, trace.WithSpanKind(kind), trace.WithAttributes(slices.Clone(attrs)...))
 }
 
 // Header returns NATS headers carrying ctx's trace context (traceparent,
