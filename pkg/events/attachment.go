@@ -15,7 +15,7 @@ type AttachmentJSON struct {
 
 // Attachment converts a handler's attachment to the envelope's.
 func (a AttachmentJSON) Attachment() Attachment {
-	return Attachment{URI: a.URI, Name: a.Name, MimeType: a.MimeType, Size: a.Size}
+	return Attachment(a) // same fields; only the JSON tags differ
 }
 
 // MoleculeAttachments converts envelope attachments to the platform
