@@ -11,7 +11,8 @@ import (
 	"github.com/molecule-ai/molecule-relay/pkg/molecule"
 )
 
-// TestStagedUploadFetchThenAckThenGone fetches a staged upload's bytes with
+// TestStagedUploadFetchThenAckThenGone finds a staged upload's manifest row
+// on the feed, fetches its bytes with
 // the platform's content type, acks it, and then finds it gone (404) for a
 // fetch and a second ack, as the platform's handler does.
 func TestStagedUploadFetchThenAckThenGone(t *testing.T) {
@@ -22,6 +23,9 @@ func TestStagedUploadFetchThenAckThenGone(t *testing.T) {
 	ws, fid, err := molecule.ParsePendingURI(u.URI)
 	if err != nil || ws != w.ID || fid != u.FileID {
 		t.Fatalf("ParsePendingURI(%s) = %s, %s, %v", u.URI, ws, fid, err)
+	}
+	if rows := s.Rows(w.ID); len(rows) != 1 || !strings.Contains(string(rows[0]), `"method":"chat_upload_receive"`) || !strings.Contains(string(rows[0]), u.URI) {
+		t.Fatalf("feed after staging: %s; want one chat_upload_receive manifest naming %s", rows, u.URI)
 	}
 	ctx := context.Background()
 	up, err := c.FetchUpload(ctx, fid, 0)

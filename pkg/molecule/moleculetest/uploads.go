@@ -3,11 +3,13 @@ package moleculetest
 // Staged chat uploads of a NEW poll-mode workspace, as the platform keeps
 // them (enteros-core workspace-server/internal/handlers/pending_uploads.go
 // and internal/pendinguploads/storage.go; docs/protocol.md "Staged
-// uploads"): GET .../pending-uploads/:file_id/content serves the bytes with
+// uploads"): staging logs a chat_upload_receive manifest row; GET
+// .../pending-uploads/:file_id/content serves the bytes with
 // the stored mimetype, POST .../ack marks the row handed off, after which
 // both answer 404.
 
 import (
+	"encoding/json"
 	"fmt"
 	"net/http"
 	"strconv"
@@ -37,12 +39,27 @@ func (s *Server) StageUpload(ws, name, mimeType string, content []byte) Upload {
 	u := &Upload{FileID: newUUID(), WorkspaceID: ws, Name: name, MimeType: mimeType, Content: append([]byte(nil), content...)}
 	u.URI = "platform-pending:" + ws + "/" + u.FileID
 	s.uploads.mu.Lock()
-	defer s.uploads.mu.Unlock()
 	if s.uploads.byID == nil {
 		s.uploads.byID = map[string]*Upload{}
 	}
 	s.uploads.byID[u.FileID] = u
+	s.uploads.mu.Unlock()
+	s.uploadManifestRow(*u)
 	return *u
+}
+
+// uploadManifestRow logs the chat_upload_receive row the platform writes
+// with each staged file (handlers/chat_files.go uploadPollMode).
+func (s *Server) uploadManifestRow(u Upload) {
+	f := s.feedOf(u.WorkspaceID)
+	if f == nil {
+		return
+	}
+	manifest, _ := json.Marshal(map[string]any{"file_id": u.FileID, "name": u.Name, "mimeType": u.MimeType, "size": len(u.Content), "uri": u.URI})
+	rw := &row{id: newUUID(), workspaceID: u.WorkspaceID, activityType: "a2a_receive", targetID: u.WorkspaceID,
+		method: "chat_upload_receive", summary: "chat_upload_receive: " + u.Name, requestBody: manifest, status: "ok"}
+	f.commit(rw, s.encodeRow)
+	s.publish(u.WorkspaceID, "ACTIVITY_LOGGED", s.activityEvent(rw))
 }
 
 // StagedUpload returns the upload's current state (fetch count, acked).
