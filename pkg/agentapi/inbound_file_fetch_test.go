@@ -17,6 +17,7 @@ import (
 	"github.com/molecule-ai/molecule-relay/internal/pipelinetest"
 	"github.com/molecule-ai/molecule-relay/pkg/agentapi"
 	"github.com/molecule-ai/molecule-relay/pkg/dispatcher"
+	"github.com/molecule-ai/molecule-relay/pkg/events"
 	"github.com/molecule-ai/molecule-relay/pkg/handler"
 )
 
@@ -152,4 +153,35 @@ func errString(err error) string {
 		return "<nil>"
 	}
 	return err.Error()
+}
+
+// TestFileOverTheCapOrGoneIsRefused: an upload larger than MaxFileBytes is
+// 502 (nothing passed on), and one the platform no longer serves (here
+// acked by someone else) is 404 saying so.
+func TestFileOverTheCapOrGoneIsRefused(t *testing.T) {
+	w := pipelinetest.New(t, pipelinetest.Options{})
+	srv := startAPI(t, w, agentapi.Config{MaxFileBytes: 4})
+	big := w.Plat.StageUpload(w.Agent.ID, "big.txt", "text/plain", []byte("12345"))
+	gone := w.Plat.StageUpload(w.Agent.ID, "gone.txt", "text/plain", []byte("1234"))
+	in := canvasMessage(w)
+	in.Attachments = []events.Attachment{{URI: big.URI, Name: big.Name}, {URI: gone.URI, Name: gone.Name}}
+	agent, end := srv.Open(pipelinetest.Ctx(t), in, time.Now().Add(time.Minute))
+	defer end()
+	base, tok := endpoint(t, agent)
+	get := func(uri string) (int, string) {
+		st, b := call(t, http.MethodGet, base+"/v1/files?uri="+url.QueryEscape(uri), tok, "")
+		return st, string(b)
+	}
+	if st, b := get(gone.URI); st != http.StatusOK || b != "1234" {
+		t.Fatalf("at the cap: %d %q, want 200 1234", st, b)
+	}
+	if st, b := get(big.URI); st != http.StatusBadGateway || !strings.Contains(b, "cap 4") {
+		t.Fatalf("over the cap: %d %s, want 502 naming the cap", st, b)
+	}
+	if err := w.Client(w.Agent).AckUpload(pipelinetest.Ctx(t), gone.FileID); err != nil {
+		t.Fatal(err)
+	}
+	if st, b := get(gone.URI); st != http.StatusNotFound || !strings.Contains(b, "24 h") {
+		t.Fatalf("after ack: %d %s, want 404 saying the platform dropped it", st, b)
+	}
 }
