@@ -3,6 +3,7 @@ package agentapi_test
 import (
 	"context"
 	"net/http"
+	"net/url"
 	"testing"
 	"time"
 
@@ -43,6 +44,27 @@ func BenchmarkPeersCachedRoundTrip(b *testing.B) {
 	for b.Loop() {
 		if st, _ := call(b, http.MethodGet, url+"/v1/peers", tok, ""); st != http.StatusOK {
 			b.Fatal(st)
+		}
+	}
+}
+
+// BenchmarkFileThroughAPI reads a 4 MiB staged upload through GET
+// /v1/files: platform double -> relay -> handler, all over loopback HTTP.
+func BenchmarkFileThroughAPI(b *testing.B) {
+	w := pipelinetest.New(b, pipelinetest.Options{})
+	srv := startAPI(b, w, agentapi.Config{})
+	content := make([]byte, 4<<20)
+	up := w.Plat.StageUpload(w.Agent.ID, "big.bin", "application/octet-stream", content)
+	in := canvasMessage(w)
+	in.Attachments = []events.Attachment{{URI: up.URI, Name: up.Name}}
+	agent, end := srv.Open(pipelinetest.Ctx(b), in, time.Now().Add(time.Hour))
+	defer end()
+	base, tok := endpoint(b, agent)
+	u := base + "/v1/files?uri=" + url.QueryEscape(up.URI)
+	b.SetBytes(int64(len(content)))
+	for b.Loop() {
+		if st, body := call(b, http.MethodGet, u, tok, ""); st != http.StatusOK || len(body) != len(content) {
+			b.Fatalf("%d, %d bytes", st, len(body))
 		}
 	}
 }

@@ -68,6 +68,9 @@ type Config struct {
 	Asker Asker
 	// Secrets allows GET /v1/secrets. If not set, it answers 403.
 	Secrets bool
+	// MaxFileBytes caps a file read through GET /v1/files. If not set (or
+	// above it), the platform's own cap, molecule.MaxUploadBytes (25 MiB).
+	MaxFileBytes int64
 	// PeersTTL is how long a peer list is reused. If not set,
 	// DefaultPeersTTL.
 	PeersTTL time.Duration

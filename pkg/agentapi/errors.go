@@ -50,8 +50,14 @@ func statusOf(err error) int {
 	switch {
 	case errors.Is(err, ErrSessionEnded):
 		return http.StatusUnauthorized
-	case errors.Is(err, ErrSecretsOff):
+	case errors.Is(err, ErrSecretsOff), errors.Is(err, ErrNotAttachment):
 		return http.StatusForbidden
+	case errors.Is(err, ErrFileGone):
+		return http.StatusNotFound
+	case errors.Is(err, ErrFileScheme):
+		return http.StatusNotImplemented
+	case errors.Is(err, molecule.ErrResponseTooLarge):
+		return http.StatusBadGateway
 	case errors.Is(err, ErrNoAsker):
 		return http.StatusNotImplemented
 	case errors.Is(err, ErrNoClient), errors.Is(err, ErrNoRecords):

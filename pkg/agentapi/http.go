@@ -17,7 +17,7 @@ import (
 const maxBody = 1 << 20
 
 // Endpoints lists the API for the 404 answer and the docs.
-const Endpoints = "POST /v1/interim, POST /v1/ask, GET /v1/peers, GET /v1/discover/{id}, GET /v1/secrets"
+const Endpoints = "POST /v1/interim, POST /v1/ask, GET /v1/peers, GET /v1/discover/{id}, GET /v1/secrets, GET /v1/files?uri="
 
 func (s *Server) routes() http.Handler {
 	mux := http.NewServeMux()
@@ -26,6 +26,7 @@ func (s *Server) routes() http.Handler {
 	mux.HandleFunc("GET /v1/peers", s.authed(s.getPeers))
 	mux.HandleFunc("GET /v1/discover/{id}", s.authed(s.getDiscover))
 	mux.HandleFunc("GET /v1/secrets", s.authed(s.getSecrets))
+	mux.HandleFunc("GET /v1/files", s.authed(s.getFile))
 	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
 		writeJSON(w, http.StatusNotFound, map[string]string{"error": "no such endpoint: " + r.Method + " " + r.URL.Path + "; the agent API has " + Endpoints})
 	})

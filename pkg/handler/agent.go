@@ -9,6 +9,7 @@ package handler
 import (
 	"context"
 	"errors"
+	"io"
 	"time"
 
 	"github.com/molecule-ai/molecule-relay/pkg/events"
@@ -80,6 +81,9 @@ type Agent interface {
 	// Secrets reads the workspace's secrets; refused unless the operator
 	// turned it on.
 	Secrets(ctx context.Context) (map[string]string, error)
+	// File opens one of the message's attachments by its URI and returns
+	// its body (close it) and content type; any other URI is refused.
+	File(ctx context.Context, uri string) (io.ReadCloser, string, error)
 }
 
 // Interim is a message sent to the conversation before the final answer.
@@ -152,4 +156,12 @@ func (r *Request) Secrets(ctx context.Context) (map[string]string, error) {
 		return nil, ErrNoAgent
 	}
 	return r.Agent.Secrets(ctx)
+}
+
+// File opens one of the message's attachments; see Agent.File.
+func (r *Request) File(ctx context.Context, uri string) (io.ReadCloser, string, error) {
+	if r.Agent == nil {
+		return nil, "", ErrNoAgent
+	}
+	return r.Agent.File(ctx, uri)
 }

@@ -144,6 +144,7 @@ type Server struct {
 	tokens     map[string]*token
 	globals    map[string]string
 	plugins    map[string]map[string][]byte
+	uploads    uploadStore
 
 	// logMu guards the notify and A2A call logs, apart from mu so that
 	// writers do not contend with token checks.
