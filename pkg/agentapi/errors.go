@@ -52,7 +52,9 @@ func statusOf(err error) int {
 		return http.StatusUnauthorized
 	case errors.Is(err, ErrSecretsOff), errors.Is(err, ErrNotAttachment):
 		return http.StatusForbidden
-	case errors.Is(err, ErrFileGone):
+	case errors.Is(err, ErrFileGone), errors.Is(err, molecule.ErrNotFound):
+		// The platform has no such workspace (or upload): the handler
+		// asked for something that is not there, not a platform fault.
 		return http.StatusNotFound
 	case errors.Is(err, ErrFileScheme):
 		return http.StatusNotImplemented

@@ -170,6 +170,11 @@ func TestPeersDiscoverAndAsk(t *testing.T) {
 	if st, body := call(t, http.MethodGet, url+"/v1/discover/"+w.Peers[0].ID, tok, ""); st != http.StatusBadGateway || !strings.Contains(string(body), "the platform answered 503") {
 		t.Errorf("discover of a poll-mode peer: %d %s, want 502 passing on the platform's 503", st, body)
 	}
+	// A workspace the platform does not know is the handler's mistake,
+	// not the platform's fault: 404, not 502.
+	if st, body := call(t, http.MethodGet, url+"/v1/discover/7f000000-0000-4000-8000-000000000001", tok, ""); st != http.StatusNotFound {
+		t.Errorf("discover of an unknown workspace: %d %s, want 404", st, body)
+	}
 	if st, body := call(t, http.MethodPost, url+"/v1/ask", tok, `{"peer_id":"`+w.Peers[0].ID+`","text":"hi"}`); st != http.StatusNotImplemented || !strings.Contains(string(body), "not available") {
 		t.Errorf("ask without an Asker: %d %s, want 501", st, body)
 	}
