@@ -20,6 +20,21 @@ type stageFlags struct {
 
 // parseConfig binds the config flags plus extra to a flag set, parses args
 // and validates the configuration for need. Any failure is a usageError.
+// openForInspection parses an inspection command's flags (status, dlq,
+// history: no platform or handler needed) and opens the relay's NATS
+// topology for it; the caller closes the runtime.
+func openForInspection(ctx context.Context, env *cliEnv, name string, args []string, extra func(*flag.FlagSet)) (*relay.Runtime, *config.Config, error) {
+	cfg, err := parseConfig(env, name, args, 0, extra)
+	if err != nil {
+		return nil, nil, err
+	}
+	rt, err := relay.Open(ctx, cfg, cfg.NewLogger(env.stderr))
+	if err != nil {
+		return nil, nil, err
+	}
+	return rt, cfg, nil
+}
+
 func parseConfig(env *cliEnv, name string, args []string, need config.Requirement, extra func(*flag.FlagSet)) (*config.Config, error) {
 	fs := flag.NewFlagSet("molecule-relay "+name, flag.ContinueOnError)
 	fs.SetOutput(env.stderr)

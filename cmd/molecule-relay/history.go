@@ -14,7 +14,6 @@ import (
 
 	"github.com/molecule-ai/molecule-relay/pkg/events"
 	"github.com/molecule-ai/molecule-relay/pkg/memory"
-	"github.com/molecule-ai/molecule-relay/pkg/relay"
 )
 
 // runHistory is `history show|forget <workspace> [conversation]`: inspect
@@ -25,13 +24,9 @@ func runHistory(ctx context.Context, env *cliEnv, args []string) error {
 		return err
 	}
 	var asJSON bool
-	cfg, err := parseConfig(env, "history "+sub, rest, 0, func(fs *flag.FlagSet) {
+	rt, _, err := openForInspection(ctx, env, "history "+sub, rest, func(fs *flag.FlagSet) {
 		fs.BoolVar(&asJSON, "json", false, "show: print JSON")
 	})
-	if err != nil {
-		return err
-	}
-	rt, err := relay.Open(ctx, cfg, cfg.NewLogger(env.stderr))
 	if err != nil {
 		return err
 	}

@@ -44,13 +44,9 @@ type consumerStatus struct {
 
 func runStatus(ctx context.Context, env *cliEnv, args []string) error {
 	var asJSON bool
-	cfg, err := parseConfig(env, "status", args, 0, func(fs *flag.FlagSet) {
+	rt, cfg, err := openForInspection(ctx, env, "status", args, func(fs *flag.FlagSet) {
 		fs.BoolVar(&asJSON, "json", false, "print JSON instead of a table")
 	})
-	if err != nil {
-		return err
-	}
-	rt, err := relay.Open(ctx, cfg, cfg.NewLogger(env.stderr))
 	if err != nil {
 		return err
 	}
@@ -160,7 +156,7 @@ func runDLQ(ctx context.Context, env *cliEnv, args []string) error {
 		asJSON bool
 		yes    bool
 	)
-	cfg, err := parseConfig(env, "dlq "+sub, rest, 0, func(fs *flag.FlagSet) {
+	rt, _, err := openForInspection(ctx, env, "dlq "+sub, rest, func(fs *flag.FlagSet) {
 		fs.StringVar(&f.Stage, "stage", "", "only dead letters of this stage (poller, dispatcher, replier)")
 		fs.StringVar(&f.WorkspaceID, "workspace", "", "only dead letters of this workspace")
 		fs.StringVar(&f.Reason, "reason", "", "only dead letters with this reason")
@@ -168,10 +164,6 @@ func runDLQ(ctx context.Context, env *cliEnv, args []string) error {
 		fs.BoolVar(&asJSON, "json", false, "print JSON")
 		fs.BoolVar(&yes, "yes", false, "purge: really delete")
 	})
-	if err != nil {
-		return err
-	}
-	rt, err := relay.Open(ctx, cfg, cfg.NewLogger(env.stderr))
 	if err != nil {
 		return err
 	}

@@ -1,13 +1,10 @@
 package delegate_test
 
 import (
-	"context"
 	"encoding/json"
 	"errors"
 	"testing"
-	"time"
 
-	"github.com/molecule-ai/molecule-relay/internal/natstest"
 	"github.com/molecule-ai/molecule-relay/pkg/delegate"
 	"github.com/molecule-ai/molecule-relay/pkg/events"
 	"github.com/molecule-ai/molecule-relay/pkg/handler"
@@ -20,14 +17,7 @@ import (
 // other question's answer.
 func TestAskRefusesWhatCannotBeAsked(t *testing.T) {
 	t.Parallel()
-	srv := natstest.Start(t)
-	_, js := natstest.Connect(t, srv.ClientURL())
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	topo, err := events.EnsureTopology(ctx, js, events.TopologyConfig{})
-	if err != nil {
-		t.Fatal(err)
-	}
+	ctx, topo := bareTopology(t)
 	const ws = "ws-a"
 	// The platform URL is never reached: every case fails before a send.
 	c, err := molecule.New(molecule.Config{PlatformURL: "http://127.0.0.1:9", WorkspaceID: ws, Token: "t"})

@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/molecule-ai/molecule-relay/internal/natstest"
 	"github.com/molecule-ai/molecule-relay/internal/pipelinetest"
 	"github.com/molecule-ai/molecule-relay/pkg/delegate"
 	"github.com/molecule-ai/molecule-relay/pkg/events"
@@ -96,4 +97,20 @@ func questionsTo(w *pipelinetest.World, peer string) int {
 		}
 	}
 	return n
+}
+
+// bareTopology is a NATS server of the test's own with the relay's
+// topology on it, for tests that drive the asks bucket directly; ctx
+// bounds the test's NATS calls.
+func bareTopology(t *testing.T) (context.Context, *events.Topology) {
+	t.Helper()
+	srv := natstest.Start(t)
+	_, js := natstest.Connect(t, srv.ClientURL())
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	t.Cleanup(cancel)
+	topo, err := events.EnsureTopology(ctx, js, events.TopologyConfig{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return ctx, topo
 }

@@ -1,13 +1,10 @@
 package delegate_test
 
 import (
-	"context"
 	"encoding/json"
 	"errors"
 	"testing"
-	"time"
 
-	"github.com/molecule-ai/molecule-relay/internal/natstest"
 	"github.com/molecule-ai/molecule-relay/pkg/delegate"
 	"github.com/molecule-ai/molecule-relay/pkg/events"
 )
@@ -18,14 +15,7 @@ import (
 // pending, or another answer came first).
 func TestRouteSortsAnswers(t *testing.T) {
 	t.Parallel()
-	srv := natstest.Start(t)
-	_, js := natstest.Connect(t, srv.ClientURL())
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	topo, err := events.EnsureTopology(ctx, js, events.TopologyConfig{})
-	if err != nil {
-		t.Fatal(err)
-	}
+	ctx, topo := bareTopology(t)
 	const ws, peer, other = "ws-a", "ws-b", "ws-c"
 	ask := func(activity string) string {
 		id := delegate.MessageID(ws, activity, 1)
