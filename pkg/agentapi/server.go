@@ -19,7 +19,6 @@ import (
 
 	"github.com/molecule-ai/molecule-relay/pkg/events"
 	"github.com/molecule-ai/molecule-relay/pkg/handler"
-	"github.com/molecule-ai/molecule-relay/pkg/molecule"
 )
 
 // tokenBytes is the capability token's entropy: 256 bits.
@@ -36,12 +35,6 @@ type Server struct {
 
 	mu       sync.Mutex
 	sessions map[[sha256.Size]byte]*Session
-	peers    map[string]peersEntry
-}
-
-type peersEntry struct {
-	peers []molecule.Peer
-	at    time.Time
 }
 
 // New validates cfg, listens on its loopback address and serves until
@@ -61,7 +54,6 @@ func New(cfg Config) (*Server, error) {
 		url:      "http://" + ln.Addr().String(),
 		done:     make(chan struct{}),
 		sessions: map[[sha256.Size]byte]*Session{},
-		peers:    map[string]peersEntry{},
 	}
 	s.srv = &http.Server{Handler: s.routes(), ReadHeaderTimeout: 5 * time.Second}
 	go func() {
@@ -125,23 +117,4 @@ func (s *Server) forget(key [sha256.Size]byte) {
 	s.mu.Lock()
 	delete(s.sessions, key)
 	s.mu.Unlock()
-}
-
-// cachedPeers returns c's peer list, reused for PeersTTL.
-func (s *Server) cachedPeers(ctx context.Context, c *molecule.Client) ([]molecule.Peer, error) {
-	ws := c.WorkspaceID()
-	s.mu.Lock()
-	e, ok := s.peers[ws]
-	s.mu.Unlock()
-	if ok && time.Since(e.at) < s.cfg.PeersTTL {
-		return e.peers, nil
-	}
-	peers, err := c.Peers(ctx, "")
-	if err != nil {
-		return nil, err
-	}
-	s.mu.Lock()
-	s.peers[ws] = peersEntry{peers: peers, at: time.Now()}
-	s.mu.Unlock()
-	return peers, nil
 }

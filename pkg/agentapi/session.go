@@ -107,7 +107,8 @@ func (s *Session) callContext(req context.Context) (context.Context, context.Can
 	return ctx, func() { stop(); cancel() }
 }
 
-// Peers lists the workspace's peers, cached for PeersTTL.
+// Peers lists the workspace's peers, reused for PeersTTL (the client
+// keeps the list).
 func (s *Session) Peers(ctx context.Context) ([]molecule.Peer, error) {
 	ctx, cancel, err := s.scoped(ctx)
 	if err != nil {
@@ -118,7 +119,7 @@ func (s *Session) Peers(ctx context.Context) ([]molecule.Peer, error) {
 	if err != nil {
 		return nil, err
 	}
-	return s.srv.cachedPeers(ctx, c)
+	return c.PeersCached(ctx, s.srv.cfg.PeersTTL)
 }
 
 // Discover resolves a workspace (the client caches it).

@@ -9,8 +9,8 @@ import (
 	"github.com/molecule-ai/molecule-relay/pkg/molecule"
 )
 
-// Peer list cache: how long a workspace's list is used, and how long one
-// lookup may delay showing a message.
+// How long a workspace's peer list is reused (the client keeps it), and
+// how long one lookup may delay showing a message.
 const (
 	peerTTL       = time.Minute
 	peerLookupMax = 3 * time.Second
@@ -21,7 +21,8 @@ const (
 // carry no peer name (docs/claude-channel.md); the watched
 // workspace's peer list (GET /registry/:id/peers) has name and role, as
 // the TypeScript channel's registry enrichment used. A failed lookup is
-// cached too and leaves the name out.
+// remembered for peerTTL too (a platform that is down must not delay every
+// message by peerLookupMax) and leaves the name out.
 type peerDirectory struct {
 	clients map[string]*molecule.Client
 
@@ -64,7 +65,7 @@ func (d *peerDirectory) list(ctx context.Context, ws string) peerList {
 	if c := d.clients[ws]; c != nil {
 		ctx, cancel := context.WithTimeout(ctx, peerLookupMax)
 		defer cancel()
-		if peers, err := c.Peers(ctx, ""); err == nil {
+		if peers, err := c.PeersCached(ctx, peerTTL); err == nil {
 			for _, p := range peers {
 				l.byID[p.ID] = p
 			}

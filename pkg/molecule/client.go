@@ -166,6 +166,7 @@ type Client struct {
 
 	discMu sync.Mutex
 	disc   map[string]discEntry
+	peers  peersCache
 
 	counts requestCounts
 }
