@@ -59,16 +59,7 @@ echo "final answer"`)
 	if err != nil {
 		t.Fatal(err)
 	}
-	pl := w.StartPipeline(pipelinetest.PipelineConfig{Handler: h, Dispatcher: dispatcher.Config{Agent: srv}})
-	defer pl.Stop(t)
-	w.WaitSeeded(w.Agent.ID)
-	peer := w.Peers[0]
-	if _, _, err := w.Plat.SendCanvas(pipelinetest.Ctx(t), w.Agent.ID, "canvas asks"); err != nil {
-		t.Fatal(err)
-	}
-	if _, _, err := w.Plat.SendPeer(pipelinetest.Ctx(t), peer, w.Agent.ID, "peer asks"); err != nil {
-		t.Fatal(err)
-	}
+	peer := askCanvasAndPeer(t, w, h, srv)
 	pipelinetest.Eventually(t, 20*time.Second, "interims and answers posted", func() bool {
 		return len(w.Plat.Notifications(w.Agent.ID)) >= 2 && len(w.Plat.A2ACalls(peer.ID)) >= 2
 	})
@@ -117,16 +108,7 @@ func TestInterimEffectivelyOnceOnRedelivery(t *testing.T) {
 		}
 		return "all done", nil
 	})
-	pl := w.StartPipeline(pipelinetest.PipelineConfig{Handler: h, Dispatcher: dispatcher.Config{Agent: srv}})
-	defer pl.Stop(t)
-	w.WaitSeeded(w.Agent.ID)
-	peer := w.Peers[0]
-	if _, _, err := w.Plat.SendCanvas(pipelinetest.Ctx(t), w.Agent.ID, "canvas asks"); err != nil {
-		t.Fatal(err)
-	}
-	if _, _, err := w.Plat.SendPeer(pipelinetest.Ctx(t), peer, w.Agent.ID, "peer asks"); err != nil {
-		t.Fatal(err)
-	}
+	peer := askCanvasAndPeer(t, w, h, srv)
 	pipelinetest.Eventually(t, 20*time.Second, "answers posted", func() bool {
 		n := w.Plat.Notifications(w.Agent.ID)
 		c := w.Plat.A2ACalls(peer.ID)
@@ -194,4 +176,22 @@ func countRequests(w *pipelinetest.World, path string) int {
 		}
 	}
 	return n
+}
+
+// askCanvasAndPeer runs the pipeline with h and the agent API srv until
+// the test ends, and sends it one canvas message ("canvas asks") and one
+// from the first peer ("peer asks"); it returns that peer.
+func askCanvasAndPeer(t *testing.T, w *pipelinetest.World, h handler.Handler, srv *agentapi.Server) moleculetest.Workspace {
+	t.Helper()
+	pl := w.StartPipeline(pipelinetest.PipelineConfig{Handler: h, Dispatcher: dispatcher.Config{Agent: srv}})
+	t.Cleanup(func() { pl.Stop(t) })
+	w.WaitSeeded(w.Agent.ID)
+	peer := w.Peers[0]
+	if _, _, err := w.Plat.SendCanvas(pipelinetest.Ctx(t), w.Agent.ID, "canvas asks"); err != nil {
+		t.Fatal(err)
+	}
+	if _, _, err := w.Plat.SendPeer(pipelinetest.Ctx(t), peer, w.Agent.ID, "peer asks"); err != nil {
+		t.Fatal(err)
+	}
+	return peer
 }
