@@ -1,0 +1,306 @@
+package bench_test
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"os"
+	"path/filepath"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats-server/v2/server"
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/molecule-ai/molecule-relay/internal/natstest"
+	"github.com/molecule-ai/molecule-relay/pkg/events"
+)
+
+var flagFloorMsgs = flag.Int("floor-msgs", 20000, "messages per floor run")
+
+// BenchmarkFloor measures what the relay's unavoidable parts cost per
+// relayed message with none of the relay's code around them: the JetStream
+// work of a durable hand-off between the three stages (the embedded server
+// and nats.go, in this process, on loopback TCP, one connection per stage
+// as separate processes would have), and one HTTP POST per reply (in
+// floor_http_test.go). Set beside relay_us/msg of BenchmarkPipeline they
+// show how much of the relay's CPU is its own code and how much no code
+// change of ours can remove. docs/performance.md, "The floor".
+//
+// The JetStream designs, each a set of operations per message:
+//   - handoff: inbound publish (async, acks awaited per page of 500),
+//     dispatcher delivery, reply publish (awaited), ack, replier delivery,
+//     ack. No record: the least any design with a stream between stages
+//     does, 4 NATS messages in and 4 out.
+//   - records: handoff plus the records today's stages keep for
+//     exactly-once (docs/guarantees.md): the dispatcher's handled get and
+//     create, the replier's replies get, posting create and sent update.
+//   - folded: records with the handled record folded into the reply
+//     stream (docs/performance.md, "What further changes would save"):
+//     the dispatcher reads "handled?" with a direct get of the reply's
+//     own subject and stores nothing but the reply.
+func BenchmarkFloor(b *testing.B) {
+	for _, d := range []floorDesign{{name: "handoff"}, {name: "folded", records: true, folded: true}, {name: "records", records: true}} {
+		b.Run("jetstream/"+d.name, func(b *testing.B) {
+			for range b.N {
+				d.run(b, *flagFloorMsgs)
+			}
+		})
+	}
+	b.Run("http/post", func(b *testing.B) {
+		sink := startHTTPSink(b)
+		for range b.N {
+			sink.floor(b, *flagFloorMsgs)
+		}
+	})
+}
+
+type floorDesign struct {
+	name    string
+	records bool
+	// folded: the reply is its own handled record, published on a
+	// per-message subject that the dispatcher reads with a direct get
+	// instead of the handled bucket's get and create.
+	folded bool
+}
+
+// floorPayloads are envelopes of the sizes the relay stores: the test
+// fixtures of pkg/events, compacted.
+type floorPayloads struct {
+	inbound, reply, handled, posting, sent []byte
+}
+
+func loadFloorPayloads(b *testing.B) floorPayloads {
+	read := func(name string) []byte {
+		raw, err := os.ReadFile(filepath.Join("..", "pkg", "events", "testdata", name))
+		if err != nil {
+			b.Fatal(err)
+		}
+		var buf bytes.Buffer
+		if err := json.Compact(&buf, raw); err != nil {
+			b.Fatal(err)
+		}
+		return buf.Bytes()
+	}
+	p := floorPayloads{inbound: read("inbound_canvas.json"), reply: read("reply_canvas.json")}
+	now := time.Now().UTC()
+	var err error
+	if p.handled, err = (events.HandledRecord{Outcome: events.OutcomeReplied, Reply: p.reply, Delivery: 1, HandledAt: now}).Marshal(); err != nil {
+		b.Fatal(err)
+	}
+	rec := events.ReplyRecord{State: events.StatePosting, Route: events.RouteNotify, PostingAt: now, Deadline: now.Add(time.Minute), Attempts: 1}
+	p.posting, _ = json.Marshal(rec)
+	rec.State, rec.SentAt = events.StateSent, now
+	p.sent, _ = json.Marshal(rec)
+	return p
+}
+
+// floorWorld is a NATS server with two work-queue streams, a durable pull
+// consumer on each and, for the records design, two buckets.
+type floorWorld struct {
+	ns                *natstest.Server
+	poller, disp, rep jetstream.JetStream
+	inbound, replies  jetstream.Consumer
+	out               jetstream.Stream // the reply stream, on the dispatcher's connection
+	handled, sentKV   jetstream.KeyValue
+}
+
+func startFloorWorld(b *testing.B) *floorWorld {
+	ctx := context.Background()
+	ns := natstest.Start(b)
+	w := &floorWorld{ns: ns}
+	_, w.poller = natstest.Connect(b, ns.ClientURL())
+	_, w.disp = natstest.Connect(b, ns.ClientURL())
+	_, w.rep = natstest.Connect(b, ns.ClientURL())
+	stream := func(name string) jetstream.Consumer {
+		s, err := w.poller.CreateStream(ctx, jetstream.StreamConfig{Name: name, Subjects: []string{name + ".>"},
+			Retention: jetstream.WorkQueuePolicy, Storage: jetstream.FileStorage, Duplicates: 2 * time.Minute, AllowDirect: true})
+		if err != nil {
+			b.Fatal(err)
+		}
+		if w.out, err = w.disp.Stream(ctx, name); err != nil { // the last one made is the reply stream
+			b.Fatal(err)
+		}
+		c, err := s.CreateOrUpdateConsumer(ctx, jetstream.ConsumerConfig{Durable: name, AckPolicy: jetstream.AckExplicitPolicy,
+			AckWait: 8 * time.Second, MaxAckPending: 10000})
+		if err != nil {
+			b.Fatal(err)
+		}
+		return c
+	}
+	w.inbound, w.replies = stream("FLOOR_IN"), stream("FLOOR_OUT")
+	bucket := func(name string) jetstream.KeyValue {
+		kv, err := w.poller.CreateKeyValue(ctx, jetstream.KeyValueConfig{Bucket: name, TTL: time.Hour})
+		if err != nil {
+			b.Fatal(err)
+		}
+		return kv
+	}
+	w.handled, w.sentKV = bucket("floor_handled"), bucket("floor_replies")
+	return w
+}
+
+func (w *floorWorld) varz(b *testing.B) *server.Varz {
+	v, err := w.ns.Varz(nil)
+	if err != nil {
+		b.Fatal(err)
+	}
+	return v
+}
+
+// run relays n messages through the design's operations and reports the
+// process's CPU (server and clients) and the server's messages per
+// relayed message.
+func (d floorDesign) run(b *testing.B, n int) {
+	w := startFloorWorld(b)
+	p := loadFloorPayloads(b)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	var replied atomic.Int64
+	done := make(chan struct{})
+	stopD := consumeWith(b, ctx, w.inbound, *flagEchoConc, func(m jetstream.Msg) { d.dispatch(ctx, b, w, p, m) })
+	defer stopD()
+	stopR := consumeWith(b, ctx, w.replies, *flagReplyConc, func(m jetstream.Msg) {
+		d.reply(ctx, b, w, p, m)
+		if replied.Add(1) == int64(n) {
+			close(done)
+		}
+	})
+	defer stopR()
+
+	v0, cpu0, t0 := w.varz(b), selfCPU(), time.Now()
+	b.ResetTimer()
+	publishPages(ctx, b, w.poller, p.inbound, n)
+	select {
+	case <-done:
+	case <-time.After(*flagTimeout):
+		b.Fatalf("%d of %d messages relayed after %s", replied.Load(), n, *flagTimeout)
+	}
+	b.StopTimer()
+	wall, cpu, v1 := time.Since(t0), selfCPU()-cpu0, w.varz(b)
+	us := float64(cpu.Microseconds()) / float64(n)
+	m := metrics{
+		"msg/s":           float64(n) / wall.Seconds(),
+		"relay_us/msg":    us,
+		"msg/relay_cpu_s": 1e6 / us,
+		"nats_in/msg":     float64(v1.InMsgs-v0.InMsgs) / float64(n),
+		"nats_out/msg":    float64(v1.OutMsgs-v0.OutMsgs) / float64(n),
+		"load1":           loadavg(),
+	}
+	m.report(b)
+	record(b.Name(), m)
+}
+
+// publishPages publishes n inbound messages, as the poller does: async,
+// each with its Nats-Msg-Id, the acks of a page of 500 awaited together.
+func publishPages(ctx context.Context, b *testing.B, js jetstream.JetStream, data []byte, n int) {
+	const page = 500
+	for start := 0; start < n; start += page {
+		var acks []jetstream.PubAckFuture
+		for i := start; i < min(start+page, n); i++ {
+			m := &nats.Msg{Subject: "FLOOR_IN.ws", Data: data, Header: nats.Header{}}
+			m.Header.Set(jetstream.MsgIDHeader, fmt.Sprintf("in-%d", i))
+			f, err := js.PublishMsgAsync(m)
+			if err != nil {
+				b.Fatal(err)
+			}
+			acks = append(acks, f)
+		}
+		for _, f := range acks {
+			select {
+			case <-f.Ok():
+			case err := <-f.Err():
+				b.Fatal(err)
+			case <-ctx.Done():
+				return
+			}
+		}
+	}
+}
+
+// dispatch is the dispatcher's part: with records, a handled get (absent)
+// and create; then the reply publish, awaited; then a plain ack.
+func (d floorDesign) dispatch(ctx context.Context, b *testing.B, w *floorWorld, p floorPayloads, m jetstream.Msg) {
+	key := "ws." + m.Headers().Get(jetstream.MsgIDHeader)
+	subject := "FLOOR_OUT.ws"
+	switch {
+	case d.folded:
+		subject += "." + key
+		if _, err := w.out.GetLastMsgForSubject(ctx, subject); !errors.Is(err, jetstream.ErrMsgNotFound) {
+			b.Errorf("reply get: %v", err)
+		}
+	case d.records:
+		if _, err := w.handled.Get(ctx, key); !errors.Is(err, jetstream.ErrKeyNotFound) {
+			b.Errorf("handled get: %v", err)
+		}
+		if _, err := w.handled.Create(ctx, key, p.handled); err != nil {
+			b.Errorf("handled create: %v", err)
+		}
+	}
+	r := &nats.Msg{Subject: subject, Data: p.reply, Header: nats.Header{}}
+	r.Header.Set(jetstream.MsgIDHeader, key)
+	if _, err := w.disp.PublishMsg(ctx, r); err != nil {
+		b.Errorf("reply publish: %v", err)
+	}
+	if err := m.Ack(); err != nil {
+		b.Errorf("ack: %v", err)
+	}
+}
+
+// reply is the replier's part without its POST: with records, a replies
+// get (absent), the posting create and the sent update; then a plain ack.
+func (d floorDesign) reply(ctx context.Context, b *testing.B, w *floorWorld, p floorPayloads, m jetstream.Msg) {
+	if d.records {
+		key := m.Headers().Get(jetstream.MsgIDHeader)
+		if _, err := w.sentKV.Get(ctx, key); !errors.Is(err, jetstream.ErrKeyNotFound) {
+			b.Errorf("replies get: %v", err)
+		}
+		rev, err := w.sentKV.Create(ctx, key, p.posting)
+		if err != nil {
+			b.Errorf("posting create: %v", err)
+		}
+		if _, err := w.sentKV.Update(ctx, key, p.sent, rev); err != nil {
+			b.Errorf("sent update: %v", err)
+		}
+	}
+	if err := m.Ack(); err != nil {
+		b.Errorf("ack: %v", err)
+	}
+}
+
+// consumeWith delivers the consumer's messages to conc workers, holding at
+// most conc messages at a time (the stages pull for their free slots).
+func consumeWith(b *testing.B, ctx context.Context, c jetstream.Consumer, conc int, work func(jetstream.Msg)) (stop func()) {
+	jobs := make(chan jetstream.Msg)
+	var wg sync.WaitGroup
+	for range conc {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for m := range jobs {
+				work(m)
+			}
+		}()
+	}
+	cc, err := c.Consume(func(m jetstream.Msg) {
+		select {
+		case jobs <- m:
+		case <-ctx.Done():
+		}
+	}, jetstream.PullMaxMessages(conc))
+	if err != nil {
+		b.Fatal(err)
+	}
+	return func() {
+		cc.Stop()
+		<-cc.Closed()
+		close(jobs)
+		wg.Wait()
+	}
+}
