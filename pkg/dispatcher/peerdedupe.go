@@ -45,16 +45,23 @@ func (d *Dispatcher) claimPeerMessage(runCtx context.Context, in *events.Inbound
 	}
 	ctx, cancel := d.run.OpContext(runCtx)
 	defer cancel()
+	claimed := false
 	err = stage.RetryWrite(ctx, func() error {
 		_, err := d.topo.Handled.Create(ctx, key, data)
 		if errors.Is(err, jetstream.ErrKeyExists) {
 			return nil
 		}
+		claimed = err == nil
 		return err
 	})
 	if err != nil {
 		return false, "", fmt.Errorf("dispatcher: claim peer messageId: %w", err)
 	}
+	if claimed {
+		return false, "", nil // this write made the claim: nothing to read
+	}
+	// Claimed before: by another row, by an earlier delivery of this one,
+	// or by a retried write of ours whose first answer was lost.
 	entry, err := d.topo.Handled.Get(ctx, key)
 	if err != nil {
 		return false, "", fmt.Errorf("dispatcher: read peer messageId claim: %w", err)

@@ -7,6 +7,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats.go"
+
+	"github.com/molecule-ai/molecule-relay/internal/natstest"
 	"github.com/molecule-ai/molecule-relay/pkg/dispatcher"
 	"github.com/molecule-ai/molecule-relay/pkg/events"
 	"github.com/molecule-ai/molecule-relay/pkg/handler"
@@ -65,5 +68,50 @@ func TestPeerMessageIDDeduplicated(t *testing.T) {
 	}
 	if st.PeerDuplicates != 1 || e.inboundLeft(t) != 0 {
 		t.Fatalf("stats = %+v, inbound left %d; want one peer duplicate acked", st, e.inboundLeft(t))
+	}
+}
+
+// The claim a message's own create-only write made is not read back: only
+// a claim that existed before (another row's, an earlier delivery's) is.
+func TestPeerClaimMadeByThisWriteIsNotReadBack(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, events.TopologyConfig{})
+	nc, _ := natstest.Connect(t, e.srv.ClientURL())
+	// A channel subscription is filled by the connection's read loop, so
+	// after a flush it holds every read the server routed before it.
+	reads := make(chan *nats.Msg, 64)
+	claims := "$JS.API.DIRECT.GET.KV_" + events.BucketHandled + ".$KV." + events.BucketHandled + "." + ws + ".msg.>"
+	sub, err := nc.ChanSubscribe(claims, reads)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = sub.Unsubscribe() }()
+	if err := nc.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	first, again := inbound(1), inbound(2)
+	for _, in := range []*events.Inbound{&first, &again} {
+		in.Source, in.SourceWorkspaceID, in.MessageID, in.Hops = events.SourcePeerAgent, peer, "m-1", 1
+	}
+	d := newDispatcher(t, e.js, e.topo, handler.Func(func(context.Context, *handler.Request) (string, error) { return "", nil }), dispatcher.Config{})
+	e.publish(t, first)
+	if _, err := d.Drain(ctx(t), 300*time.Millisecond); err != nil {
+		t.Fatal(err)
+	}
+	if err := nc.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	if n := len(reads); n != 0 {
+		t.Errorf("the claim was read %d times after its own write made it, want 0", n)
+	}
+	// Same sender and messageId, another row: the claim exists and is
+	// read (by the failed create-only write inside nats.go, and by us).
+	e.publish(t, again)
+	st, err := d.Drain(ctx(t), 300*time.Millisecond)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if st.PeerDuplicates != 1 {
+		t.Errorf("stats %+v; want the second row a duplicate of the first", st)
 	}
 }

@@ -7,7 +7,9 @@
 // A reply is posted at most once where the platform cannot de-duplicate.
 // Before the POST the replier creates a "posting" record (events.ReplyKey
 // in events.BucketReplies); after the platform accepted it the record says
-// "sent"; only then is the message acked. A redelivery finds:
+// "sent"; only then is the message acked. A redelivery reads the record
+// first (a first delivery, which almost never has one, learns of one from
+// the posting record's create-only write instead) and finds:
 //   - "sent": ack, nothing posted;
 //   - "posting" (the stage died between the POST and the "sent" record, or
 //     the POST's outcome is unknown): a peer reply is posted again with the
@@ -196,40 +198,29 @@ func (r *Replier) process(runCtx context.Context, d *stage.Delivery) {
 		return
 	}
 
-	ctx, cancel := r.run.OpContext(runCtx)
-	rec, rev, found, err := r.getRecord(ctx, j.key)
-	cancel()
-	if err != nil {
-		j.log.Warn("replier: reply record unreadable; retrying later", "error", err)
-		r.retry(runCtx, j, 0, false, err)
+	// A first delivery almost never finds a record, so it skips the read
+	// and lets the posting record's create-only write find one (below);
+	// one that does has spent a rate-budget token for nothing.
+	if d.Meta.NumDelivered > 1 && r.followRecord(runCtx, j) {
 		return
 	}
-	switch {
-	case found && rec.State == events.StateSent:
-		r.stats.duplicates.Add(1)
-		j.log.Info("replier: reply already sent; acking the redelivery")
-		r.ack(runCtx, j)
-		return
-	case found && rec.State == events.StatePosting:
-		r.resume(runCtx, j, rec, rev)
-		return
-	case found:
-		j.log.Warn("replier: reply record in an unknown state; treating it as posting", "state", rec.State)
-		r.resume(runCtx, j, rec, rev)
-		return
-	}
-
 	if !r.waitBudget(runCtx, j) || !r.roomToPost(runCtx, j) {
 		return
 	}
 	now := time.Now().UTC()
-	rec = events.ReplyRecord{State: events.StatePosting, Route: j.route, PostingAt: now, Deadline: now.Add(r.postTimeout(j)), Attempts: 1}
-	ctx, cancel = r.run.OpContext(runCtx)
-	rev, err = r.createRecord(ctx, j.key, rec)
+	rec := events.ReplyRecord{State: events.StatePosting, Route: j.route, PostingAt: now, Deadline: now.Add(r.postTimeout(j)), Attempts: 1}
+	ctx, cancel := r.run.OpContext(runCtx)
+	rev, err := r.createRecord(ctx, j.key, rec)
 	cancel()
 	if errors.Is(err, jetstream.ErrKeyExists) {
-		// Another worker holds the same reply (a redelivery raced us):
-		// come back later and follow its record.
+		// Sent already (a reply republished after a NATS restart comes
+		// back as a first delivery): ack. Else another worker holds the
+		// same reply (a redelivery raced us), or this one's own create
+		// was retried after a lost answer: come back later, and the
+		// redelivery follows the record.
+		if d.Meta.NumDelivered == 1 && r.ackIfSent(runCtx, j) {
+			return
+		}
 		r.retry(runCtx, j, 0, false, err)
 		return
 	}
@@ -239,6 +230,48 @@ func (r *Replier) process(runCtx context.Context, d *stage.Delivery) {
 		return
 	}
 	r.post(runCtx, j, rec, rev)
+}
+
+// followRecord reads j's reply record and, when there is one, finishes j
+// by it: sent → ack; posting → resume. False: no record, post it. A read
+// error hands the reply back (true).
+func (r *Replier) followRecord(runCtx context.Context, j *job) bool {
+	ctx, cancel := r.run.OpContext(runCtx)
+	rec, rev, found, err := r.getRecord(ctx, j.key)
+	cancel()
+	switch {
+	case err != nil:
+		j.log.Warn("replier: reply record unreadable; retrying later", "error", err)
+		r.retry(runCtx, j, 0, false, err)
+	case !found:
+		return false
+	case rec.State == events.StateSent:
+		r.ackSent(runCtx, j)
+	case rec.State == events.StatePosting:
+		r.resume(runCtx, j, rec, rev)
+	default:
+		j.log.Warn("replier: reply record in an unknown state; treating it as posting", "state", rec.State)
+		r.resume(runCtx, j, rec, rev)
+	}
+	return true
+}
+
+// ackIfSent acks j when its reply record says sent.
+func (r *Replier) ackIfSent(runCtx context.Context, j *job) bool {
+	ctx, cancel := r.run.OpContext(runCtx)
+	rec, _, found, err := r.getRecord(ctx, j.key)
+	cancel()
+	if err != nil || !found || rec.State != events.StateSent {
+		return false
+	}
+	r.ackSent(runCtx, j)
+	return true
+}
+
+func (r *Replier) ackSent(runCtx context.Context, j *job) {
+	r.stats.duplicates.Add(1)
+	j.log.Info("replier: reply already sent; acking the redelivery")
+	r.ack(runCtx, j)
 }
 
 // waitBudget holds the reply while the workspace's rate budget is at the
