@@ -39,14 +39,24 @@ var flagFloorMsgs = flag.Int("floor-msgs", 20000, "messages per floor run")
 //     ack. No record: the least any design with a stream between stages
 //     does, 4 NATS messages in and 4 out.
 //   - records: handoff plus the records today's stages keep for
-//     exactly-once (docs/guarantees.md): the dispatcher's handled get and
-//     create, the replier's replies get, posting create and sent update.
+//     exactly-once (docs/guarantees.md) on a first delivery: the
+//     dispatcher's handled get and create, the replier's posting create
+//     and sent update.
 //   - folded: records with the handled record folded into the reply
-//     stream (docs/performance.md, "What further changes would save"):
-//     the dispatcher reads "handled?" with a direct get of the reply's
-//     own subject and stores nothing but the reply.
+//     stream (docs/performance.md, "Against the targets"): the
+//     dispatcher reads "handled?" with a direct get of the reply's own
+//     subject and stores nothing but the reply.
+//   - direct: records without the reply stream, as stages in one process
+//     could do it: the dispatcher posts the reply itself (posting create,
+//     sent update) and acks the inbound message after.
 func BenchmarkFloor(b *testing.B) {
-	for _, d := range []floorDesign{{name: "handoff"}, {name: "folded", records: true, folded: true}, {name: "records", records: true}} {
+	designs := []floorDesign{
+		{name: "handoff", replyStream: true},
+		{name: "records", handled: handledKV, replyStream: true, replyRecords: true},
+		{name: "folded", handled: handledFolded, replyStream: true, replyRecords: true},
+		{name: "direct", handled: handledKV, replyRecords: true},
+	}
+	for _, d := range designs {
 		b.Run("jetstream/"+d.name, func(b *testing.B) {
 			for range b.N {
 				d.run(b, *flagFloorMsgs)
@@ -61,13 +71,21 @@ func BenchmarkFloor(b *testing.B) {
 	})
 }
 
+// How a floor design records that a message was handled.
+const (
+	handledNone   = iota
+	handledKV     // a get and a create-only write in the handled bucket
+	handledFolded // a direct get of the reply's own subject; the reply is the record
+)
+
 type floorDesign struct {
 	name    string
-	records bool
-	// folded: the reply is its own handled record, published on a
-	// per-message subject that the dispatcher reads with a direct get
-	// instead of the handled bucket's get and create.
-	folded bool
+	handled int
+	// replyStream: the reply goes through a stream to a replier
+	// consumer; without it the dispatcher does the replier's part.
+	replyStream bool
+	// replyRecords: the posting create and sent update around the POST.
+	replyRecords bool
 }
 
 // floorPayloads are envelopes of the sizes the relay stores: the test
@@ -164,15 +182,28 @@ func (d floorDesign) run(b *testing.B, n int) {
 	defer cancel()
 	var replied atomic.Int64
 	done := make(chan struct{})
-	stopD := consumeWith(b, ctx, w.inbound, *flagEchoConc, func(m jetstream.Msg) { d.dispatch(ctx, b, w, p, m) })
-	defer stopD()
-	stopR := consumeWith(b, ctx, w.replies, *flagReplyConc, func(m jetstream.Msg) {
-		d.reply(ctx, b, w, p, m)
+	count := func() {
 		if replied.Add(1) == int64(n) {
 			close(done)
 		}
+	}
+	stopD := consumeWith(b, ctx, w.inbound, *flagEchoConc, func(m jetstream.Msg) {
+		d.dispatch(ctx, b, w, p, m)
+		if !d.replyStream {
+			count()
+		}
 	})
-	defer stopR()
+	defer stopD()
+	if d.replyStream {
+		stopR := consumeWith(b, ctx, w.replies, *flagReplyConc, func(m jetstream.Msg) {
+			d.postRecords(ctx, b, w, p, m.Headers().Get(jetstream.MsgIDHeader))
+			if err := m.Ack(); err != nil {
+				b.Errorf("ack: %v", err)
+			}
+			count()
+		})
+		defer stopR()
+	}
 
 	v0, cpu0, t0 := w.varz(b), selfCPU(), time.Now()
 	b.ResetTimer()
@@ -224,18 +255,19 @@ func publishPages(ctx context.Context, b *testing.B, js jetstream.JetStream, dat
 	}
 }
 
-// dispatch is the dispatcher's part: with records, a handled get (absent)
-// and create; then the reply publish, awaited; then a plain ack.
+// dispatch is the dispatcher's part: its handled record, then the reply
+// publish (awaited) or, without a reply stream, the replier's records;
+// then a plain ack.
 func (d floorDesign) dispatch(ctx context.Context, b *testing.B, w *floorWorld, p floorPayloads, m jetstream.Msg) {
 	key := "ws." + m.Headers().Get(jetstream.MsgIDHeader)
 	subject := "FLOOR_OUT.ws"
-	switch {
-	case d.folded:
+	switch d.handled {
+	case handledFolded:
 		subject += "." + key
 		if _, err := w.out.GetLastMsgForSubject(ctx, subject); !errors.Is(err, jetstream.ErrMsgNotFound) {
 			b.Errorf("reply get: %v", err)
 		}
-	case d.records:
+	case handledKV:
 		if _, err := w.handled.Get(ctx, key); !errors.Is(err, jetstream.ErrKeyNotFound) {
 			b.Errorf("handled get: %v", err)
 		}
@@ -243,34 +275,32 @@ func (d floorDesign) dispatch(ctx context.Context, b *testing.B, w *floorWorld, 
 			b.Errorf("handled create: %v", err)
 		}
 	}
-	r := &nats.Msg{Subject: subject, Data: p.reply, Header: nats.Header{}}
-	r.Header.Set(jetstream.MsgIDHeader, key)
-	if _, err := w.disp.PublishMsg(ctx, r); err != nil {
-		b.Errorf("reply publish: %v", err)
+	if d.replyStream {
+		r := &nats.Msg{Subject: subject, Data: p.reply, Header: nats.Header{}}
+		r.Header.Set(jetstream.MsgIDHeader, key)
+		if _, err := w.disp.PublishMsg(ctx, r); err != nil {
+			b.Errorf("reply publish: %v", err)
+		}
+	} else {
+		d.postRecords(ctx, b, w, p, key)
 	}
 	if err := m.Ack(); err != nil {
 		b.Errorf("ack: %v", err)
 	}
 }
 
-// reply is the replier's part without its POST: with records, a replies
-// get (absent), the posting create and the sent update; then a plain ack.
-func (d floorDesign) reply(ctx context.Context, b *testing.B, w *floorWorld, p floorPayloads, m jetstream.Msg) {
-	if d.records {
-		key := m.Headers().Get(jetstream.MsgIDHeader)
-		if _, err := w.sentKV.Get(ctx, key); !errors.Is(err, jetstream.ErrKeyNotFound) {
-			b.Errorf("replies get: %v", err)
-		}
-		rev, err := w.sentKV.Create(ctx, key, p.posting)
-		if err != nil {
-			b.Errorf("posting create: %v", err)
-		}
-		if _, err := w.sentKV.Update(ctx, key, p.sent, rev); err != nil {
-			b.Errorf("sent update: %v", err)
-		}
+// postRecords is the replier's part without its POST, on a first
+// delivery: the posting create and the sent update.
+func (d floorDesign) postRecords(ctx context.Context, b *testing.B, w *floorWorld, p floorPayloads, key string) {
+	if !d.replyRecords {
+		return
 	}
-	if err := m.Ack(); err != nil {
-		b.Errorf("ack: %v", err)
+	rev, err := w.sentKV.Create(ctx, key, p.posting)
+	if err != nil {
+		b.Errorf("posting create: %v", err)
+	}
+	if _, err := w.sentKV.Update(ctx, key, p.sent, rev); err != nil {
+		b.Errorf("sent update: %v", err)
 	}
 }
 
