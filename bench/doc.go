@@ -27,7 +27,15 @@
 // deltas per relayed message). -window-cpuprofile DIR has the relay process
 // write a CPU profile of each run's measured window, and its allocation
 // profiles at the window's start and end (allocs1 with -base allocs0).
+//
+// BenchmarkFloor runs the parts of a relayed message that no code of the
+// relay's can remove, without the relay: the JetStream hand-off between
+// the stages with and without today's records (jetstream/…, the
+// embedded server and nats.go in this process) and the client's share
+// of one HTTP POST per reply against a server in another process
+// (http/post). docs/performance.md, "The floor".
+//
 // Flags (after the package list): -echo-msgs, -sleep-msgs, -idle-msgs,
 // -senders, -proc (second echo dispatcher as a child `molecule-relay
-// dispatch` process of the relay process), -peer-every.
+// dispatch` process of the relay process), -peer-every, -floor-msgs.
 package bench
