@@ -185,7 +185,8 @@ func (r *Replier) process(runCtx context.Context, d *stage.Delivery) {
 	if rep.Source == events.SourcePeerAgent {
 		j.route = events.RouteA2A
 	}
-	j.log = tracing.Log(runCtx, r.log.With("workspace", rep.WorkspaceID, "activity", rep.ActivityID, "route", j.route, "delivery", d.Meta.NumDelivered))
+	j.log = tracing.Log(runCtx, stage.MessageLogger(r.log, slog.String("workspace", rep.WorkspaceID), slog.String("activity", rep.ActivityID),
+		slog.String("route", j.route), slog.Uint64("delivery", d.Meta.NumDelivered)))
 	j.client = r.clients[rep.WorkspaceID]
 	if j.client == nil {
 		r.deadLetter(runCtx, j, events.ReasonPermanent, fmt.Errorf("%w: %s", ErrNoClient, rep.WorkspaceID))
