@@ -516,7 +516,7 @@ func (r *Replier) deadLetter(runCtx context.Context, j *job, reason string, caus
 func (r *Replier) markSent(runCtx context.Context, j *job, rec events.ReplyRecord, rev uint64) bool {
 	ctx, cancel := r.run.OpContext(runCtx)
 	defer cancel()
-	data, err := json.Marshal(rec)
+	data, err := rec.Marshal()
 	if err == nil {
 		err = stage.RetryWrite(ctx, func() error {
 			_, err := r.topo.Replies.Update(ctx, j.key, data, rev)
@@ -562,7 +562,7 @@ func (r *Replier) getRecord(ctx context.Context, key string) (events.ReplyRecord
 }
 
 func (r *Replier) createRecord(ctx context.Context, key string, rec events.ReplyRecord) (uint64, error) {
-	data, err := json.Marshal(rec)
+	data, err := rec.Marshal()
 	if err != nil {
 		return 0, err
 	}
@@ -579,7 +579,7 @@ func (r *Replier) createRecord(ctx context.Context, key string, rec events.Reply
 }
 
 func (r *Replier) updateRecord(ctx context.Context, key string, rec events.ReplyRecord, rev uint64) (uint64, error) {
-	data, err := json.Marshal(rec)
+	data, err := rec.Marshal()
 	if err != nil {
 		return 0, err
 	}
