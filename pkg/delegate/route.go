@@ -31,6 +31,14 @@ const (
 // ErrUnawaited explains an Unawaited outcome.
 var ErrUnawaited = errors.New("delegate: answer to a question nobody waits for")
 
+// MayBeAnswer says whether Route could find in to be an answer: only a
+// peer's message naming a message it replies to, with an asks bucket to
+// look it up in. False: Route returns NotAnAnswer without a request, so a
+// caller can skip setting one up.
+func MayBeAnswer(asks jetstream.KeyValue, in *events.Inbound) bool {
+	return asks != nil && in.InReplyToMessageID != "" && in.Source == events.SourcePeerAgent
+}
+
 // Route decides whether in is a peer's answer to a question of its
 // workspace (metadata.in_reply_to_message_id names an ask record, asked of
 // that very peer) and, if the question is still awaited, stores the answer
@@ -39,7 +47,7 @@ var ErrUnawaited = errors.New("delegate: answer to a question nobody waits for")
 // handled bucket: a question whose asking message already finished is no
 // longer awaited. An error means "unsure": retry the message later.
 func Route(ctx context.Context, asks, handled jetstream.KeyValue, in *events.Inbound) (Outcome, error) {
-	if asks == nil || in.InReplyToMessageID == "" || in.Source != events.SourcePeerAgent {
+	if !MayBeAnswer(asks, in) {
 		return NotAnAnswer, nil
 	}
 	key := events.AskKey(in.WorkspaceID, in.InReplyToMessageID)

@@ -119,7 +119,8 @@ func (d *Dispatcher) process(runCtx context.Context, m *stage.Delivery) {
 	m.WorkspaceID, m.ActivityID = in.WorkspaceID, in.ActivityID
 	runCtx, span := tracing.Start(tracing.Extract(runCtx, m.Msg.Headers()), "handle", trace.SpanKindConsumer)
 	defer span.End()
-	log := tracing.Log(runCtx, d.log.With("workspace", in.WorkspaceID, "activity", in.ActivityID, "delivery", m.Meta.NumDelivered))
+	log := tracing.Log(runCtx, stage.MessageLogger(d.log,
+		slog.String("workspace", in.WorkspaceID), slog.String("activity", in.ActivityID), slog.Uint64("delivery", m.Meta.NumDelivered)))
 
 	if d.routeAnswer(runCtx, m, in, log) {
 		return // a peer's answer to a handler's question (pkg/delegate)

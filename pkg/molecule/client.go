@@ -456,6 +456,15 @@ func (c *Client) UpdateCard(ctx context.Context, card any) error {
 	return err
 }
 
+// notifyBody is the JSON body of POST /notify. A struct rather than a
+// map: json.Marshal encodes a map through reflect copies of every key
+// and value. The fields are in the order the map's keys were written
+// (sorted), so the bytes are the same.
+type notifyBody struct {
+	Attachments []Attachment `json:"attachments,omitempty"`
+	Message     string       `json:"message"`
+}
+
 // Notify posts a message to the canvas user (POST /workspaces/:self/notify).
 // It is never retried: notify has no idempotency key. text is required;
 // each attachment needs URI and Name.
@@ -463,15 +472,12 @@ func (c *Client) Notify(ctx context.Context, text string, attachments []Attachme
 	if text == "" {
 		return nil, fmt.Errorf("%w: notify: message is required", ErrInvalidArgument)
 	}
-	body := map[string]any{"message": text}
-	if len(attachments) > 0 {
-		for i, a := range attachments {
-			if a.URI == "" || a.Name == "" {
-				return nil, fmt.Errorf("%w: notify: attachment[%d]: uri and name are required", ErrInvalidArgument, i)
-			}
+	for i, a := range attachments {
+		if a.URI == "" || a.Name == "" {
+			return nil, fmt.Errorf("%w: notify: attachment[%d]: uri and name are required", ErrInvalidArgument, i)
 		}
-		body["attachments"] = attachments
 	}
+	body := &notifyBody{Attachments: attachments, Message: text}
 	r := request{method: http.MethodPost, path: c.selfPath("/notify"), body: body}
 	resp, err := c.do(ctx, r)
 	if err != nil {

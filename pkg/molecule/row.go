@@ -261,6 +261,27 @@ func (o rawObject) strOK(key, path string) (s string, isString bool, err error) 
 	}
 }
 
+// strIs says whether str(key, key) would be want, without allocating
+// for a plain literal.
+func (o rawObject) strIs(key, want string) (bool, error) {
+	v, ok := o.get(key)
+	if !ok {
+		return want == "", nil
+	}
+	switch k := jsonKind(v); k {
+	case 'n':
+		return want == "", nil
+	case '"':
+		lit := bytes.TrimSpace(v)
+		if plainASCII(lit) {
+			return string(lit[1:len(lit)-1]) == want, nil
+		}
+		return unquote(lit) == want, nil
+	default:
+		return false, fmt.Errorf("%s: want a string, got %s", key, kindName(k))
+	}
+}
+
 // lenientStr returns o[key] if it is a string, else "".
 func (o rawObject) lenientStr(key string) string {
 	s, err := o.str(key, key)
@@ -499,7 +520,9 @@ func (m *Message) readBody(body rawObject) (msg rawObject, err error) {
 		present bool
 		path    string
 	}
-	var cands []candidate
+	// At most three candidates: sized up front, the slice stays on the
+	// stack instead of growing on the heap (up to three allocations a row).
+	cands := make([]candidate, 0, 3)
 	if body != nil {
 		params, err := body.object("params", "request_body.params")
 		if err != nil {
@@ -591,32 +614,29 @@ func (m *Message) readMessageFields(msg rawObject) error {
 	return nil
 }
 
-// scanParts joins the text of text parts and collects file parts.
+// scanParts joins the text of text parts and collects file parts. A
+// part's path (for an error) is spelled out only when it is needed: this
+// runs for every message relayed.
 func scanParts(parts []json.RawMessage, path string) (text string, files []Attachment, err error) {
-	var sb strings.Builder
+	texts := make([]string, 0, 4)
 	for i, raw := range parts {
-		pp := path + "[" + strconv.Itoa(i) + "]"
 		if k := jsonKind(raw); k != '{' {
-			return "", nil, fmt.Errorf("%s: want an object, got %s", pp, kindName(k))
+			return "", nil, fmt.Errorf("%s: want an object, got %s", partPath(path, i), kindName(k))
 		}
 		part := splitObject(raw)
-		kind, err := part.str("kind", pp+".kind")
+		isText, isFile, err := partKind(part)
 		if err != nil {
-			return "", nil, err
-		}
-		typ, err := part.str("type", pp+".type")
-		if err != nil {
-			return "", nil, err
+			return "", nil, fmt.Errorf("%s.%w", partPath(path, i), err)
 		}
 		switch {
-		case kind == "text" || typ == "text":
-			t, err := part.str("text", pp+".text")
+		case isText:
+			t, err := part.str("text", "text")
 			if err != nil {
-				return "", nil, err
+				return "", nil, fmt.Errorf("%s.%w", partPath(path, i), err)
 			}
-			sb.WriteString(t)
-		case kind == "file" || typ == "file":
-			a, ok, err := filePart(part, pp)
+			texts = append(texts, t)
+		case isFile:
+			a, ok, err := filePart(part, partPath(path, i))
 			if err != nil {
 				return "", nil, err
 			}
@@ -625,7 +645,26 @@ func scanParts(parts []json.RawMessage, path string) (text string, files []Attac
 			}
 		}
 	}
-	return sb.String(), files, nil
+	return strings.Join(texts, ""), files, nil
+}
+
+func partPath(path string, i int) string { return path + "[" + strconv.Itoa(i) + "]" }
+
+// partKind reads a part's "kind" (A2A) and "type" (older senders): text
+// when either says "text", else file when either says "file". Either one
+// present but not a string (nor null) is an error, "kind" checked first.
+func partKind(part rawObject) (isText, isFile bool, err error) {
+	var kindIs, typeIs [2]bool // "text", "file"
+	for i, want := range [2]string{"text", "file"} {
+		if kindIs[i], err = part.strIs("kind", want); err != nil {
+			return false, false, err
+		}
+		if typeIs[i], err = part.strIs("type", want); err != nil {
+			return false, false, err
+		}
+	}
+	isText = kindIs[0] || typeIs[0]
+	return isText, !isText && (kindIs[1] || typeIs[1]), nil
 }
 
 // filePart reads {"kind":"file","file":{...}} or the flat

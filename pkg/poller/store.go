@@ -80,7 +80,7 @@ func (p *Poller) saveCursor(ctx context.Context, ws string, cur *cursorEntry, v 
 		v.Floor, v.FloorID = cur.Floor, cur.FloorID
 	}
 	v.Recent = mergeRecent(cur.Recent, published, p.recentKeep(), time.Now())
-	data, err := json.Marshal(v)
+	data, err := v.marshal()
 	if err != nil {
 		return nil, err
 	}

@@ -187,7 +187,8 @@ func (r *Replier) process(runCtx context.Context, d *stage.Delivery) {
 	if rep.Source == events.SourcePeerAgent {
 		j.route = events.RouteA2A
 	}
-	j.log = tracing.Log(runCtx, r.log.With("workspace", rep.WorkspaceID, "activity", rep.ActivityID, "route", j.route, "delivery", d.Meta.NumDelivered))
+	j.log = tracing.Log(runCtx, stage.MessageLogger(r.log, slog.String("workspace", rep.WorkspaceID), slog.String("activity", rep.ActivityID),
+		slog.String("route", j.route), slog.Uint64("delivery", d.Meta.NumDelivered)))
 	j.client = r.clients[rep.WorkspaceID]
 	if j.client == nil {
 		r.deadLetter(runCtx, j, events.ReasonPermanent, fmt.Errorf("%w: %s", ErrNoClient, rep.WorkspaceID))
@@ -548,7 +549,7 @@ func (r *Replier) deadLetter(runCtx context.Context, j *job, reason string, caus
 func (r *Replier) markSent(runCtx context.Context, j *job, rec events.ReplyRecord, rev uint64) bool {
 	ctx, cancel := r.run.OpContext(runCtx)
 	defer cancel()
-	data, err := json.Marshal(rec)
+	data, err := rec.Marshal()
 	if err == nil {
 		err = stage.RetryWrite(ctx, func() error {
 			_, err := r.topo.Replies.Update(ctx, j.key, data, rev)
@@ -594,7 +595,7 @@ func (r *Replier) getRecord(ctx context.Context, key string) (events.ReplyRecord
 }
 
 func (r *Replier) createRecord(ctx context.Context, key string, rec events.ReplyRecord) (uint64, error) {
-	data, err := json.Marshal(rec)
+	data, err := rec.Marshal()
 	if err != nil {
 		return 0, err
 	}
@@ -611,7 +612,7 @@ func (r *Replier) createRecord(ctx context.Context, key string, rec events.Reply
 }
 
 func (r *Replier) updateRecord(ctx context.Context, key string, rec events.ReplyRecord, rev uint64) (uint64, error) {
-	data, err := json.Marshal(rec)
+	data, err := rec.Marshal()
 	if err != nil {
 		return 0, err
 	}

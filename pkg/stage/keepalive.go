@@ -13,15 +13,24 @@ import (
 // an extra InProgress at once, at most once per interval/8 however often it
 // is called; it is safe from any goroutine and after stop (then a no-op).
 func KeepAlive(msg jetstream.Msg, interval time.Duration) (progress func(), stop func()) {
-	k := &keepAlive{msg: msg, interval: interval, minGap: interval / 8}
+	k := &keepAlive{}
+	k.start(msg, interval)
+	return k.progress, k.stop
+}
+
+// start begins keeping msg alive (see KeepAlive). A keepAlive is started
+// once.
+func (k *keepAlive) start(msg jetstream.Msg, interval time.Duration) {
+	k.msg, k.interval, k.minGap = msg, interval, interval/8
 	k.last.Store(time.Now().UnixNano())
 	// A timer rather than a goroutine with a ticker: every message in
 	// flight has one, and most finish long before the first tick.
 	k.mu.Lock()
 	k.timer = time.AfterFunc(interval, k.tick)
 	k.mu.Unlock()
-	return func() { k.send(false) }, k.stop
 }
+
+func (k *keepAlive) progress() { k.send(false) }
 
 type keepAlive struct {
 	msg              jetstream.Msg

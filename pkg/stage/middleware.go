@@ -30,9 +30,11 @@ func (r *Runner) withMetadata(next Process) Process {
 // the writes after the work included (KeepAlive every ProgressInterval).
 func (r *Runner) keepingAlive(next Process) Process {
 	return func(ctx context.Context, d *Delivery) {
-		progress, stop := KeepAlive(d.Msg, r.cfg.ProgressInterval)
-		defer stop()
-		d.Progress = progress
+		// The state lives in the Delivery: no allocation of its own, and
+		// no closure for stop.
+		d.keep.start(d.Msg, r.cfg.ProgressInterval)
+		defer d.keep.stop()
+		d.Progress = d.keep.progress
 		next(ctx, d)
 	}
 }

@@ -39,6 +39,7 @@ type pool struct {
 	cfg      Config
 	opts     poolOptions
 	process  func(msg jetstream.Msg, park func(func()))
+	parkFn   func(func()) // p.park, bound once rather than per message
 	log      *slog.Logger
 	sem      chan struct{}
 	wg       sync.WaitGroup
@@ -57,6 +58,7 @@ type pool struct {
 func runPool(ctx context.Context, js jetstream.JetStream, cons jetstream.Consumer, cfg Config, opts poolOptions, process func(jetstream.Msg, func(func()))) error {
 	p := &pool{cons: cons, cfg: cfg, opts: opts, process: process, log: cfg.Logger,
 		sem: make(chan struct{}, cfg.Concurrency), lastMsg: time.Now()}
+	p.parkFn = p.park
 	err := p.loop(ctx)
 	p.wg.Wait()
 	if nc := js.Conn(); nc != nil && !nc.IsClosed() {
@@ -165,7 +167,7 @@ func (p *pool) start(msg jetstream.Msg) {
 			p.inflight.Add(-1)
 			p.wg.Done()
 		}()
-		p.process(msg, p.park)
+		p.process(msg, p.parkFn)
 	}()
 }
 

@@ -29,16 +29,40 @@ func RetryDelay(base, maxDelay time.Duration, delivery uint64) time.Duration {
 // RetryWrite retries a JetStream write with exponential backoff (50 ms up
 // to 2 s between tries) until it succeeds, returns a backoff.Permanent
 // error, the connection is closed, or ctx ends.
+//
+// The first try runs before any backoff state is built: almost every
+// write succeeds at once, and the backoff, its context wrapper, timer and
+// closures cost about five allocations per write. After a failed first
+// try the backoff loop starts as backoff.Retry would have continued it:
+// its first "try" returns that failure, so the next real one comes after
+// the first wait.
 func RetryWrite(ctx context.Context, op func() error) error {
+	err := tryWrite(op)
+	if err == nil {
+		return nil
+	}
+	if permanent, ok := errors.AsType[*backoff.PermanentError](err); ok {
+		return permanent.Err
+	}
 	b := backoff.NewExponentialBackOff()
 	b.InitialInterval = 50 * time.Millisecond
 	b.MaxInterval = 2 * time.Second
 	b.MaxElapsedTime = 0
+	first := err
 	return backoff.Retry(func() error {
-		err := op()
-		if errors.Is(err, nats.ErrConnectionClosed) {
-			return backoff.Permanent(err)
+		if first != nil {
+			err, first = first, nil
+			return err
 		}
-		return err
+		return tryWrite(op)
 	}, backoff.WithContext(b, ctx))
+}
+
+// tryWrite is one try of RetryWrite: a closed connection is permanent.
+func tryWrite(op func() error) error {
+	err := op()
+	if errors.Is(err, nats.ErrConnectionClosed) {
+		return backoff.Permanent(err)
+	}
+	return err
 }

@@ -52,6 +52,7 @@ type Delivery struct {
 	WorkspaceID, ActivityID string
 
 	park func(func())
+	keep keepAlive // behind Progress (keepingAlive)
 }
 
 // Admission is the start-margin rule of a stage: given the time left
