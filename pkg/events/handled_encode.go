@@ -3,7 +3,8 @@ package events
 import (
 	"encoding/json"
 	"strconv"
-	"time"
+
+	"github.com/molecule-ai/molecule-relay/internal/jsonappend"
 )
 
 // Marshal encodes r as json.Marshal does, but embeds Reply as it is: the
@@ -12,7 +13,7 @@ import (
 // Reply.Marshal returns). An outcome other than the three known ones, or
 // a time json.Marshal would refuse, goes through json.Marshal.
 func (r HandledRecord) Marshal() ([]byte, error) {
-	if y := r.HandledAt.Year(); !knownOutcome(r.Outcome) || y < 0 || y > 9999 {
+	if !knownOutcome(r.Outcome) {
 		return json.Marshal(r)
 	}
 	b := make([]byte, 0, 96+len(r.Reply))
@@ -25,9 +26,12 @@ func (r HandledRecord) Marshal() ([]byte, error) {
 	}
 	b = append(b, `,"delivery":`...)
 	b = strconv.AppendUint(b, r.Delivery, 10)
-	b = append(b, `,"handled_at":"`...)
-	b = r.HandledAt.AppendFormat(b, time.RFC3339Nano)
-	return append(b, `"}`...), nil
+	b = append(b, `,"handled_at":`...)
+	b, ok := jsonappend.Time(b, r.HandledAt)
+	if !ok {
+		return json.Marshal(r)
+	}
+	return append(b, '}'), nil
 }
 
 func knownOutcome(o string) bool {

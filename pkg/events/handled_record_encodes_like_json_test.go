@@ -37,4 +37,10 @@ func TestHandledRecordEncodesLikeJSON(t *testing.T) {
 			t.Errorf("Marshal = %s\n json.Marshal = %s", got, want)
 		}
 	}
+	// A time json.Marshal refuses (a zone offset of a day or more) is
+	// refused too, not written.
+	odd := events.HandledRecord{Outcome: events.OutcomeNoReply, HandledAt: at.In(time.FixedZone("odd", 25*3600))}
+	if _, err := odd.Marshal(); err == nil {
+		t.Errorf("Marshal of a time json.Marshal refuses: no error")
+	}
 }
