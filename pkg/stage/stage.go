@@ -185,17 +185,30 @@ func (r *Runner) pull(ctx context.Context, idle time.Duration) error {
 // admitWait applies the start-margin rule to the pool: with a ctx
 // deadline, a pull may only wait until the last moment the stage's
 // Admission allows.
+//
+// A run whose deadline leaves no room from its first pull on would take
+// nothing and say nothing: that is a configuration to fix (a deadline
+// shorter than the stage's work, say a Lambda timeout under
+// MOLECULE_HANDLER_TIMEOUT), so it is logged.
 func (r *Runner) admitWait(ctx context.Context) func() time.Duration {
+	first := true
 	return func() time.Duration {
 		dl, ok := ctx.Deadline()
 		if !ok {
 			return r.cfg.FetchWait
 		}
 		left := time.Until(dl) - r.cfg.StartMargin
-		if r.admit == nil {
-			return left
+		wait := left
+		if r.admit != nil {
+			wait = r.admit(left)
 		}
-		return r.admit(left)
+		if first && wait <= 0 {
+			r.log.Warn(r.target.Stage+": the run's deadline leaves no room to start any work; nothing taken",
+				"time_left", time.Until(dl).Round(time.Millisecond), "start_margin", r.cfg.StartMargin,
+				"hint", "give the run more time than the stage's work needs (handler or post timeout plus the start margin)")
+		}
+		first = false
+		return wait
 	}
 }
 

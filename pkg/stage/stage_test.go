@@ -1,9 +1,12 @@
 package stage_test
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -355,6 +358,37 @@ func TestRetryDelayDoublesUpToTheCapWithJitter(t *testing.T) {
 			if lo, hi := tc.want*8/10, tc.want*12/10; got < lo || got > hi {
 				t.Errorf("RetryDelay(delivery %d) = %s, want %s ±20%%", tc.delivery, got, tc.want)
 			}
+		}
+	}
+}
+
+// A run whose deadline leaves no room from its first pull on takes nothing:
+// that is said once, at warn level; a run that had room and then reached
+// its cut-off says nothing.
+func TestDeadlineWithNoRoomFromTheStartIsLogged(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, events.TopologyConfig{})
+	for _, tc := range []struct {
+		name string
+		need time.Duration // what the admission keeps back
+		want int           // warnings
+	}{
+		{"no room", time.Hour, 1},
+		{"room, then the cut-off", 1500 * time.Millisecond, 0},
+	} {
+		var logs bytes.Buffer
+		log := slog.New(slog.NewTextHandler(&logs, &slog.HandlerOptions{Level: slog.LevelWarn}))
+		r := e.runner(t, stage.Config{StartMargin: 100 * time.Millisecond, Logger: log}, func(left time.Duration) time.Duration {
+			return left - tc.need
+		}, func(ctx context.Context, d *stage.Delivery) { _ = d.Msg.Ack() })
+		c, cancel := context.WithTimeout(ctx(t), 2*time.Second)
+		_, err := r.Drain(c, time.Minute)
+		cancel()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := strings.Count(logs.String(), "leaves no room to start any work"); got != tc.want {
+			t.Errorf("%s: %d warnings, want %d; logs:\n%s", tc.name, got, tc.want, logs.String())
 		}
 	}
 }
