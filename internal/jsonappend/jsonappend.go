@@ -7,6 +7,7 @@
 package jsonappend
 
 import (
+	"strconv"
 	"time"
 	"unicode/utf8"
 )
@@ -39,3 +40,78 @@ func Time(b []byte, t time.Time) ([]byte, bool) {
 	b = t.AppendFormat(b, time.RFC3339Nano)
 	return append(b, '"'), true
 }
+
+// Object writes one JSON object field by field, as json.Marshal writes a
+// struct: fields in the order written, keys as given (plain names that
+// need no escaping). End reports false when a value needed what this
+// package does not do; the caller then uses json.Marshal.
+type Object struct {
+	b      []byte
+	ok     bool
+	fields int
+}
+
+// Begin starts an object at the end of b.
+func Begin(b []byte) Object { return Object{b: append(b, '{'), ok: true} }
+
+// Key writes the next field's key; its value is then appended with Value.
+func (o *Object) Key(key string) {
+	if o.fields > 0 {
+		o.b = append(o.b, ',')
+	}
+	o.fields++
+	o.b = append(o.b, '"')
+	o.b = append(o.b, key...)
+	o.b = append(o.b, '"', ':')
+}
+
+// Value appends a field's value with f (String, Time or the caller's own).
+func (o *Object) Value(f func([]byte) ([]byte, bool)) {
+	var ok bool
+	o.b, ok = f(o.b)
+	o.ok = o.ok && ok
+}
+
+// String writes a string field.
+func (o *Object) String(key, s string) {
+	o.Key(key)
+	var ok bool
+	o.b, ok = String(o.b, s)
+	o.ok = o.ok && ok
+}
+
+// Time writes a time field.
+func (o *Object) Time(key string, t time.Time) {
+	o.Key(key)
+	var ok bool
+	o.b, ok = Time(o.b, t)
+	o.ok = o.ok && ok
+}
+
+// Int writes an integer field.
+func (o *Object) Int(key string, n int64) {
+	o.Key(key)
+	o.b = strconv.AppendInt(o.b, n, 10)
+}
+
+// Uint writes an unsigned integer field.
+func (o *Object) Uint(key string, n uint64) {
+	o.Key(key)
+	o.b = strconv.AppendUint(o.b, n, 10)
+}
+
+// Bool writes a boolean field.
+func (o *Object) Bool(key string, v bool) {
+	o.Key(key)
+	o.b = strconv.AppendBool(o.b, v)
+}
+
+// Raw writes a field whose value is already JSON (an encoded object).
+func (o *Object) Raw(key string, v []byte) {
+	o.Key(key)
+	o.b = append(o.b, v...)
+}
+
+// End closes the object and returns it, and whether every value could be
+// written here.
+func (o *Object) End() ([]byte, bool) { return append(o.b, '}'), o.ok }

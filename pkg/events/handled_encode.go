@@ -2,7 +2,6 @@ package events
 
 import (
 	"encoding/json"
-	"strconv"
 
 	"github.com/molecule-ai/molecule-relay/internal/jsonappend"
 )
@@ -10,30 +9,19 @@ import (
 // Marshal encodes r as json.Marshal does, but embeds Reply as it is: the
 // reply envelope the dispatcher just encoded, which json.Marshal would
 // validate and compact a second time. Reply must be compact JSON (what
-// Reply.Marshal returns). An outcome other than the three known ones, or
-// a time json.Marshal would refuse, goes through json.Marshal.
+// Reply.Marshal returns). An outcome that needs escaping, or a time
+// json.Marshal would refuse, goes through json.Marshal.
 func (r HandledRecord) Marshal() ([]byte, error) {
-	if !knownOutcome(r.Outcome) {
-		return json.Marshal(r)
-	}
-	b := make([]byte, 0, 96+len(r.Reply))
-	b = append(b, `{"outcome":"`...)
-	b = append(b, r.Outcome...)
-	b = append(b, '"')
+	o := jsonappend.Begin(make([]byte, 0, 96+len(r.Reply)))
+	o.String("outcome", r.Outcome)
 	if len(r.Reply) > 0 {
-		b = append(b, `,"reply":`...)
-		b = append(b, r.Reply...)
+		o.Raw("reply", r.Reply)
 	}
-	b = append(b, `,"delivery":`...)
-	b = strconv.AppendUint(b, r.Delivery, 10)
-	b = append(b, `,"handled_at":`...)
-	b, ok := jsonappend.Time(b, r.HandledAt)
+	o.Uint("delivery", r.Delivery)
+	o.Time("handled_at", r.HandledAt)
+	b, ok := o.End()
 	if !ok {
 		return json.Marshal(r)
 	}
-	return append(b, '}'), nil
-}
-
-func knownOutcome(o string) bool {
-	return o == OutcomeReplied || o == OutcomeNoReply || o == OutcomeSuppressed
+	return b, nil
 }

@@ -2,7 +2,6 @@ package events
 
 import (
 	"encoding/json"
-	"strconv"
 	"time"
 
 	"github.com/molecule-ai/molecule-relay/internal/jsonappend"
@@ -21,29 +20,21 @@ func (r ReplyRecord) Marshal() ([]byte, error) {
 }
 
 func (r *ReplyRecord) appendJSON(b []byte) ([]byte, bool) {
-	ok, all := true, true
-	b = append(b, `{"state":`...)
-	b, ok = jsonappend.String(b, r.State)
-	all = all && ok
-	b = append(b, `,"route":`...)
-	b, ok = jsonappend.String(b, r.Route)
-	all = all && ok
-	b = append(b, `,"posting_at":`...)
-	b, ok = jsonappend.Time(b, r.PostingAt)
-	all = all && ok
+	o := jsonappend.Begin(b)
+	o.String("state", r.State)
+	o.String("route", r.Route)
+	o.Time("posting_at", r.PostingAt)
 	for _, t := range [...]struct {
 		key string
 		at  time.Time
-	}{{`,"deadline":`, r.Deadline}, {`,"answered_at":`, r.AnsweredAt}, {`,"sent_at":`, r.SentAt}} {
+	}{{"deadline", r.Deadline}, {"answered_at", r.AnsweredAt}, {"sent_at", r.SentAt}} {
 		if !t.at.IsZero() { // omitzero
-			b, ok = jsonappend.Time(append(b, t.key...), t.at)
-			all = all && ok
+			o.Time(t.key, t.at)
 		}
 	}
-	b = append(b, `,"attempts":`...)
-	b = strconv.AppendInt(b, int64(r.Attempts), 10)
+	o.Int("attempts", int64(r.Attempts))
 	if r.Reconciled {
-		b = append(b, `,"reconciled":true`...)
+		o.Bool("reconciled", true)
 	}
-	return append(b, '}'), all
+	return o.End()
 }

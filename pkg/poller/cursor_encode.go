@@ -23,38 +23,26 @@ func (v *cursorValue) marshal() ([]byte, error) {
 }
 
 func (v *cursorValue) appendJSON(b []byte) ([]byte, bool) {
-	ok, all := true, true
-	b = append(b, `{"cursor":`...)
-	b, ok = jsonappend.String(b, v.Cursor)
-	all = all && ok
+	o := jsonappend.Begin(b)
+	o.String("cursor", v.Cursor)
 	if !v.CreatedAt.IsZero() {
-		b = append(b, `,"created_at":`...)
-		b, ok = jsonappend.Time(b, v.CreatedAt)
-		all = all && ok
+		o.Time("created_at", v.CreatedAt)
 	}
-	b = append(b, `,"updated_at":`...)
-	b, ok = jsonappend.Time(b, v.UpdatedAt)
-	all = all && ok
+	o.Time("updated_at", v.UpdatedAt)
 	if v.Generation != "" {
-		b = append(b, `,"generation":`...)
-		b, ok = jsonappend.String(b, v.Generation)
-		all = all && ok
+		o.String("generation", v.Generation)
 	}
 	if !v.Floor.IsZero() {
-		b = append(b, `,"floor":`...)
-		b, ok = jsonappend.Time(b, v.Floor)
-		all = all && ok
+		o.Time("floor", v.Floor)
 	}
 	if v.FloorID != "" {
-		b = append(b, `,"floor_id":`...)
-		b, ok = jsonappend.String(b, v.FloorID)
-		all = all && ok
+		o.String("floor_id", v.FloorID)
 	}
 	if len(v.Recent) > 0 {
-		b, ok = appendRecent(append(b, `,"recent":`...), v.Recent)
-		all = all && ok
+		o.Key("recent")
+		o.Value(func(b []byte) ([]byte, bool) { return appendRecent(b, v.Recent) })
 	}
-	return append(b, '}'), all
+	return o.End()
 }
 
 // appendRecent writes the recent set as json.Marshal writes a map: keys
