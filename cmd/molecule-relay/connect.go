@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"flag"
 	"fmt"
+	"log/slog"
 	"time"
 
 	"github.com/molecule-ai/molecule-relay/pkg/config"
@@ -103,16 +104,11 @@ func runStages(ctx context.Context, env *cliEnv, name string, args []string, sta
 		return usageError{fmt.Errorf("--once cannot be used with MOLECULE_PUSH_LISTEN (--push-listen): push mode needs a long-running %s", name)}
 	}
 	log := cfg.NewLogger(env.stderr)
-	rt, err := relay.OpenStages(ctx, cfg, log, stages)
+	rt, closeAll, err := openServingMetrics(ctx, cfg, log, stages)
 	if err != nil {
 		return err
 	}
-	defer rt.Close()
-	if stop, err := rt.ServeMetrics(ctx); err != nil {
-		return err
-	} else {
-		defer stop()
-	}
+	defer closeAll()
 	if !sf.once {
 		log.Info("running", "command", name, "workspaces", len(rt.Clients), "nats", rt.Conn.URL())
 		return rt.Run(ctx, stages)
@@ -154,4 +150,19 @@ func sum(m map[string]int) int {
 		n += v
 	}
 	return n
+}
+
+// openServingMetrics opens the relay for stages and starts its metrics
+// endpoint; closeAll stops both.
+func openServingMetrics(ctx context.Context, cfg *config.Config, log *slog.Logger, stages relay.Stages) (rt *relay.Runtime, closeAll func(), err error) {
+	rt, err = relay.OpenStages(ctx, cfg, log, stages)
+	if err != nil {
+		return nil, nil, err
+	}
+	stop, err := rt.ServeMetrics(ctx)
+	if err != nil {
+		rt.Close()
+		return nil, nil, err
+	}
+	return rt, func() { stop(); rt.Close() }, nil
 }

@@ -24,16 +24,11 @@ func runMCP(ctx context.Context, env *cliEnv, args []string) error {
 		return err
 	}
 	log := cfg.NewLogger(env.stderr)
-	rt, err := relay.OpenStages(ctx, cfg, log, relay.All)
+	rt, closeAll, err := openServingMetrics(ctx, cfg, log, relay.All)
 	if err != nil {
 		return err
 	}
-	defer rt.Close()
-	if stop, err := rt.ServeMetrics(ctx); err != nil {
-		return err
-	} else {
-		defer stop()
-	}
+	defer closeAll()
 	r, err := mcpchannel.Start(ctx, rt, mcpchannel.LeaseConfig{})
 	if errors.Is(err, mcpchannel.ErrAlreadyRunning) {
 		return alreadyRunning{err}
