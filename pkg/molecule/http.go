@@ -170,6 +170,53 @@ func (c *Client) transportError(parent context.Context, r request, err error) er
 	return fmt.Errorf("%w: %s %s: %w", ErrPlatformUnavailable, r.method, r.path, err)
 }
 
+// openStream sends r and returns the 200 response with its body open: for
+// bodies read as a stream under the caller's own cap (an event stream, an
+// archive, an upload) rather than whole under MaxResponseBytes (do). It
+// shares request building, rate-limit accounting and error classification
+// with do; a non-200 answer is an *APIError, its body read up to errCap.
+func (c *Client) openStream(ctx context.Context, r request, errCap int64) (*http.Response, error) {
+	req, err := c.newRequest(ctx, r)
+	if err != nil {
+		return nil, err
+	}
+	resp, err := c.hc.Do(req)
+	if err != nil {
+		return nil, c.transportError(ctx, r, err)
+	}
+	c.recordRateLimit(resp.Header)
+	if resp.StatusCode != http.StatusOK {
+		defer resp.Body.Close()
+		body, _ := readBounded(resp.Body, errCap)
+		return nil, c.apiError(r, &response{status: resp.StatusCode, header: resp.Header, body: body})
+	}
+	return resp, nil
+}
+
+// cappedReader reads at most max bytes of r; a body longer than that
+// fails with err (on the read that finds the excess, and every read
+// after it).
+type cappedReader struct {
+	r      io.Reader
+	n, max int64
+	err    error
+}
+
+func (c *cappedReader) Read(p []byte) (int, error) {
+	if c.n > c.max {
+		return 0, c.err
+	}
+	if rem := c.max + 1 - c.n; int64(len(p)) > rem {
+		p = p[:rem]
+	}
+	n, err := c.r.Read(p)
+	c.n += int64(n)
+	if c.n > c.max {
+		return n - int(c.n-c.max), c.err
+	}
+	return n, err
+}
+
 // readBounded reads at most limit bytes; a longer body is ErrResponseTooLarge
 // (with the first limit bytes returned).
 func readBounded(r io.Reader, limit int64) ([]byte, error) {

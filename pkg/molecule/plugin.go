@@ -153,7 +153,7 @@ func (c *Client) InstallPlugin(ctx context.Context, name string, opts PluginOpti
 		}
 	}()
 
-	body := &cappedReader{r: resp.Body, max: opts.MaxBytes}
+	body := &cappedReader{r: resp.Body, max: opts.MaxBytes, err: fmt.Errorf("%w: archive exceeds %d bytes", ErrPluginTooLarge, opts.MaxBytes)}
 	files, size, err := extractPlugin(body, tmp, opts)
 	if err != nil {
 		if ctx.Err() != nil && !errors.Is(err, ErrUnsafeArchive) && !errors.Is(err, ErrPluginTooLarge) {
@@ -235,53 +235,19 @@ func (c *Client) downloadPlugin(ctx context.Context, name string, opts PluginOpt
 	if opts.Source != "" {
 		r.query = url.Values{"source": {opts.Source}}
 	}
-	req, err := c.newRequest(ctx, r)
+	// An error body is small; an oversized one is cut, not an error.
+	resp, err := c.openStream(ctx, r, 64<<10)
+	if e, ok := errors.AsType[*APIError](err); ok && e.StatusCode == http.StatusRequestEntityTooLarge {
+		e.kind = ErrPluginTooLarge
+	}
 	if err != nil {
 		return nil, r.path, err
-	}
-	resp, err := c.hc.Do(req)
-	if err != nil {
-		return nil, r.path, c.transportError(ctx, r, err)
-	}
-	c.recordRateLimit(resp.Header)
-	if resp.StatusCode != http.StatusOK {
-		defer resp.Body.Close()
-		// An error body is small; an oversized one is cut, not an error.
-		body, _ := readBounded(resp.Body, 64<<10)
-		e := c.apiError(r, &response{status: resp.StatusCode, header: resp.Header, body: body})
-		if resp.StatusCode == http.StatusRequestEntityTooLarge {
-			e.kind = ErrPluginTooLarge
-		}
-		return nil, r.path, e
 	}
 	if resp.ContentLength > opts.MaxBytes {
 		resp.Body.Close()
 		return nil, r.path, fmt.Errorf("%w: plugin %s: archive is %d bytes, cap %d", ErrPluginTooLarge, name, resp.ContentLength, opts.MaxBytes)
 	}
 	return resp, r.path, nil
-}
-
-// cappedReader fails with ErrPluginTooLarge once more than max bytes were
-// read.
-type cappedReader struct {
-	r   io.Reader
-	n   int64
-	max int64
-}
-
-func (c *cappedReader) Read(p []byte) (int, error) {
-	if c.n > c.max {
-		return 0, fmt.Errorf("%w: archive exceeds %d bytes", ErrPluginTooLarge, c.max)
-	}
-	if rem := c.max + 1 - c.n; int64(len(p)) > rem {
-		p = p[:rem]
-	}
-	n, err := c.r.Read(p)
-	c.n += int64(n)
-	if c.n > c.max {
-		return n, fmt.Errorf("%w: archive exceeds %d bytes", ErrPluginTooLarge, c.max)
-	}
-	return n, err
 }
 
 // extractPlugin extracts the gzip tar r into dir (which is empty and ours:

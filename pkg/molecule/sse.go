@@ -32,20 +32,11 @@ func (c *Client) StreamEvents(ctx context.Context, fn func(Event)) error {
 		accept:    "text/event-stream",
 		noTimeout: true,
 	}
-	req, err := c.newRequest(ctx, r)
+	resp, err := c.openStream(ctx, r, c.cfg.MaxResponseBytes)
 	if err != nil {
 		return err
 	}
-	resp, err := c.hc.Do(req)
-	if err != nil {
-		return c.transportError(ctx, r, err)
-	}
 	defer resp.Body.Close()
-	c.recordRateLimit(resp.Header)
-	if resp.StatusCode != http.StatusOK {
-		body, _ := readBounded(resp.Body, c.cfg.MaxResponseBytes)
-		return c.apiError(r, &response{status: resp.StatusCode, header: resp.Header, body: body})
-	}
 	err = readSSE(resp.Body, min(int64(maxSSELine), c.cfg.MaxResponseBytes), func(data []byte) {
 		var ev Event
 		if err := json.Unmarshal(data, &ev); err != nil {
