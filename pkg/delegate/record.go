@@ -23,13 +23,13 @@ const maxCAS = 5
 // run's deadline. A record of another peer is ErrMismatch.
 func (a *Asker) open(ctx context.Context, key, id string, s Scope, q handler.Question, deadline time.Time) (*events.AskRecord, error) {
 	for range maxCAS {
-		rec, rev, err := a.load(ctx, key)
+		rec, rev, err := loadRecord(ctx, a.cfg.Asks, key)
 		switch {
 		case errors.Is(err, jetstream.ErrKeyNotFound):
 			now := time.Now().UTC()
 			rec = &events.AskRecord{State: events.AskPending, Workspace: s.Workspace, Peer: q.PeerID,
 				Activity: s.Activity, MessageID: id, Deadline: deadline, CreatedAt: now}
-			_, err = a.write(ctx, key, rec, 0)
+			err = writeRecord(ctx, a.cfg.Asks, key, rec, 0)
 			if errors.Is(err, jetstream.ErrKeyExists) {
 				continue
 			}
@@ -42,7 +42,7 @@ func (a *Asker) open(ctx context.Context, key, id string, s Scope, q handler.Que
 			return rec, nil
 		}
 		rec.State, rec.Deadline = events.AskPending, deadline
-		if _, err = a.write(ctx, key, rec, rev); err == nil {
+		if err = writeRecord(ctx, a.cfg.Asks, key, rec, rev); err == nil {
 			return rec, nil
 		} else if !isConflict(err) {
 			return nil, err
@@ -51,11 +51,7 @@ func (a *Asker) open(ctx context.Context, key, id string, s Scope, q handler.Que
 	return nil, fmt.Errorf("delegate: ask record %s kept changing", key)
 }
 
-// load reads an ask record and its revision.
-func (a *Asker) load(ctx context.Context, key string) (*events.AskRecord, uint64, error) {
-	return loadRecord(ctx, a.cfg.Asks, key)
-}
-
+// loadRecord reads an ask record and its revision.
 func loadRecord(ctx context.Context, kv jetstream.KeyValue, key string) (*events.AskRecord, uint64, error) {
 	e, err := kv.Get(ctx, key)
 	if err != nil {
@@ -68,20 +64,18 @@ func loadRecord(ctx context.Context, kv jetstream.KeyValue, key string) (*events
 	return &rec, e.Revision(), nil
 }
 
-// write creates the record (rev 0) or updates it at rev.
-func (a *Asker) write(ctx context.Context, key string, rec *events.AskRecord, rev uint64) (uint64, error) {
-	return writeRecord(ctx, a.cfg.Asks, key, rec, rev)
-}
-
-func writeRecord(ctx context.Context, kv jetstream.KeyValue, key string, rec *events.AskRecord, rev uint64) (uint64, error) {
+// writeRecord creates the record (rev 0) or updates it at rev.
+func writeRecord(ctx context.Context, kv jetstream.KeyValue, key string, rec *events.AskRecord, rev uint64) error {
 	data, err := json.Marshal(rec)
 	if err != nil {
-		return 0, err
+		return err
 	}
 	if rev == 0 {
-		return kv.Create(ctx, key, data)
+		_, err = kv.Create(ctx, key, data)
+		return err
 	}
-	return kv.Update(ctx, key, data, rev)
+	_, err = kv.Update(ctx, key, data, rev)
+	return err
 }
 
 // update applies change to the record until a compare-and-set holds;
@@ -95,7 +89,7 @@ func update(ctx context.Context, kv jetstream.KeyValue, key string, change func(
 		if !change(rec) {
 			return rec, nil
 		}
-		if _, err = writeRecord(ctx, kv, key, rec, rev); err == nil {
+		if err = writeRecord(ctx, kv, key, rec, rev); err == nil {
 			return rec, nil
 		} else if !isConflict(err) {
 			return nil, err

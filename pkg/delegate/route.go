@@ -68,7 +68,7 @@ func Route(ctx context.Context, asks, handled jetstream.KeyValue, in *events.Inb
 		rec.State = events.AskAnswered
 		rec.Answer = &events.AskAnswer{Text: in.Text, Attachments: in.Attachments,
 			ActivityID: in.ActivityID, MessageID: in.MessageID, At: time.Now().UTC()}
-		if _, err = writeRecord(ctx, asks, key, rec, rev); err == nil {
+		if err = writeRecord(ctx, asks, key, rec, rev); err == nil {
 			return Stored, nil
 		} else if !isConflict(err) {
 			return NotAnAnswer, err

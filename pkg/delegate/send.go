@@ -26,12 +26,8 @@ func (a *Asker) send(ctx context.Context, c *molecule.Client, key, id string, s 
 	if contextID == "" {
 		contextID = id
 	}
-	files := make([]molecule.Attachment, len(q.Attachments))
-	for i, f := range q.Attachments {
-		files[i] = molecule.Attachment(f)
-	}
 	res, err := c.SendA2A(sctx, molecule.A2AMessage{
-		To: q.PeerID, Text: q.Text, Attachments: files, MessageID: id, ContextID: contextID,
+		To: q.PeerID, Text: q.Text, Attachments: events.MoleculeAttachments(q.Attachments), MessageID: id, ContextID: contextID,
 		Role: "user", Timeout: time.Until(deadline), Metadata: map[string]any{"relay_hops": s.Hops + 1},
 	})
 	if err != nil {

@@ -63,10 +63,10 @@ func Forget(ctx context.Context, kv jetstream.KeyValue, workspace, conversation 
 		if convs, err = Conversations(ctx, kv, workspace); err != nil {
 			return nil, err
 		}
-	} else if _, ok, err := Read(ctx, kv, workspace, conversation); err != nil && !ok {
-		return nil, err
-	} else if !ok {
+	} else if _, err := kv.Get(ctx, events.HistoryKey(workspace, conversation)); errors.Is(err, jetstream.ErrKeyNotFound) {
 		return nil, nil
+	} else if err != nil {
+		return nil, err
 	}
 	var done []string
 	for _, c := range convs {

@@ -98,14 +98,6 @@ func New(kv jetstream.KeyValue, cfg Config) (*Store, error) {
 // On reports whether memory is on.
 func (s *Store) On() bool { return s != nil }
 
-// Config returns the bounds in effect.
-func (s *Store) Config() Config {
-	if s == nil {
-		return Config{}
-	}
-	return s.cfg
-}
-
 // Load returns a conversation's turns, oldest first; none when it has no
 // turns (or memory is off). An unreadable value reads as no turns.
 func (s *Store) Load(ctx context.Context, workspace, conversation string) ([]handler.Turn, error) {

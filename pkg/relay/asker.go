@@ -28,7 +28,7 @@ func (rt *Runtime) Asker() (*delegate.Asker, error) {
 		Clients:        rt.ClientMap(),
 		DefaultTimeout: rt.Cfg.AskTimeout.D(),
 		MaxWait:        rt.Topo.Config.AskTTL - events.AskTTLMargin,
-		Logger:         rt.Log.With("stage", "delegate"),
+		Logger:         rt.Log, // delegate.New names the stage
 	})
 }
 
