@@ -15,6 +15,7 @@ import (
 
 	// The CLI embeds a NATS server when NATS_URL is not set.
 	_ "github.com/molecule-ai/molecule-relay/pkg/broker/embedded"
+	"github.com/molecule-ai/molecule-relay/pkg/mcpchannel"
 	"github.com/molecule-ai/molecule-relay/pkg/version"
 )
 
@@ -84,10 +85,7 @@ func run(ctx context.Context, env *cliEnv, args []string) int {
 			continue
 		}
 		err := c.run(ctx, env, args[1:])
-		var (
-			ue usageError
-			ar alreadyRunning
-		)
+		var ue usageError
 		switch {
 		case err == nil:
 			return exitOK
@@ -96,7 +94,7 @@ func run(ctx context.Context, env *cliEnv, args []string) int {
 		case errors.As(err, &ue):
 			fmt.Fprintf(env.stderr, "molecule-relay %s: %v\n", c.name, err)
 			return exitUsage
-		case errors.As(err, &ar):
+		case errors.Is(err, mcpchannel.ErrAlreadyRunning): // another mcp instance holds a workspace
 			fmt.Fprintf(env.stderr, "molecule-relay %s: %v\n", c.name, err)
 			return exitBusy
 		default:

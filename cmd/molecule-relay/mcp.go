@@ -9,12 +9,6 @@ import (
 	"github.com/molecule-ai/molecule-relay/pkg/relay"
 )
 
-// alreadyRunning is the refusal of a second mcp instance (exit 3).
-type alreadyRunning struct{ err error }
-
-func (e alreadyRunning) Error() string { return e.err.Error() }
-func (e alreadyRunning) Unwrap() error { return e.err }
-
 // runMCP serves Claude Code over stdin/stdout: the poller and replier run
 // all along, the dispatcher (handler kind mcp) while the client is
 // connected. Logs go to stderr only: stdout is the protocol.
@@ -30,9 +24,6 @@ func runMCP(ctx context.Context, env *cliEnv, args []string) error {
 	}
 	defer closeAll()
 	r, err := mcpchannel.Start(ctx, rt, mcpchannel.LeaseConfig{})
-	if errors.Is(err, mcpchannel.ErrAlreadyRunning) {
-		return alreadyRunning{err}
-	}
 	if err != nil {
 		return err
 	}
@@ -40,9 +31,6 @@ func runMCP(ctx context.Context, env *cliEnv, args []string) error {
 	err = r.Serve(ctx, env.stdin, env.stdout)
 	if cerr := r.Close(); err == nil && cerr != nil && !errors.Is(cerr, context.Canceled) {
 		err = cerr
-	}
-	if errors.Is(err, mcpchannel.ErrAlreadyRunning) {
-		return alreadyRunning{err}
 	}
 	return err
 }

@@ -17,7 +17,6 @@ import (
 	"log/slog"
 	"sort"
 	"sync"
-	"time"
 
 	"github.com/molecule-ai/molecule-relay/pkg/events"
 	"github.com/molecule-ai/molecule-relay/pkg/handler"
@@ -35,10 +34,6 @@ var (
 	// ErrAlreadyPending: another delivery of the same message is waiting.
 	ErrAlreadyPending = errors.New("mcpchannel: message already waiting for an answer")
 )
-
-// progressEvery is how often a waiting handler tells the stage it is alive
-// (well inside the dispatcher's 8 s AckWait).
-const progressEvery = 2 * time.Second
 
 // Channel is the mcp handler: it implements handler.Answerer. Messages are
 // shown to the connected client and wait until a tool answers them. It is
@@ -103,22 +98,15 @@ func (c *Channel) Answer(ctx context.Context, req *handler.Request) (handler.Ans
 	if err := cl.notify(ctx, NewNotification(c.names.enrich(ctx, req.Message))); err != nil {
 		return handler.Answer{}, fmt.Errorf("%w: notification not sent: %v", ErrClientGone, err)
 	}
-	tick := time.NewTicker(progressEvery)
-	defer tick.Stop()
-	for {
-		select {
-		case a := <-p.answer:
-			p.delivered = true
-			return a, nil
-		case <-cl.gone:
-			return c.lastChance(p, ErrClientGone)
-		case <-ctx.Done():
-			return c.lastChance(p, fmt.Errorf("%w (%v)", ErrNotAnswered, ctx.Err()))
-		case <-tick.C:
-			if req.Progress != nil {
-				req.Progress()
-			}
-		}
+	// The stage keeps the message alive while this waits (stage.KeepAlive).
+	select {
+	case a := <-p.answer:
+		p.delivered = true
+		return a, nil
+	case <-cl.gone:
+		return c.lastChance(p, ErrClientGone)
+	case <-ctx.Done():
+		return c.lastChance(p, fmt.Errorf("%w (%v)", ErrNotAnswered, ctx.Err()))
 	}
 }
 

@@ -29,11 +29,6 @@ type Notification struct {
 	Meta    map[string]string `json:"meta"`
 }
 
-// Params is n as the map the MCP library sends.
-func (n Notification) Params() map[string]any {
-	return map[string]any{"content": n.Content, "meta": n.Meta}
-}
-
 // NewNotification builds the notification of an inbound message with the
 // TypeScript channel's meta keys and content layout: a header line naming
 // the sender, the text, and a line with the exact reply call. Peer-supplied
