@@ -191,16 +191,26 @@ func EnsureTopology(ctx context.Context, js jetstream.JetStream, cfg TopologyCon
 	} {
 		b.cfg.Replicas = cfg.Replicas
 		b.cfg.Storage = cfg.Storage
-		if _, err := ensureStream(ctx, js, BucketStreamConfig(b.cfg)); err != nil {
-			return nil, fmt.Errorf("events: create bucket %s: %w", b.cfg.Bucket, err)
+		if *b.kv, err = EnsureBucket(ctx, js, b.cfg); err != nil {
+			return nil, err
 		}
-		kv, err := js.KeyValue(ctx, b.cfg.Bucket)
-		if err != nil {
-			return nil, fmt.Errorf("events: bind bucket %s: %w", b.cfg.Bucket, err)
-		}
-		*b.kv = kv
 	}
 	return t, nil
+}
+
+// EnsureBucket creates (or brings to cfg) the key-value bucket cfg names,
+// on the stream BucketStreamConfig describes, and binds it. Every bucket
+// the relay writes goes through here, so none allows direct gets when
+// replicated.
+func EnsureBucket(ctx context.Context, js jetstream.JetStream, cfg jetstream.KeyValueConfig) (jetstream.KeyValue, error) {
+	if _, err := ensureStream(ctx, js, BucketStreamConfig(cfg)); err != nil {
+		return nil, fmt.Errorf("events: create bucket %s: %w", cfg.Bucket, err)
+	}
+	kv, err := js.KeyValue(ctx, cfg.Bucket)
+	if err != nil {
+		return nil, fmt.Errorf("events: bind bucket %s: %w", cfg.Bucket, err)
+	}
+	return kv, nil
 }
 
 // BucketStreamConfig is the stream behind a key-value bucket: what nats.go's

@@ -84,16 +84,14 @@ func Acquire(ctx context.Context, js jetstream.JetStream, workspaces []string, c
 	return l, nil
 }
 
+// leaseBucket is created by the mcp command, not the topology: only it
+// takes leases. Like every bucket the relay writes, a replicated one reads
+// through the stream leader (events.BucketStreamConfig): a lease's create
+// followed by a get must see the create.
 func leaseBucket(ctx context.Context, js jetstream.JetStream, replicas int) (jetstream.KeyValue, error) {
-	kv, err := js.KeyValue(ctx, events.BucketMCPLeases)
-	if errors.Is(err, jetstream.ErrBucketNotFound) {
-		kv, err = js.CreateKeyValue(ctx, jetstream.KeyValueConfig{Bucket: events.BucketMCPLeases, History: 1, Replicas: max(replicas, 1)})
-		if errors.Is(err, jetstream.ErrBucketExists) {
-			kv, err = js.KeyValue(ctx, events.BucketMCPLeases)
-		}
-	}
+	kv, err := events.EnsureBucket(ctx, js, jetstream.KeyValueConfig{Bucket: events.BucketMCPLeases, History: 1, Replicas: replicas})
 	if err != nil {
-		return nil, fmt.Errorf("mcpchannel: lease bucket %s: %w", events.BucketMCPLeases, err)
+		return nil, fmt.Errorf("mcpchannel: lease bucket: %w", err)
 	}
 	return kv, nil
 }
