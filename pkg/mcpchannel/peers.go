@@ -26,17 +26,12 @@ const (
 type peerDirectory struct {
 	clients map[string]*molecule.Client
 
-	mu    sync.Mutex
-	lists map[string]peerList // by watched workspace
-}
-
-type peerList struct {
-	at   time.Time
-	byID map[string]molecule.Peer
+	mu     sync.Mutex
+	failed map[string]time.Time // by watched workspace: when its lookup last failed
 }
 
 func newPeerDirectory(clients map[string]*molecule.Client) *peerDirectory {
-	return &peerDirectory{clients: clients, lists: map[string]peerList{}}
+	return &peerDirectory{clients: clients, failed: map[string]time.Time{}}
 }
 
 // enrich returns in, or a copy with PeerName and PeerRole from the peer
@@ -45,34 +40,35 @@ func (d *peerDirectory) enrich(ctx context.Context, in *events.Inbound) *events.
 	if d == nil || in.Source != events.SourcePeerAgent || in.PeerName != "" {
 		return in
 	}
-	p, ok := d.list(ctx, in.WorkspaceID).byID[in.SourceWorkspaceID]
-	if !ok {
-		return in
-	}
-	c := *in
-	c.PeerName, c.PeerRole = p.Name, p.Role
-	return &c
-}
-
-func (d *peerDirectory) list(ctx context.Context, ws string) peerList {
-	d.mu.Lock()
-	l, ok := d.lists[ws]
-	d.mu.Unlock()
-	if ok && time.Since(l.at) < peerTTL {
-		return l
-	}
-	l = peerList{at: time.Now(), byID: map[string]molecule.Peer{}}
-	if c := d.clients[ws]; c != nil {
-		ctx, cancel := context.WithTimeout(ctx, peerLookupMax)
-		defer cancel()
-		if peers, err := c.PeersCached(ctx, peerTTL); err == nil {
-			for _, p := range peers {
-				l.byID[p.ID] = p
-			}
+	for _, p := range d.peers(ctx, in.WorkspaceID) {
+		if p.ID == in.SourceWorkspaceID {
+			c := *in
+			c.PeerName, c.PeerRole = p.Name, p.Role
+			return &c
 		}
 	}
+	return in
+}
+
+// peers is ws's peer list (the client caches it for peerTTL), or none
+// while its last lookup failed less than peerTTL ago.
+func (d *peerDirectory) peers(ctx context.Context, ws string) []molecule.Peer {
+	c := d.clients[ws]
 	d.mu.Lock()
-	d.lists[ws] = l
+	failedAt, failed := d.failed[ws]
 	d.mu.Unlock()
-	return l
+	if c == nil || failed && time.Since(failedAt) < peerTTL {
+		return nil
+	}
+	ctx, cancel := context.WithTimeout(ctx, peerLookupMax)
+	defer cancel()
+	peers, err := c.PeersCached(ctx, peerTTL)
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if err != nil {
+		d.failed[ws] = time.Now()
+		return nil
+	}
+	delete(d.failed, ws)
+	return peers
 }
