@@ -21,7 +21,7 @@ const (
 	DefaultPeersTTL = 30 * time.Second
 	// DefaultRateReserve is the rate-limit budget an interim message
 	// leaves for the heartbeat (the replier's default too).
-	DefaultRateReserve = 3
+	DefaultRateReserve = molecule.DefaultPostReserve
 )
 
 // ErrInvalidConfig is matched by every error New returns for a bad Config.

@@ -2,9 +2,7 @@ package agentapi
 
 import (
 	"encoding/json"
-	"errors"
 	"fmt"
-	"io"
 	"net/http"
 	"strings"
 	"time"
@@ -129,13 +127,7 @@ func (s *Server) getSecrets(w http.ResponseWriter, r *http.Request, sess *Sessio
 // decode reads a JSON body into v, refusing unknown keys; example shows
 // the expected form in the error.
 func decode(r *http.Request, v any, example string) error {
-	dec := json.NewDecoder(r.Body)
-	dec.DisallowUnknownFields()
-	err := dec.Decode(v)
-	if err == nil && dec.Decode(new(json.RawMessage)) != io.EOF {
-		err = errors.New("more than one JSON value")
-	}
-	if err != nil {
+	if err := handler.DecodeStrictJSON(r.Body, v); err != nil {
 		return fmt.Errorf("%w: body is not valid: %v; send JSON like %s", ErrBadRequest, err, example)
 	}
 	return nil

@@ -28,7 +28,6 @@ const tokenBytes = 32
 // sessions. It is safe for concurrent use.
 type Server struct {
 	cfg  Config
-	ln   net.Listener
 	srv  *http.Server
 	url  string
 	done chan struct{}
@@ -50,7 +49,6 @@ func New(cfg Config) (*Server, error) {
 	}
 	s := &Server{
 		cfg:      cfg,
-		ln:       ln,
 		url:      "http://" + ln.Addr().String(),
 		done:     make(chan struct{}),
 		sessions: map[[sha256.Size]byte]*Session{},

@@ -93,7 +93,7 @@ func New(cfg Config) (*Asker, error) {
 		cfg.MaxWait = events.DefaultAskTTL - events.AskTTLMargin
 	}
 	if cfg.RateReserve <= 0 {
-		cfg.RateReserve = 3
+		cfg.RateReserve = molecule.DefaultPostReserve
 	}
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()

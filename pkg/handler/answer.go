@@ -30,6 +30,19 @@ type answerJSON struct {
 	Reply       *bool                   `json:"reply"`
 }
 
+// DecodeStrictJSON decodes exactly one JSON value from r into v, refusing
+// keys v does not have: what a handler or an agent sends the relay is
+// checked, not guessed at.
+func DecodeStrictJSON(r io.Reader, v any) error {
+	dec := json.NewDecoder(r)
+	dec.DisallowUnknownFields()
+	err := dec.Decode(v)
+	if err == nil && dec.Decode(new(json.RawMessage)) != io.EOF {
+		err = errors.New("more than one JSON value")
+	}
+	return err
+}
+
 // ParseAnswer decodes a structured answer. Empty input means no reply;
 // anything else must be exactly one JSON object of the documented shape
 // (unknown keys are refused, so a typo is not silently dropped), and
@@ -41,13 +54,7 @@ func ParseAnswer(data []byte) (Answer, error) {
 		return Answer{NoReply: true}, nil
 	}
 	var a answerJSON
-	dec := json.NewDecoder(bytes.NewReader(data))
-	dec.DisallowUnknownFields()
-	err := dec.Decode(&a)
-	if err == nil && dec.Decode(new(json.RawMessage)) != io.EOF {
-		err = errors.New("more than one JSON value")
-	}
-	if err != nil {
+	if err := DecodeStrictJSON(bytes.NewReader(data), &a); err != nil {
 		return Answer{}, fmt.Errorf("%w: structured answer is not valid: %v; answer one JSON object like %s", ErrPermanent, err, answerForm)
 	}
 	out := Answer{NoReply: a.Reply != nil && !*a.Reply}

@@ -68,6 +68,11 @@ func absDur(d time.Duration) time.Duration {
 // asking again. With no limit known it returns 0.
 func (c *Client) TakeBudget(reserve int) time.Duration { return c.budget.take(reserve, true) }
 
+// DefaultPostReserve is the reserve (TakeBudget) a posting stage keeps
+// for the heartbeat unless configured otherwise: the replier, a handler's
+// questions to peers and its interim messages.
+const DefaultPostReserve = 3
+
 // BudgetWait is TakeBudget without the taking: 0 when TakeBudget(reserve)
 // would succeed now, else how long until the window resets. It spends
 // nothing, so the answer is a forecast: concurrent takers may spend what it

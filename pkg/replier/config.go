@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/molecule-ai/molecule-relay/pkg/memory"
+	"github.com/molecule-ai/molecule-relay/pkg/molecule"
 	"github.com/molecule-ai/molecule-relay/pkg/stage"
 )
 
@@ -77,7 +78,7 @@ func (c *Config) SetDefaults() {
 	}
 	switch {
 	case c.RateReserve == 0:
-		c.RateReserve = 3
+		c.RateReserve = molecule.DefaultPostReserve
 	case c.RateReserve < 0:
 		c.RateReserve = 0
 	}
