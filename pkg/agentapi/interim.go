@@ -19,7 +19,6 @@ import (
 
 	"github.com/nats-io/nats.go/jetstream"
 
-	"github.com/cenkalti/backoff/v4"
 	"github.com/molecule-ai/molecule-relay/internal/uuid"
 	"github.com/molecule-ai/molecule-relay/pkg/events"
 	"github.com/molecule-ai/molecule-relay/pkg/handler"
@@ -143,13 +142,7 @@ func (s *Session) record(ctx context.Context, res InterimResult) (duplicate bool
 		return false, err
 	}
 	key := events.InterimKey(s.in.WorkspaceID, res.ID)
-	err = stage.RetryWrite(ctx, func() error {
-		_, err := kv.Create(ctx, key, data)
-		if errors.Is(err, jetstream.ErrKeyExists) {
-			return backoff.Permanent(err)
-		}
-		return err
-	})
+	_, err = stage.RetryCreate(ctx, kv, key, data)
 	if errors.Is(err, jetstream.ErrKeyExists) {
 		return true, nil
 	}

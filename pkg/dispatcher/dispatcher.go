@@ -25,7 +25,6 @@ import (
 	"log/slog"
 	"time"
 
-	"github.com/cenkalti/backoff/v4"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
@@ -299,13 +298,7 @@ func (d *Dispatcher) complete(runCtx context.Context, m *stage.Delivery, in *eve
 
 	ctx, cancel := d.run.OpContext(runCtx)
 	defer cancel()
-	err = stage.RetryWrite(ctx, func() error {
-		_, err := d.topo.Handled.Create(ctx, key, recData)
-		if errors.Is(err, jetstream.ErrKeyExists) {
-			return backoff.Permanent(err)
-		}
-		return err
-	})
+	_, err = stage.RetryCreate(ctx, d.topo.Handled, key, recData)
 	if errors.Is(err, jetstream.ErrKeyExists) {
 		// Another delivery of the same message finished first (it was
 		// redelivered while this one ran): its record wins.

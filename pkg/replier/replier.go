@@ -599,16 +599,7 @@ func (r *Replier) createRecord(ctx context.Context, key string, rec events.Reply
 	if err != nil {
 		return 0, err
 	}
-	var rev uint64
-	err = stage.RetryWrite(ctx, func() error {
-		var err error
-		rev, err = r.topo.Replies.Create(ctx, key, data)
-		if errors.Is(err, jetstream.ErrKeyExists) {
-			return backoff.Permanent(err)
-		}
-		return err
-	})
-	return rev, err
+	return stage.RetryCreate(ctx, r.topo.Replies, key, data)
 }
 
 func (r *Replier) updateRecord(ctx context.Context, key string, rec events.ReplyRecord, rev uint64) (uint64, error) {

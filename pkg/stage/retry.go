@@ -8,6 +8,7 @@ import (
 
 	"github.com/cenkalti/backoff/v4"
 	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
 )
 
 // RetryDelay is the NakWithDelay delay before delivery+1:
@@ -65,4 +66,19 @@ func tryWrite(op func() error) error {
 		return backoff.Permanent(err)
 	}
 	return err
+}
+
+// RetryCreate creates key in kv with RetryWrite: a transient failure is
+// retried, a key that exists is not (jetstream.ErrKeyExists is returned
+// at once, for the caller to read the record that won).
+func RetryCreate(ctx context.Context, kv jetstream.KeyValue, key string, data []byte) (rev uint64, err error) {
+	err = RetryWrite(ctx, func() error {
+		var err error
+		rev, err = kv.Create(ctx, key, data)
+		if errors.Is(err, jetstream.ErrKeyExists) {
+			return backoff.Permanent(err)
+		}
+		return err
+	})
+	return rev, err
 }
