@@ -254,7 +254,7 @@ type result struct {
 	first, last        time.Time       // earliest created_at, latest reply
 }
 
-func (p *pipeline) replied() uint64 { return p.relay.stats(p.tb).Replied }
+func (p *pipeline) replied() uint64 { return p.relay.replied(p.tb) }
 
 // collect waits for the replies of the current run (wait), then matches
 // them (match).

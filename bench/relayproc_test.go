@@ -100,6 +100,16 @@ func (rp *relayProc) stats(b testing.TB) relayStats {
 	return st
 }
 
+// replied is the relay's delivered replies (the "replied" command: the
+// wait loop's poll, cheaper than stats).
+func (rp *relayProc) replied(b testing.TB) uint64 {
+	var n uint64
+	if err := rp.call("replied", &n); err != nil {
+		b.Fatalf("relay process replied: %v; stderr: %.1000s", err, rp.stderr.String())
+	}
+	return n
+}
+
 // command sends a profile command; the relay answers "ok" or an error.
 func (rp *relayProc) command(b testing.TB, cmd string) {
 	var msg string
