@@ -188,10 +188,10 @@ func startRelay(t *testing.T, cfg relayConfig) *relay {
 	return r
 }
 
-// serve answers one line per command: "ready" at the start, then
-// "stats", "replied" (the reply count alone), "profile <path prefix>" (start CPU profiling of a window and
-// write the allocation profile at its start) and "stop" (end it, write the
-// allocation profile at its end).
+// serve answers one line per command: "ready" at the start, then "stats",
+// "replied" (the reply count alone), "profile <path prefix>" (start CPU
+// profiling of a window and write the allocation profile at its start)
+// and "stop" (end it, write the allocation profile at its end).
 func (r *relay) serve(t *testing.T, in *os.File, out *os.File) {
 	w := bufio.NewWriter(out)
 	answer := func(v any) {

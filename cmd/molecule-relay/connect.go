@@ -19,8 +19,6 @@ type stageFlags struct {
 	json bool
 }
 
-// parseConfig binds the config flags plus extra to a flag set, parses args
-// and validates the configuration for need. Any failure is a usageError.
 // openForInspection parses an inspection command's flags (status, dlq,
 // history: no platform or handler needed) and opens the relay's NATS
 // topology for it; the caller closes the runtime.
@@ -36,6 +34,8 @@ func openForInspection(ctx context.Context, env *cliEnv, name string, args []str
 	return rt, cfg, nil
 }
 
+// parseConfig binds the config flags plus extra to a flag set, parses args
+// and validates the configuration for need. Any failure is a usageError.
 func parseConfig(env *cliEnv, name string, args []string, need config.Requirement, extra func(*flag.FlagSet)) (*config.Config, error) {
 	fs := flag.NewFlagSet("molecule-relay "+name, flag.ContinueOnError)
 	fs.SetOutput(env.stderr)

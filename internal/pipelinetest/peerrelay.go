@@ -1,12 +1,10 @@
 package pipelinetest
 
 import (
-	"context"
 	"time"
 
 	"github.com/molecule-ai/molecule-relay/internal/natstest"
 	"github.com/molecule-ai/molecule-relay/pkg/dispatcher"
-	"github.com/molecule-ai/molecule-relay/pkg/events"
 	"github.com/molecule-ai/molecule-relay/pkg/handler"
 	"github.com/molecule-ai/molecule-relay/pkg/molecule"
 	"github.com/molecule-ai/molecule-relay/pkg/poller"
@@ -20,21 +18,13 @@ import (
 func (w *World) StartPeerRelay(i int, h handler.Handler) *Proc {
 	w.T.Helper()
 	peer := w.Peers[i]
-	ns := natstest.Start(w.T)
-	nc, js := natstest.Connect(w.T, ns.ClientURL())
-	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
-	defer cancel()
-	topo, err := events.EnsureTopology(ctx, js, w.Topology)
-	if err != nil {
-		w.T.Fatalf("pipelinetest: peer relay topology: %v", err)
-	}
-	p := &Proc{NC: nc, JS: js, Topo: topo}
+	p := w.procAt(natstest.Start(w.T).ClientURL())
 	c := w.Client(peer)
 	Start(w.T, w.NewDispatcher(p, h, dispatcher.Config{}).Run)
 	Start(w.T, w.NewReplier(p, map[string]*molecule.Client{peer.ID: c}, replier.Config{}).Run)
 	Start(w.T, w.NewPoller(p, poller.Config{Workspaces: []*molecule.Client{c}, SSE: true}).Run)
 	Eventually(w.T, 15*time.Second, "the peer relay's cursor seeded", func() bool {
-		_, err := topo.Cursors.Get(Ctx(w.T), peer.ID)
+		_, err := p.Topo.Cursors.Get(Ctx(w.T), peer.ID)
 		return err == nil
 	})
 	return p

@@ -137,7 +137,13 @@ type Proc struct {
 // connection is closed at test cleanup.
 func (w *World) Proc() *Proc {
 	w.T.Helper()
-	nc, js := natstest.Connect(w.T, w.NATSURL())
+	return w.procAt(w.NATSURL())
+}
+
+// procAt is Proc on the NATS server at url.
+func (w *World) procAt(url string) *Proc {
+	w.T.Helper()
+	nc, js := natstest.Connect(w.T, url)
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
 	topo, err := events.EnsureTopology(ctx, js, w.Topology)

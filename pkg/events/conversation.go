@@ -1,10 +1,5 @@
 package events
 
-import (
-	"crypto/sha256"
-	"encoding/hex"
-)
-
 // Conversation names every canvas user's conversation with a workspace:
 // the platform does not tell canvas users apart (a canvas message has no
 // sender id), so a workspace has one canvas conversation.
@@ -46,8 +41,7 @@ func keyPart(s string) string {
 	if s != "" && len(s) <= 64 && safeToken(s) {
 		return s
 	}
-	sum := sha256.Sum256([]byte(s))
-	return "h" + hex.EncodeToString(sum[:16])
+	return "h" + hash128(s)
 }
 
 func safeToken(s string) bool {

@@ -111,8 +111,7 @@ func HandledKey(workspace, activityID string) string { return kvKey(workspace, a
 // hashed (it may hold any character). Its four tokens never collide with
 // the two of HandledKey.
 func PeerMessageKey(workspace, sender, messageID string) string {
-	sum := sha256.Sum256([]byte(messageID))
-	return sanitizeKeyToken(workspace) + ".msg." + sanitizeKeyToken(sender) + "." + hex.EncodeToString(sum[:16])
+	return sanitizeKeyToken(workspace) + ".msg." + sanitizeKeyToken(sender) + "." + hash128(messageID)
 }
 
 // InterimKey is the BucketHandled key that records an interim message of
@@ -128,8 +127,7 @@ func InterimKey(workspace, interimID string) string {
 // messageID. The messageId is hashed: it arrives back from a peer in
 // metadata.in_reply_to_message_id and may hold any character.
 func AskKey(workspace, messageID string) string {
-	sum := sha256.Sum256([]byte(messageID))
-	return sanitizeKeyToken(workspace) + ".ask." + hex.EncodeToString(sum[:16])
+	return sanitizeKeyToken(workspace) + ".ask." + hash128(messageID)
 }
 
 // ReplyKey is the BucketReplies key of the reply to an inbound message.
@@ -169,4 +167,11 @@ func ValidateWorkspaceID(id string) error {
 		return fmt.Errorf("events: workspace id %q contains a character not allowed in a NATS subject token", id)
 	}
 	return nil
+}
+
+// hash128 is 32 hex digits of s's SHA-256: a key token for an id of any
+// length and alphabet.
+func hash128(s string) string {
+	sum := sha256.Sum256([]byte(s))
+	return hex.EncodeToString(sum[:16])
 }
