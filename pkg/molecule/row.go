@@ -442,8 +442,8 @@ func (m *Message) readContent(row rawObject) error {
 		}
 	}
 	// A notify or upload row may still carry a JSON-RPC body; read its
-	// message fields the same way for every kind.
-	if msg == nil && body != nil {
+	// message fields the same way (readBody already did, for a message).
+	if msg == nil && body != nil && m.Kind != KindMessage {
 		params, err := body.object("params", "request_body.params")
 		if err != nil {
 			return err
