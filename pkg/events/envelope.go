@@ -7,7 +7,6 @@ import (
 	"time"
 
 	"github.com/molecule-ai/molecule-relay/internal/uuid"
-	"github.com/molecule-ai/molecule-relay/pkg/molecule"
 )
 
 // Version is the envelope version this package writes. Decoders accept
@@ -67,10 +66,6 @@ type Inbound struct {
 	// ContextID and TaskID are the A2A contextId and taskId of the message.
 	ContextID string `json:"context_id,omitempty"`
 	TaskID    string `json:"task_id,omitempty"`
-	// PlatformHistory is the sender's own list of earlier turns
-	// (params.metadata.history, sent by the canvas); memory uses it to seed
-	// a conversation it has no turns of.
-	PlatformHistory []molecule.HistoryTurn `json:"platform_history,omitempty"`
 	// Hops counts relay replies in this conversation (metadata.relay_hops of
 	// the inbound message); used to cap agent-to-agent loops.
 	Hops int `json:"hops,omitempty"`

@@ -15,7 +15,7 @@ func NewInbound(ws string, m *molecule.Message, polledAt time.Time) Inbound {
 	env := Inbound{
 		WorkspaceID: ws, ActivityID: m.ActivityID, Method: m.Method, MessageID: m.MessageID, Role: m.Role,
 		Text: m.Text, InReplyTo: m.InReplyTo, InReplyToMessageID: m.InReplyToMessageID, Hops: m.Hops,
-		ContextID: m.ContextID, TaskID: m.TaskID, PlatformHistory: m.History,
+		ContextID: m.ContextID, TaskID: m.TaskID,
 		PeerName: m.PeerName, PeerRole: m.PeerRole, AgentCardURL: m.AgentCardURL,
 		Raw: m.Raw, CreatedAt: m.CreatedAt, PolledAt: polledAt,
 	}

@@ -28,6 +28,7 @@ import (
 
 	"github.com/molecule-ai/molecule-relay/pkg/events"
 	"github.com/molecule-ai/molecule-relay/pkg/handler"
+	"github.com/molecule-ai/molecule-relay/pkg/molecule"
 )
 
 // Defaults of Config.
@@ -298,14 +299,21 @@ func UserTurn(in *events.Inbound) handler.Turn {
 	return handler.Turn{Role: handler.RoleUser, Text: in.Text, Attachments: in.Attachments, ActivityID: in.ActivityID, At: in.CreatedAt}
 }
 
-// SeedTurns converts the sender's own list of earlier turns
-// (events.Inbound.PlatformHistory) to turns without an ActivityID.
+// SeedTurns is the sender's own list of earlier turns
+// (params.metadata.history, sent by the canvas) as turns without an
+// ActivityID. It is read from the activity row the envelope carries (Raw),
+// parsed again: only the first message of a conversation needs it, so the
+// envelope does not carry the list twice.
 func SeedTurns(in *events.Inbound) []handler.Turn {
-	if len(in.PlatformHistory) == 0 {
+	if len(in.Raw) == 0 {
 		return nil
 	}
-	out := make([]handler.Turn, 0, len(in.PlatformHistory))
-	for _, h := range in.PlatformHistory {
+	m, err := molecule.ParseRow(in.Raw, in.WorkspaceID)
+	if err != nil || len(m.History) == 0 {
+		return nil // the poller parsed this row; a row it could not parse has no message
+	}
+	out := make([]handler.Turn, 0, len(m.History))
+	for _, h := range m.History {
 		role := handler.RoleUser
 		if h.Role == "agent" {
 			role = handler.RoleAgent
