@@ -1,7 +1,6 @@
 package bench_test
 
 import (
-	"bufio"
 	"bytes"
 	"context"
 	"fmt"
@@ -9,8 +8,6 @@ import (
 	"net"
 	"net/http"
 	"os"
-	"os/exec"
-	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -45,28 +42,11 @@ func TestHTTPSinkChild(t *testing.T) {
 type httpSink struct{ url string }
 
 func startHTTPSink(b *testing.B) *httpSink {
-	cmd := exec.Command(os.Args[0], "-test.run", "^TestHTTPSinkChild$", "-test.count", "1", "-test.timeout", "0")
-	cmd.Env = append(os.Environ(), sinkEnv+"=1")
-	in, err := cmd.StdinPipe()
-	if err != nil {
-		b.Fatal(err)
+	var url string
+	if rp := startChildProc(b, "TestHTTPSinkChild", sinkEnv+"=1"); rp.read(&url) != nil || url == "" {
+		b.Fatalf("HTTP sink did not start; stderr: %.1000s", rp.stderr.String())
 	}
-	out, err := cmd.StdoutPipe()
-	if err != nil {
-		b.Fatal(err)
-	}
-	if err := cmd.Start(); err != nil {
-		b.Fatal(err)
-	}
-	b.Cleanup(func() { in.Close(); _ = cmd.Wait() })
-	sc := bufio.NewScanner(out)
-	for sc.Scan() {
-		if line, ok := strings.CutPrefix(sc.Text(), childPrefix); ok {
-			return &httpSink{url: strings.Trim(line, `"`)}
-		}
-	}
-	b.Fatalf("HTTP sink did not start: %v", sc.Err())
-	return nil
+	return &httpSink{url: url}
 }
 
 // floor posts n notify-sized JSON bodies from as many workers as the

@@ -14,8 +14,9 @@ import (
 	"time"
 )
 
-// relayProc is the benchmark's handle on the relay process (TestRelayChild
-// in a re-executed copy of this test binary).
+// relayProc is the benchmark's handle on a child process (a re-executed
+// copy of this test binary): the relay (TestRelayChild) or the HTTP sink
+// of BenchmarkFloor (TestHTTPSinkChild).
 type relayProc struct {
 	mu     sync.Mutex
 	in     io.WriteCloser
@@ -30,10 +31,24 @@ func startRelayProc(b testing.TB, cfg relayConfig) *relayProc {
 	if err != nil {
 		b.Fatal(err)
 	}
-	cmd := exec.Command(os.Args[0], "-test.run", "^TestRelayChild$", "-test.count", "1", "-test.timeout", "0")
-	cmd.Env = append(os.Environ(), childEnv+"="+string(raw))
+	rp := startChildProc(b, "TestRelayChild", childEnv+"="+string(raw))
+	var ready string
+	if err := rp.read(&ready); err != nil || ready != "ready" {
+		b.Fatalf("relay process not ready (%q, %v); stderr: %.2000s", ready, err, rp.stderr.String())
+	}
+	return rp
+}
+
+// startChildProc re-executes this test binary as the child test testName
+// with env (KEY=value) set: commands go to its stdin, answers come on its
+// stdout (read). It stops when its stdin closes, at cleanup.
+func startChildProc(b testing.TB, testName, env string) *relayProc {
+	b.Helper()
+	cmd := exec.Command(os.Args[0], "-test.run", "^"+testName+"$", "-test.count", "1", "-test.timeout", "0")
+	cmd.Env = append(os.Environ(), env)
 	rp := &relayProc{}
 	cmd.Stderr = &rp.stderr
+	var err error
 	if rp.in, err = cmd.StdinPipe(); err != nil {
 		b.Fatal(err)
 	}
@@ -42,29 +57,25 @@ func startRelayProc(b testing.TB, cfg relayConfig) *relayProc {
 		b.Fatal(err)
 	}
 	if err := cmd.Start(); err != nil {
-		b.Fatalf("start the relay process: %v", err)
+		b.Fatalf("start %s: %v", testName, err)
 	}
 	rp.out = bufio.NewScanner(stdout)
 	rp.out.Buffer(make([]byte, 64<<10), 1<<20)
 	b.Cleanup(func() {
-		rp.in.Close() // the relay stops when its stdin closes
+		rp.in.Close() // the child stops when its stdin closes
 		done := make(chan error, 1)
 		go func() { done <- cmd.Wait() }()
 		select {
 		case err := <-done:
 			if err != nil {
-				b.Logf("relay process: %v; stderr: %.1000s", err, rp.stderr.String())
+				b.Logf("%s: %v; stderr: %.1000s", testName, err, rp.stderr.String())
 			}
 		case <-time.After(30 * time.Second):
 			_ = cmd.Process.Kill()
 			<-done
-			b.Logf("relay process killed after 30s; stderr: %.1000s", rp.stderr.String())
+			b.Logf("%s killed after 30s; stderr: %.1000s", testName, rp.stderr.String())
 		}
 	})
-	var ready string
-	if err := rp.read(&ready); err != nil || ready != "ready" {
-		b.Fatalf("relay process not ready (%q, %v); stderr: %.2000s", ready, err, rp.stderr.String())
-	}
 	return rp
 }
 
