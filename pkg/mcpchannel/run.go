@@ -49,10 +49,11 @@ func Start(ctx context.Context, rt *relay.Runtime, leaseCfg LeaseConfig) (*Relay
 	rt.Cfg.HandlerTimeout = rt.Cfg.MCPAnswerTimeout
 	sctx, cancel := context.WithCancel(ctx)
 	r := &Relay{rt: rt, lease: lease, ch: NewChannel(rt.Log), log: rt.Log, cancel: cancel, stages: make(chan error, 1)}
-	r.ch.names = newPeerDirectory(rt.ClientMap())
+	clients := rt.ClientMap()
+	r.ch.names = newPeerDirectory(clients)
 	r.srv = NewServer(ServerConfig{
 		Channel: r.ch, Handled: rt.Topo.Handled, Replies: rt.Topo.Replies,
-		Clients: rt.ClientMap(), OnReady: r.dispatch, Logger: rt.Log,
+		Clients: clients, OnReady: r.dispatch, Logger: rt.Log,
 	})
 	go func() { r.stages <- rt.Run(sctx, relay.Stages{Poll: true, Reply: true}) }()
 	return r, nil
