@@ -56,9 +56,9 @@ chaos-long: ## chaos test, long: 10,000 messages at 40/s (CHAOS_RUNS=3 runs it t
 test-short: ## tests without the race detector (faster local loop)
 	$(GO) test -count=1 $(PKGS)
 
-lint: ## gofmt check, go vet and staticcheck (pinned)
+lint: ## gofmt check, staticcheck (pinned) and no tracked build output (go vet runs in make test)
 	@out=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$out" ]; then echo "gofmt would change:"; echo "$$out"; exit 1; fi
-	$(GO) vet $(PKGS)
+	.ci/check-tracked
 	$(GO) run $(STATICCHECK) $(PKGS)
 
 bench: ## benchmarks with their figures (pipeline: BENCH_COUNT=3 for medians, BENCH_FLAGS='-echo-msgs 20000')

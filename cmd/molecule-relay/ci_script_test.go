@@ -37,7 +37,7 @@ func TestCIScript(t *testing.T) {
 		t.Helper()
 		ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 		defer cancel()
-		cmd := exec.CommandContext(ctx, "sh", "../../ci/molecule-relay-once.sh")
+		cmd := exec.CommandContext(ctx, "sh", "../../infra/ci/molecule-relay-once.sh")
 		cmd.Env = append([]string{"PATH=" + os.Getenv("PATH"), "HOME=" + t.TempDir(), "MOLECULE_RELAY_BIN=" + bin,
 			"MOLECULE_PLATFORM_URL=" + srv.URL(), "MOLECULE_WORKSPACE_ID=" + ws.ID, "MOLECULE_WORKSPACE_TOKEN=" + ws.Token,
 			"NATS_STORE_DIR=" + t.TempDir(), "MOLECULE_RELAY_ARGS=--idle 200ms", "GITHUB_ACTIONS=true"}, extra...)
@@ -110,7 +110,7 @@ func TestActionYAML(t *testing.T) {
 	if !strings.Contains(last.Run, "ci/molecule-relay-once.sh") || last.Env["MOLECULE_WORKSPACE_TOKEN"] != "${{ inputs.workspace-token }}" {
 		t.Fatalf("the last step does not run the script with the token: %+v", last)
 	}
-	gl, err := os.ReadFile("../../ci/gitlab-ci.example.yml")
+	gl, err := os.ReadFile("../../infra/ci/gitlab-ci.example.yml")
 	if err != nil {
 		t.Fatal(err)
 	}

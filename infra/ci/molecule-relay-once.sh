@@ -8,7 +8,7 @@
 #      what to do): the job must fail,
 #   2  the configuration is wrong (the message names the variable).
 # The GitHub Action (action.yml) and the GitLab CI example
-# (ci/gitlab-ci.example.yml) both call this script; the test suite runs it
+# (infra/ci/gitlab-ci.example.yml) both call this script; the test suite runs it
 # against the platform double (cmd/molecule-relay/ci_script_test.go).
 #
 # Configuration is the relay's own environment (README "Configuration"):
