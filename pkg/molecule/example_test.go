@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"log"
-	"os"
 
 	"github.com/molecule-ai/molecule-relay/pkg/molecule"
 	"github.com/molecule-ai/molecule-relay/pkg/molecule/moleculetest"
@@ -193,26 +192,4 @@ func ExampleClient_CallPeer() {
 	fmt.Println("queued:", res.Queued)
 	// Output:
 	// queued: true
-}
-
-// Installing a plugin into a local plugins directory: the archive is
-// checked and extracted aside, then renamed into place.
-func ExampleClient_InstallPlugin() {
-	platform := moleculetest.NewServer()
-	defer platform.Close()
-	ws := platform.CreateWorkspace("my-agent")
-	platform.AddPlugin("echo-tools", map[string][]byte{"plugin.yaml": []byte("name: echo-tools\n")})
-	c, _ := molecule.New(molecule.Config{PlatformURL: platform.URL(), WorkspaceID: ws.ID, Token: ws.Token})
-
-	dir, err := os.MkdirTemp("", "plugins-")
-	if err != nil {
-		log.Fatal(err)
-	}
-	defer os.RemoveAll(dir)
-	p, err := c.InstallPlugin(context.Background(), "echo-tools", molecule.PluginOptions{Dir: dir})
-	if err != nil {
-		log.Fatal(err)
-	}
-	fmt.Println(p.Name, p.Files, "file(s)")
-	// Output: echo-tools 1 file(s)
 }

@@ -648,3 +648,13 @@ func keys(m map[string]*molecule.Message) []string {
 	}
 	return out
 }
+
+// doubleClient is a client of ws on the platform double, without retries.
+func doubleClient(t *testing.T, srv *moleculetest.Server, ws moleculetest.Workspace) *molecule.Client {
+	t.Helper()
+	c, err := molecule.New(molecule.Config{PlatformURL: srv.URL(), WorkspaceID: ws.ID, Token: ws.Token, MaxRetries: -1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return c
+}

@@ -382,7 +382,6 @@ func (s *Server) routeWorkspace(w http.ResponseWriter, r *http.Request, body []b
 		sub == "resume" && m == http.MethodPost,
 		sub == "events/stream" && m == http.MethodGet,
 		sub == "tokens" && m == http.MethodPost,
-		len(rest) == 3 && rest[0] == "plugins" && rest[2] == "download" && m == http.MethodGet,
 		isUploadRoute(rest, m):
 		known = true
 	}
@@ -427,10 +426,8 @@ func (s *Server) routeWorkspace(w http.ResponseWriter, r *http.Request, body []b
 		s.handleMintToken(w, id)
 	case isUploadRoute(rest, m) && rest[2] == "content":
 		s.handleUploadContent(w, id, rest[1])
-	case isUploadRoute(rest, m):
-		s.handleUploadAck(w, id, rest[1])
 	default:
-		s.handlePluginDownload(w, r, id, rest[1], admin)
+		s.handleUploadAck(w, id, rest[1])
 	}
 }
 

@@ -1,8 +1,6 @@
 package moleculetest_test
 
 import (
-	"archive/tar"
-	"compress/gzip"
 	"context"
 	"encoding/json"
 	"errors"
@@ -289,48 +287,6 @@ func TestRequests(t *testing.T) {
 	if len(off.Requests()) != 0 {
 		t.Errorf("recorded with WithoutRequestLog")
 	}
-}
-
-func TestPluginDownload(t *testing.T) {
-	s := newServer(t)
-	a := s.CreateWorkspace("ext-A")
-	files := map[string][]byte{"plugin.yaml": []byte("name: demo\n"), "scripts/setup.sh": []byte("#!/bin/sh\necho hi\n")}
-	s.AddPlugin("demo", files)
-	p := "/workspaces/" + a.ID + "/plugins/demo/download"
-	r := call(t, s, "GET", p, bearerH(a.Token), "")
-	if r.status != 200 {
-		t.Fatalf("%d %s", r.status, r.body)
-	}
-	h := r.header
-	if h.Get("Content-Type") != "application/gzip" || h.Get("Content-Disposition") != `attachment; filename="demo.tar.gz"` ||
-		h.Get("Content-Length") != strconv.Itoa(len(r.body)) || h.Get("X-Plugin-Name") != "demo" || h.Get("X-Plugin-Source") != "local://demo" {
-		t.Errorf("headers %v", h)
-	}
-	gz, err := gzip.NewReader(bytesReader(r.body))
-	if err != nil {
-		t.Fatal(err)
-	}
-	tr := tar.NewReader(gz)
-	got := map[string]string{}
-	for {
-		hd, err := tr.Next()
-		if err == io.EOF {
-			break
-		}
-		if err != nil {
-			t.Fatal(err)
-		}
-		b, _ := io.ReadAll(tr)
-		got[hd.Name] = string(b)
-	}
-	if len(got) != 2 || got["plugin.yaml"] != "name: demo\n" || got["scripts/setup.sh"] != "#!/bin/sh\necho hi\n" {
-		t.Errorf("entries %v", got)
-	}
-	expect(t, call(t, s, "GET", "/workspaces/"+a.ID+"/plugins/nope/download", bearerH(a.Token), ""), 404, "")
-	expect(t, call(t, s, "GET", "/workspaces/"+a.ID+"/plugins/bad%21name/download", bearerH(a.Token), ""), 400, `{"error":"invalid plugin name"}`)
-	expect(t, call(t, s, "GET", p+"?source=local://other", bearerH(a.Token), ""), 400, `{"error":"source resolved to plugin other but URL requested demo"}`)
-	expect(t, call(t, s, "GET", p, bearerH(s.AdminToken()), ""), 401, `{"error":"invalid workspace auth token"}`)
-	expect(t, call(t, s, "GET", p, nil, ""), 401, `{"error":"missing workspace auth token"}`)
 }
 
 func TestUpdateCardAndTokens(t *testing.T) {

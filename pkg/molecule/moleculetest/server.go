@@ -143,7 +143,6 @@ type Server struct {
 	order      []*workspace
 	tokens     map[string]*token
 	globals    map[string]string
-	plugins    map[string]map[string][]byte
 	uploads    uploadStore
 
 	// logMu guards the notify and A2A call logs, apart from mu so that
@@ -178,7 +177,6 @@ func NewServer(opts ...Option) *Server {
 		workspaces:  map[string]*workspace{},
 		tokens:      map[string]*token{},
 		globals:     map[string]string{},
-		plugins:     map[string]map[string][]byte{},
 		notifies:    map[string][]Notification{},
 		a2aCalls:    map[string][]A2ACall{},
 	}
@@ -431,19 +429,6 @@ func (s *Server) SetGlobalSecret(key, value string) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.globals[key] = value
-}
-
-// AddPlugin makes a plugin downloadable from GET
-// /workspaces/:id/plugins/:name/download as a gzip tar whose entries are
-// the keys of files (slash-separated paths relative to the plugin root).
-func (s *Server) AddPlugin(name string, files map[string][]byte) {
-	cp := make(map[string][]byte, len(files))
-	for k, v := range files {
-		cp[k] = append([]byte(nil), v...)
-	}
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	s.plugins[name] = cp
 }
 
 // InboundSecret returns the workspace's platform_inbound_secret (New).

@@ -1,12 +1,8 @@
 package moleculetest
 
 import (
-	"archive/tar"
-	"bytes"
-	"compress/gzip"
 	"encoding/json"
 	"net/http"
-	"sort"
 	"strconv"
 	"strings"
 	"sync"
@@ -473,80 +469,4 @@ func (s *Server) handleMintToken(w http.ResponseWriter, id string) {
 		"auth_token": tok, "workspace_id": id,
 		"message": "Save this token now — it will not be shown again.",
 	})
-}
-
-func validPluginName(n string) bool {
-	if n == "" || n == "." || n == ".." || len(n) > 128 {
-		return false
-	}
-	for i := 0; i < len(n); i++ {
-		c := n[i]
-		if !('a' <= c && c <= 'z' || 'A' <= c && c <= 'Z' || '0' <= c && c <= '9' || c == '-' || c == '_' || c == '.') {
-			return false
-		}
-	}
-	return true
-}
-
-func (s *Server) handlePluginDownload(w http.ResponseWriter, r *http.Request, id, name string, admin bool) {
-	s.mu.RLock()
-	ws := s.workspaces[id]
-	if !s.ownTokenLocked(w, ws, admin) {
-		s.mu.RUnlock()
-		return
-	}
-	files := s.plugins[name]
-	s.mu.RUnlock()
-	if !validPluginName(name) {
-		writeError(w, http.StatusBadRequest, "invalid plugin name")
-		return
-	}
-	source := r.URL.Query().Get("source")
-	if source == "" {
-		source = "local://" + name
-	}
-	scheme, spec, ok := strings.Cut(source, "://")
-	if !ok || spec == "" {
-		writeError(w, http.StatusBadRequest, "invalid plugin source")
-		return
-	}
-	if scheme != "local" {
-		writeJSON(w, http.StatusBadRequest, map[string]any{"error": "failed to resolve plugin source", "available_schemes": []string{"local"}})
-		return
-	}
-	if spec != name {
-		writeError(w, http.StatusBadRequest, "source resolved to plugin "+spec+" but URL requested "+name)
-		return
-	}
-	if files == nil {
-		writeError(w, http.StatusNotFound, "plugin not found")
-		return
-	}
-	var buf bytes.Buffer
-	gz := gzip.NewWriter(&buf)
-	tw := tar.NewWriter(gz)
-	names := make([]string, 0, len(files))
-	for k := range files {
-		names = append(names, k)
-	}
-	sort.Strings(names)
-	now := time.Now()
-	for _, n := range names {
-		mode := int64(0o644)
-		if strings.HasSuffix(n, ".sh") {
-			mode = 0o755
-		}
-		_ = tw.WriteHeader(&tar.Header{Name: strings.TrimPrefix(n, "/"), Mode: mode, Size: int64(len(files[n])), ModTime: now, Typeflag: tar.TypeReg})
-		_, _ = tw.Write(files[n])
-	}
-	_ = tw.Close()
-	_ = gz.Close()
-	h := w.Header()
-	h.Set("Content-Type", "application/gzip")
-	h.Set("Content-Disposition", `attachment; filename="`+name+`.tar.gz"`)
-	h.Set("Content-Length", strconv.Itoa(buf.Len()))
-	h.Set("X-Plugin-Name", name)
-	h.Set("X-Plugin-Source", source)
-	w.WriteHeader(http.StatusOK)
-	_, _ = w.Write(buf.Bytes())
 }
