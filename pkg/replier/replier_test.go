@@ -405,18 +405,44 @@ func (e *env) crashedStageWith(t *testing.T, cfg replier.Config, hooks func(kill
 		return errCrash
 	}
 	r := e.replier(t, js, topo, cfg)
+	h, reached := markReached(hooks(kill))
 	done := make(chan error, 1)
-	go func() { done <- r.Run(crashpoint.WithReplier(runCtx, hooks(kill))) }()
+	go func() { done <- r.Run(crashpoint.WithReplier(runCtx, h)) }()
 	select {
-	case <-killed:
+	case <-reached:
 	case <-time.After(10 * time.Second):
 		t.Fatal("crash point never reached")
+	}
+	// A hook may do slow test-side work before it kills (filling the feed
+	// with thousands of rows): that time is the test's, not the replier's,
+	// so it has its own, wider guard.
+	select {
+	case <-killed:
+	case <-time.After(2 * time.Minute):
+		t.Fatal("crash hook never killed the replier")
 	}
 	select {
 	case <-done:
 	case <-time.After(10 * time.Second):
 		t.Fatal("crashed replier did not stop")
 	}
+}
+
+// markReached wraps h's hooks so the returned channel closes when the
+// replier first enters any of them.
+func markReached(h *crashpoint.Replier) (*crashpoint.Replier, <-chan struct{}) {
+	reached := make(chan struct{})
+	var once sync.Once
+	mark := func(f func(context.Context, *events.Reply) error) func(context.Context, *events.Reply) error {
+		if f == nil {
+			return nil
+		}
+		return func(ctx context.Context, r *events.Reply) error {
+			once.Do(func() { close(reached) })
+			return f(ctx, r)
+		}
+	}
+	return &crashpoint.Replier{BeforePost: mark(h.BeforePost), AfterPost: mark(h.AfterPost), AfterSent: mark(h.AfterSent)}, reached
 }
 
 func TestCrashPoints(t *testing.T) {
