@@ -50,6 +50,7 @@ var commands []command
 func init() {
 	commands = []command{
 		{"dev", "whole pipeline against an embedded platform double and embedded NATS; type messages and see replies", runDev},
+		{"emulator", "the platform double alone on 127.0.0.1, for trying connect: prints the environment to use, sends the messages you type", runEmulator},
 		{"connect", "poller, dispatcher and replier in one process (--once: drain and exit, for CI)", runConnect},
 		{"poll", "the poller stage only (--once: one poll of every workspace)", runStage("poll")},
 		{"dispatch", "the dispatcher stage only (--once: drain the inbound queue)", runStage("dispatch")},
