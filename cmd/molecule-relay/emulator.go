@@ -25,11 +25,11 @@ import (
 // prints the replies as the platform receives them.
 func runEmulator(ctx context.Context, env *cliEnv, args []string) error {
 	var listen, control, envFile string
-	fs := newCommandFlags(env, "emulator")
+	fs := newCommandFlags("emulator")
 	fs.StringVar(&listen, "listen", "127.0.0.1:8790", "address of the emulated platform (MOLECULE_PLATFORM_URL); port 0 picks a free one")
 	fs.StringVar(&control, "control", "127.0.0.1:8791", "address of the control endpoint: POST /canvas and /peer send a message, GET /replies lists replies; empty turns it off")
 	fs.StringVar(&envFile, "env-file", "", "also write the environment block to this file (mode 0600), for `set -a; . FILE; set +a`")
-	if err := parseCommandFlags(env, fs, args); err != nil {
+	if err := parseFlags(env, "emulator", fs, args); err != nil {
 		return err
 	}
 	if fs.NArg() > 0 {
@@ -242,25 +242,7 @@ func writeFileAtomic(path string, b []byte, mode os.FileMode) error {
 }
 
 // newCommandFlags is a flag set for a command whose flags are its own (not
-// the relay's configuration): errors and help are printed by
-// parseCommandFlags, never by the flag package.
-func newCommandFlags(env *cliEnv, name string) *flag.FlagSet {
-	fs := flag.NewFlagSet("molecule-relay "+name, flag.ContinueOnError)
-	fs.SetOutput(io.Discard)
-	fs.Usage = func() {}
-	return fs
-}
-
-// parseCommandFlags parses args; -h prints the flags on stdout.
-func parseCommandFlags(env *cliEnv, fs *flag.FlagSet, args []string) error {
-	if err := fs.Parse(args); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			fs.SetOutput(env.stdout)
-			fmt.Fprintf(env.stdout, "usage: %s [flags]\n\nFlags:\n", fs.Name())
-			fs.PrintDefaults()
-			return err
-		}
-		return usageError{fmt.Errorf("%v (run %s -h for its flags)", err, fs.Name())}
-	}
-	return nil
+// the relay's configuration); parse it with parseFlags.
+func newCommandFlags(name string) *flag.FlagSet {
+	return flag.NewFlagSet("molecule-relay "+name, flag.ContinueOnError)
 }

@@ -43,6 +43,9 @@ type cliEnv struct {
 	stdin          io.Reader
 	stdout, stderr io.Writer
 	environ        []string
+	// flagSink, when set, receives a command's flag set instead of
+	// parsing it (completion lists the flags this way).
+	flagSink func(*flag.FlagSet)
 }
 
 var commands []command
@@ -59,7 +62,8 @@ func init() {
 		{"mcp", "Claude Code channel: an MCP stdio server on the durable pipeline (see README, Claude Code channel)", runMCP},
 		{"dlq", "dead letters: list | show SEQ | replay SEQ | purge", runDLQ},
 		{"history", "conversation memory: show | forget <workspace> [conversation]", runHistory},
-		{"version", "print the version", func(_ context.Context, e *cliEnv, _ []string) error {
+		{"completion", "print a shell completion script: completion bash | zsh | fish", runCompletion},
+		{"version", "print the version (also --version)", func(_ context.Context, e *cliEnv, _ []string) error {
 			fmt.Fprintln(e.stdout, "molecule-relay", version.String())
 			return nil
 		}},
@@ -74,12 +78,19 @@ func main() {
 }
 
 func run(ctx context.Context, env *cliEnv, args []string) int {
-	if len(args) == 0 || args[0] == "help" || args[0] == "-h" || args[0] == "--help" {
+	if len(args) == 0 {
 		usage(env.stderr)
-		if len(args) == 0 {
-			return exitUsage
+		return exitUsage
+	}
+	if isHelpArg(args[0]) {
+		if len(args) > 1 && !isHelpArg(args[1]) { // help connect → connect -h
+			return run(ctx, env, []string{args[1], "-h"})
 		}
+		usage(env.stdout)
 		return exitOK
+	}
+	if args[0] == "--version" || args[0] == "-version" {
+		args = []string{"version"}
 	}
 	for _, c := range commands {
 		if c.name != args[0] {
@@ -116,5 +127,5 @@ func usage(w io.Writer) {
 	}
 	fmt.Fprintln(w)
 	fmt.Fprintln(w, "Every flag mirrors an environment variable: --poll-interval is MOLECULE_POLL_INTERVAL,")
-	fmt.Fprintln(w, "--nats-url is NATS_URL. Run molecule-relay <command> -h for a command's flags.")
+	fmt.Fprintln(w, "--nats-url is NATS_URL. Run molecule-relay <command> -h for a command's flags and settings.")
 }
