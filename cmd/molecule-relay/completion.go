@@ -90,6 +90,7 @@ command's flags.
 
   bash:  source <(molecule-relay completion bash)          # e.g. in ~/.bashrc
   zsh:   molecule-relay completion zsh > "${fpath[1]}/_molecule-relay"   # then restart zsh
+         (or: source <(molecule-relay completion zsh), after compinit)
   fish:  molecule-relay completion fish > ~/.config/fish/completions/molecule-relay.fish
 `
 
@@ -127,7 +128,7 @@ func zshQuote(s string) string { return strings.ReplaceAll(s, "'", `'\''`) }
 
 func writeZsh(w io.Writer, cmds []completionCommand) {
 	fmt.Fprintf(w, "#compdef molecule-relay\n# zsh completion for molecule-relay (molecule-relay completion zsh)\n")
-	fmt.Fprintf(w, "_molecule_relay() {\n  local -a cmds\n  cmds=(\n")
+	fmt.Fprintf(w, "_molecule-relay() {\n  local -a cmds\n  cmds=(\n")
 	for _, c := range cmds {
 		fmt.Fprintf(w, "    '%s:%s'\n", c.name, zshQuote(strings.ReplaceAll(c.summary, ":", `\:`)))
 	}
@@ -144,7 +145,9 @@ func writeZsh(w io.Writer, cmds []completionCommand) {
 		}
 		fmt.Fprintf(w, "      )\n      _arguments -s $flags '*: :_files'\n      ;;\n")
 	}
-	fmt.Fprintf(w, "  esac\n}\ncompdef _molecule_relay molecule-relay\n")
+	// From fpath the file is the completion function's body; sourced, it
+	// registers the function.
+	fmt.Fprintf(w, "  esac\n}\nif [ \"$funcstack[1]\" = \"_molecule-relay\" ]; then\n  _molecule-relay \"$@\"\nelse\n  compdef _molecule-relay molecule-relay\nfi\n")
 }
 
 // fishQuote quotes s for a single-quoted fish word.

@@ -123,7 +123,7 @@ func usage(w io.Writer) {
 	fmt.Fprintln(w, "usage: molecule-relay <command> [flags]")
 	fmt.Fprintln(w)
 	for _, c := range commands {
-		fmt.Fprintf(w, "  %-9s %s\n", c.name, c.summary)
+		fmt.Fprintf(w, "  %-11s %s\n", c.name, c.summary)
 	}
 	fmt.Fprintln(w)
 	fmt.Fprintln(w, "Every flag mirrors an environment variable: --poll-interval is MOLECULE_POLL_INTERVAL,")
