@@ -82,9 +82,13 @@ func TestCIScript(t *testing.T) {
 		t.Fatalf("bad config: exit %d\n%s", code, out)
 	}
 	srv.Delete(ws.ID)
-	code, out := job()
+	failedOutput := filepath.Join(t.TempDir(), "github_output")
+	code, out := job("GITHUB_OUTPUT=" + failedOutput)
 	if code != 1 || !strings.Contains(out, "FAILED workspace "+ws.ID+": removed") || !strings.Contains(out, "::error") {
 		t.Fatalf("removed workspace: exit %d\n%s", code, out)
+	}
+	if b, err := os.ReadFile(failedOutput); err != nil || !strings.Contains(string(b), "failed=1\n") {
+		t.Fatalf("GITHUB_OUTPUT after a failed run: %q, %v; want failed=1", b, err)
 	}
 }
 

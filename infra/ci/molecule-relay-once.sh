@@ -63,11 +63,12 @@ set -e
 cat "$report"
 
 # The report's summary line: "handled N, replied N, dead-lettered N"; one
-# "FAILED ..." line per failure.
+# "FAILED ..." line per failure, one "error: ..." line per error tied to no
+# workspace.
 if [ -n "${GITHUB_OUTPUT:-}" ]; then
 	answered=$(sed -n 's/^handled [0-9]*, replied \([0-9]*\), dead-lettered [0-9]*$/\1/p' "$report")
 	dead=$(sed -n 's/^handled [0-9]*, replied [0-9]*, dead-lettered \([0-9]*\)$/\1/p' "$report")
-	failed=$(grep -c '^FAILED ' "$report" || true)
+	failed=$(grep -c -e '^FAILED ' -e '^error: ' "$report" || true)
 	{
 		echo "answered=${answered:-0}"
 		echo "failed=${failed:-0}"
