@@ -158,10 +158,6 @@ func fishQuote(s string) string {
 func writeFish(w io.Writer, cmds []completionCommand) {
 	fmt.Fprintf(w, "# fish completion for molecule-relay (molecule-relay completion fish)\n")
 	fmt.Fprintf(w, "complete -c molecule-relay -f\n")
-	var names []string
-	for _, c := range cmds {
-		names = append(names, c.name)
-	}
 	for _, c := range cmds {
 		fmt.Fprintf(w, "complete -c molecule-relay -n '__fish_use_subcommand' -a %s -d '%s'\n", c.name, fishQuote(c.summary))
 	}
