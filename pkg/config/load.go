@@ -1,6 +1,7 @@
 package config
 
 import (
+	"encoding"
 	"errors"
 	"flag"
 	"fmt"
@@ -136,8 +137,8 @@ func codeDefault(name string) (string, bool) {
 // of the parser's own words ("strconv.ParseBool: parsing "yes": invalid
 // syntax").
 func inOurWords(t reflect.Type, value string, err error) error {
-	if t == nil {
-		return err
+	if t == nil || reflect.PointerTo(t).Implements(reflect.TypeFor[encoding.TextUnmarshaler]()) {
+		return err // a type with its own parser (Seconds) says it best
 	}
 	switch {
 	case t == reflect.TypeOf(time.Duration(0)):
