@@ -38,7 +38,8 @@ build: ## build the CLI and the three stage binaries into bin/
 	$(GO) build -ldflags '$(LDFLAGS)' -o $(BIN)/replier ./functions/replier
 
 dev: ## run the whole pipeline against an embedded platform double and embedded NATS
-	$(GO) run ./cmd/molecule-relay dev
+	@echo "make dev: building ./cmd/molecule-relay (a first build compiles everything: a minute or two; then seconds, go run caches the binary)"
+	@$(GO) run ./cmd/molecule-relay dev
 
 test: ## go vet, then every test with the race detector
 	$(GO) vet $(PKGS)
@@ -75,9 +76,9 @@ cover: ## statement coverage of pkg/molecule
 	$(GO) test -count=1 -coverprofile=cover.out ./pkg/molecule && $(GO) tool cover -func=cover.out | tail -1
 
 validate-infra: $(HELM) ## helm lint and template the chart; decode it and infra/k8s strictly into k8s.io/api and KEDA types (infra/validate)
-	$(HELM) lint --strict $(CHART)
-	$(HELM) lint --strict $(CHART) --set keda.enabled=true,poller.mode=deployment
-	$(HELM) template molecule-relay $(CHART) --namespace molecule-relay > /dev/null
+	$(HELM) lint --strict $(CHART) -f $(CHART)/ci/example-values.yaml
+	$(HELM) lint --strict $(CHART) -f $(CHART)/ci/example-values.yaml --set keda.enabled=true,poller.mode=deployment,metrics.serviceMonitor.enabled=true
+	$(HELM) template molecule-relay $(CHART) --namespace molecule-relay -f $(CHART)/ci/example-values.yaml > /dev/null
 	cd infra/validate && $(GO) vet ./... && HELM=$(HELM) $(GO) test -count=1 ./...
 
 image: $(KO) ## ko: linux/amd64+arm64 image as an OCI layout in bin/image (no Docker engine, no push), SPDX SBOMs, checked

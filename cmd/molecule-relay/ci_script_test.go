@@ -6,6 +6,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"testing"
 	"time"
@@ -61,8 +62,13 @@ func TestCIScript(t *testing.T) {
 	if code, _, err := srv.SendCanvas(context.Background(), ws.ID, "from CI"); err != nil || code != 200 {
 		t.Fatalf("send: %d %v", code, err)
 	}
-	if code, out := job(); code != 0 || len(srv.Notifications(ws.ID)) != 1 {
+	ghOutput := filepath.Join(t.TempDir(), "github_output")
+	if code, out := job("GITHUB_OUTPUT=" + ghOutput); code != 0 || len(srv.Notifications(ws.ID)) != 1 {
 		t.Fatalf("second job: exit %d, %d replies\n%s", code, len(srv.Notifications(ws.ID)), out)
+	}
+	// The action's outputs.
+	if b, err := os.ReadFile(ghOutput); err != nil || string(b) != "answered=1\nfailed=0\ndead-lettered=0\n" {
+		t.Fatalf("GITHUB_OUTPUT: %q, %v; want answered=1, failed=0, dead-lettered=0", b, err)
 	}
 	// Workspaces on several tenants: MOLECULE_PLATFORM_URLS alone is enough.
 	if code, out := job("MOLECULE_PLATFORM_URL=", "MOLECULE_WORKSPACE_ID=", "MOLECULE_WORKSPACE_TOKEN=",
@@ -76,9 +82,13 @@ func TestCIScript(t *testing.T) {
 		t.Fatalf("bad config: exit %d\n%s", code, out)
 	}
 	srv.Delete(ws.ID)
-	code, out := job()
+	failedOutput := filepath.Join(t.TempDir(), "github_output")
+	code, out := job("GITHUB_OUTPUT=" + failedOutput)
 	if code != 1 || !strings.Contains(out, "FAILED workspace "+ws.ID+": removed") || !strings.Contains(out, "::error") {
 		t.Fatalf("removed workspace: exit %d\n%s", code, out)
+	}
+	if b, err := os.ReadFile(failedOutput); err != nil || !strings.Contains(string(b), "failed=1\n") {
+		t.Fatalf("GITHUB_OUTPUT after a failed run: %q, %v; want failed=1", b, err)
 	}
 }
 
@@ -106,9 +116,26 @@ func TestActionYAML(t *testing.T) {
 	if a.Runs.Using != "composite" || !a.Inputs["workspace-token"].Required {
 		t.Fatalf("action: %+v", a)
 	}
-	last := a.Runs.Steps[len(a.Runs.Steps)-1]
-	if !strings.Contains(last.Run, "ci/molecule-relay-once.sh") || last.Env["MOLECULE_WORKSPACE_TOKEN"] != "${{ inputs.workspace-token }}" {
-		t.Fatalf("the last step does not run the script with the token: %+v", last)
+	var run *struct {
+		Run string
+		Env map[string]string
+	}
+	for i, s := range a.Runs.Steps {
+		if strings.Contains(s.Run, "ci/molecule-relay-once.sh") {
+			run = &a.Runs.Steps[i]
+		}
+	}
+	if run == nil || run.Env["MOLECULE_WORKSPACE_TOKEN"] != "${{ inputs.workspace-token }}" {
+		t.Fatalf("no step runs the script with the token: %+v", a.Runs.Steps)
+	}
+	// Every action the composite uses is pinned by commit SHA.
+	for _, m := range regexp.MustCompile(`(?m)^\s*(?:-\s*)?uses:\s*(\S+)`).FindAllStringSubmatch(string(data), -1) {
+		if _, ref, _ := strings.Cut(m[1], "@"); !regexp.MustCompile(`^[0-9a-f]{40}$`).MatchString(ref) {
+			t.Errorf("action.yml uses %s, not pinned by commit SHA", m[1])
+		}
+	}
+	if strings.Contains(string(data), "@latest") {
+		t.Error("action.yml installs @latest: the relay version must follow the action's")
 	}
 	gl, err := os.ReadFile("../../infra/ci/gitlab-ci.example.yml")
 	if err != nil {

@@ -38,20 +38,17 @@ func openForInspection(ctx context.Context, env *cliEnv, name string, args []str
 // and validates the configuration for need. Any failure is a usageError.
 func parseConfig(env *cliEnv, name string, args []string, need config.Requirement, extra func(*flag.FlagSet)) (*config.Config, error) {
 	fs := flag.NewFlagSet("molecule-relay "+name, flag.ContinueOnError)
-	fs.SetOutput(env.stderr)
 	fl := config.BindFlags(fs)
 	if extra != nil {
 		extra(fs)
 	}
-	if err := fs.Parse(args); err != nil {
-		if err == flag.ErrHelp {
-			return nil, err
-		}
-		return nil, usageError{err}
+	if err := parseFlags(env, name, fs, args); err != nil {
+		return nil, err
 	}
 	if fs.NArg() > 0 {
 		return nil, usageError{fmt.Errorf("unexpected argument %q", fs.Arg(0))}
 	}
+	warnUnknownVars(env)
 	cfg, err := config.Load(fl, env.environ)
 	if err != nil {
 		return nil, usageError{err}

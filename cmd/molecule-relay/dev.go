@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"context"
 	"encoding/json"
+	"errors"
 	"flag"
 	"fmt"
 	"io"
@@ -47,7 +48,7 @@ func runDev(ctx context.Context, env *cliEnv, args []string) error {
 		config.NeedPlatform|config.NeedHandler, func(fs *flag.FlagSet) {
 			fs.BoolVar(&once, "once", false, "send the demo messages, wait for their replies, exit 0 (non-zero if they do not arrive)")
 			fs.BoolVar(&demo, "demo", true, "send a canvas and a peer demo message at start")
-			fs.DurationVar(&timeout, "timeout", 30*time.Second, "with --once: how long to wait for the replies")
+			fs.DurationVar(&timeout, "timeout", 30*time.Second, "with --once, or when the input ends: how long to wait for the replies")
 		})
 	if err != nil {
 		return err
@@ -69,9 +70,9 @@ func runDev(ctx context.Context, env *cliEnv, args []string) error {
 	go func() { runErr <- rt.Run(runCtx, relay.All) }()
 
 	out := &syncWriter{w: env.stdout}
-	out.printf("Molecule Relay dev mode\n  platform double  %s (NEW generation, poll mode)\n  agent workspace  %s\n  peer workspace   %s\n  NATS             %s (embedded)\n  handler          %s\n",
-		srv.URL(), agent.ID, peer.ID, rt.Conn.URL(), cfg.Handler)
-	out.printf("Type a message and press Enter to send it as a canvas user; start it with \"@peer \" to send it as the peer agent. Ctrl-C stops.\n\n")
+	out.printf("Molecule Relay dev mode\n  platform double  %s (NEW generation, poll mode)\n  agent workspace  %s\n  agent token      %s\n  peer workspace   %s\n  NATS             %s (embedded)\n  handler          %s\n",
+		srv.URL(), agent.ID, agent.Token, peer.ID, rt.Conn.URL(), cfg.Handler)
+	out.printf("Type a message and press Enter to send it as a canvas user; start it with \"@peer \" to send it as the peer agent. Ctrl-C or the end of input (Ctrl-D) stops.\n\n")
 
 	printer := &replyPrinter{srv: srv, agentID: agent.ID, peerID: peer.ID, out: out}
 	go printer.run(runCtx)
@@ -88,7 +89,7 @@ func runDev(ctx context.Context, env *cliEnv, args []string) error {
 		d.send(ctx, "@peer hello from a peer agent")
 	}
 	if once {
-		if stopped, err := waitDemoReplies(ctx, rt.Topo.Replies, runErr, timeout); stopped || err != nil {
+		if stopped, err := waitDemoReplies(ctx, rt.Topo.Replies, 2, runErr, timeout); stopped || err != nil {
 			return err
 		}
 		printer.sweep() // a sent record means the double has the reply
@@ -96,7 +97,23 @@ func runDev(ctx context.Context, env *cliEnv, args []string) error {
 		cancel()
 		return <-runErr
 	}
-	return d.prompt(ctx, env.stdin, runErr, cancel)
+	if err := d.prompt(ctx, env.stdin, runErr); err != nil || ctx.Err() != nil {
+		cancel()
+		if err != nil {
+			return err
+		}
+		return <-runErr
+	}
+	// Stdin ended (Ctrl-D, or `echo hello | molecule-relay dev`): wait for
+	// the replies to what was sent, then stop.
+	if stopped, err := waitDemoReplies(ctx, rt.Topo.Replies, d.sent, runErr, timeout); !stopped && err != nil {
+		cancel()
+		<-runErr
+		return err
+	}
+	printer.sweep()
+	cancel()
+	return <-runErr
 }
 
 // devEnviron is the dev command's environment: the platform double's
@@ -130,16 +147,16 @@ func registerDevPeer(ctx context.Context, srv *moleculetest.Server, peer molecul
 	return nil
 }
 
-// waitDemoReplies waits until the replier has recorded both demo replies
-// as sent; stopped says ctx ended first (Ctrl-C), which is no failure. It
+// waitDemoReplies waits until the replier has recorded want replies as
+// sent; stopped says ctx ended first (Ctrl-C), which is no failure. It
 // reads the replier's records, not what the double saw: a handler's
 // interim message reaches the double too, and is no reply.
-func waitDemoReplies(ctx context.Context, replies jetstream.KeyValue, runErr <-chan error, timeout time.Duration) (stopped bool, err error) {
+func waitDemoReplies(ctx context.Context, replies jetstream.KeyValue, want int, runErr <-chan error, timeout time.Duration) (stopped bool, err error) {
 	deadline := time.After(timeout)
 	tick := time.NewTicker(50 * time.Millisecond)
 	defer tick.Stop()
 	for {
-		if n, err := sentReplies(ctx, replies); err == nil && n >= 2 {
+		if n, err := sentReplies(ctx, replies); err == nil && n >= want {
 			return false, nil
 		}
 		select {
@@ -147,7 +164,7 @@ func waitDemoReplies(ctx context.Context, replies jetstream.KeyValue, runErr <-c
 		case err := <-runErr:
 			return false, fmt.Errorf("pipeline stopped: %v", err)
 		case <-deadline:
-			return false, fmt.Errorf("the demo replies did not arrive within %s", timeout)
+			return false, fmt.Errorf("%d of the replies did not arrive within %s", want-countOr0(ctx, replies), timeout)
 		case <-ctx.Done():
 			return true, nil
 		}
@@ -174,11 +191,17 @@ func sentReplies(ctx context.Context, kv jetstream.KeyValue) (int, error) {
 	return n, nil
 }
 
+func countOr0(ctx context.Context, replies jetstream.KeyValue) int {
+	n, _ := sentReplies(ctx, replies)
+	return n
+}
+
 // devSender sends what the dev user types to the platform double.
 type devSender struct {
 	srv         *moleculetest.Server
 	agent, peer moleculetest.Workspace
 	out         *syncWriter
+	sent        int // messages the double accepted
 }
 
 // send sends line as a canvas user, or, prefixed with "@peer ", as the
@@ -188,18 +211,22 @@ func (d *devSender) send(ctx context.Context, line string) {
 		d.out.printf("→ peer %s: %s\n", short(d.peer.ID), rest)
 		if code, body, err := d.srv.SendPeer(ctx, d.peer, d.agent.ID, rest); err != nil || code != 200 {
 			d.out.printf("  send failed: %d %s %v\n", code, body, err)
+		} else {
+			d.sent++
 		}
 		return
 	}
 	d.out.printf("→ canvas user: %s\n", line)
 	if code, body, err := d.srv.SendCanvas(ctx, d.agent.ID, line); err != nil || code != 200 {
 		d.out.printf("  send failed: %d %s %v\n", code, body, err)
+	} else {
+		d.sent++
 	}
 }
 
-// prompt sends every line read from stdin until the pipeline stops or ctx
-// ends (then it stops the pipeline and returns its result).
-func (d *devSender) prompt(ctx context.Context, stdin io.Reader, runErr <-chan error, cancel context.CancelFunc) error {
+// prompt sends every line read from stdin until stdin ends (nil), the
+// pipeline stops (its result, non-nil) or ctx ends (nil; ctx.Err is set).
+func (d *devSender) prompt(ctx context.Context, stdin io.Reader, runErr <-chan error) error {
 	lines := make(chan string)
 	go func() {
 		sc := bufio.NewScanner(stdin)
@@ -212,17 +239,18 @@ func (d *devSender) prompt(ctx context.Context, stdin io.Reader, runErr <-chan e
 		select {
 		case l, ok := <-lines:
 			if !ok {
-				lines = nil // stdin closed: keep running until Ctrl-C
-				continue
+				return nil
 			}
 			if l = strings.TrimSpace(l); l != "" {
 				d.send(ctx, l)
 			}
 		case err := <-runErr:
+			if err == nil {
+				err = errors.New("the pipeline stopped")
+			}
 			return err
 		case <-ctx.Done():
-			cancel()
-			return <-runErr
+			return nil
 		}
 	}
 }

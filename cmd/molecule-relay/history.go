@@ -19,6 +19,10 @@ import (
 // runHistory is `history show|forget <workspace> [conversation]`: inspect
 // or erase the conversation memory (pkg/memory) kept in NATS.
 func runHistory(ctx context.Context, env *cliEnv, args []string) error {
+	if len(args) > 0 && isHelpArg(args[0]) {
+		printSubcommandHelp(env.stdout, "history", "show | forget <workspace> [conversation]", historySubcommands, "history show")
+		return flag.ErrHelp
+	}
 	sub, ws, conv, rest, err := historyArgs(args)
 	if err != nil {
 		return err
@@ -54,6 +58,9 @@ func runHistory(ctx context.Context, env *cliEnv, args []string) error {
 // anything is opened, and returns the arguments left for the flags.
 func historyArgs(args []string) (sub, ws, conv string, rest []string, err error) {
 	const use = "history show|forget <workspace> [conversation] [flags]"
+	if len(args) == 2 && isHelpArg(args[1]) && (args[0] == "show" || args[0] == "forget") {
+		return args[0], "", "", args[1:], nil // the flag parser prints the help
+	}
 	if len(args) < 2 || strings.HasPrefix(args[1], "-") {
 		return "", "", "", nil, usageError{errors.New("usage: " + use)}
 	}

@@ -43,6 +43,9 @@ type cliEnv struct {
 	stdin          io.Reader
 	stdout, stderr io.Writer
 	environ        []string
+	// flagSink, when set, receives a command's flag set instead of
+	// parsing it (completion lists the flags this way).
+	flagSink func(*flag.FlagSet)
 }
 
 var commands []command
@@ -50,6 +53,7 @@ var commands []command
 func init() {
 	commands = []command{
 		{"dev", "whole pipeline against an embedded platform double and embedded NATS; type messages and see replies", runDev},
+		{"emulator", "the platform double alone on 127.0.0.1, for trying connect: prints the environment to use, sends the messages you type", runEmulator},
 		{"connect", "poller, dispatcher and replier in one process (--once: drain and exit, for CI)", runConnect},
 		{"poll", "the poller stage only (--once: one poll of every workspace)", runStage("poll")},
 		{"dispatch", "the dispatcher stage only (--once: drain the inbound queue)", runStage("dispatch")},
@@ -58,7 +62,8 @@ func init() {
 		{"mcp", "Claude Code channel: an MCP stdio server on the durable pipeline (see README, Claude Code channel)", runMCP},
 		{"dlq", "dead letters: list | show SEQ | replay SEQ | purge", runDLQ},
 		{"history", "conversation memory: show | forget <workspace> [conversation]", runHistory},
-		{"version", "print the version", func(_ context.Context, e *cliEnv, _ []string) error {
+		{"completion", "print a shell completion script: completion bash | zsh | fish", runCompletion},
+		{"version", "print the version (also --version)", func(_ context.Context, e *cliEnv, _ []string) error {
 			fmt.Fprintln(e.stdout, "molecule-relay", version.String())
 			return nil
 		}},
@@ -73,12 +78,19 @@ func main() {
 }
 
 func run(ctx context.Context, env *cliEnv, args []string) int {
-	if len(args) == 0 || args[0] == "help" || args[0] == "-h" || args[0] == "--help" {
+	if len(args) == 0 {
 		usage(env.stderr)
-		if len(args) == 0 {
-			return exitUsage
+		return exitUsage
+	}
+	if isHelpArg(args[0]) {
+		if len(args) > 1 && !isHelpArg(args[1]) { // help connect → connect -h
+			return run(ctx, env, []string{args[1], "-h"})
 		}
+		usage(env.stdout)
 		return exitOK
+	}
+	if args[0] == "--version" || args[0] == "-version" {
+		args = []string{"version"}
 	}
 	for _, c := range commands {
 		if c.name != args[0] {
@@ -111,9 +123,9 @@ func usage(w io.Writer) {
 	fmt.Fprintln(w, "usage: molecule-relay <command> [flags]")
 	fmt.Fprintln(w)
 	for _, c := range commands {
-		fmt.Fprintf(w, "  %-9s %s\n", c.name, c.summary)
+		fmt.Fprintf(w, "  %-11s %s\n", c.name, c.summary)
 	}
 	fmt.Fprintln(w)
 	fmt.Fprintln(w, "Every flag mirrors an environment variable: --poll-interval is MOLECULE_POLL_INTERVAL,")
-	fmt.Fprintln(w, "--nats-url is NATS_URL. Run molecule-relay <command> -h for a command's flags.")
+	fmt.Fprintln(w, "--nats-url is NATS_URL. Run molecule-relay <command> -h for a command's flags and settings.")
 }

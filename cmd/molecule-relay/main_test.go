@@ -44,8 +44,8 @@ func TestUsageErrorsExit2(t *testing.T) {
 			t.Errorf("%v: exit %d, want %d; stderr %s", args, r.code, exitUsage, r.stderr)
 		}
 	}
-	if r := runCLI(t, nil, "help"); r.code != exitOK || !strings.Contains(r.stderr, "connect") {
-		t.Errorf("help: %d %q", r.code, r.stderr)
+	if r := runCLI(t, nil, "help"); r.code != exitOK || !strings.Contains(r.stdout, "connect") {
+		t.Errorf("help: %d %q", r.code, r.stdout)
 	}
 	if entries, err := os.ReadDir("."); err != nil || len(entries) != 0 {
 		t.Errorf("usage errors left %v behind (%v)", entries, err)

@@ -147,6 +147,10 @@ func orDash(s string) string {
 }
 
 func runDLQ(ctx context.Context, env *cliEnv, args []string) error {
+	if len(args) > 0 && isHelpArg(args[0]) {
+		printSubcommandHelp(env.stdout, "dlq", "list | show SEQ | replay SEQ | purge", dlqSubcommands, "dlq list")
+		return flag.ErrHelp
+	}
 	sub, seq, rest, err := dlqArgs(args)
 	if err != nil {
 		return err
@@ -206,7 +210,7 @@ func dlqArgs(args []string) (sub string, seq uint64, rest []string, err error) {
 		return "", 0, nil, usageError{fmt.Errorf("unknown dlq subcommand %q: list | show SEQ | replay SEQ | purge", sub)}
 	}
 	// Positional SEQ first, then flags.
-	if sub == "show" || sub == "replay" {
+	if (sub == "show" || sub == "replay") && (len(rest) == 0 || !isHelpArg(rest[0])) {
 		if len(rest) == 0 {
 			return "", 0, nil, usageError{fmt.Errorf("dlq %s needs a sequence number (see dlq list)", sub)}
 		}

@@ -19,6 +19,8 @@
 #                           PATH, installed with `go install` if missing)
 #   MOLECULE_RELAY_VERSION  the version `go install` takes (default latest)
 #   MOLECULE_RELAY_ARGS     extra flags for connect --once (e.g. --idle 2s)
+# With GITHUB_OUTPUT set (GitHub Actions), it writes the run's counts
+# there: answered, failed and dead-lettered.
 #
 # State: with no NATS_URL the relay runs an embedded NATS in
 # NATS_STORE_DIR (default .molecule-relay/nats). On an ephemeral runner that
@@ -51,11 +53,28 @@ if [ -z "$bin" ]; then
 	fi
 fi
 
+report=$(mktemp)
+trap 'rm -f "$report"' EXIT
 set +e
 # shellcheck disable=SC2086 # MOLECULE_RELAY_ARGS is a list of flags
-"$bin" connect --once ${MOLECULE_RELAY_ARGS:-}
+"$bin" connect --once ${MOLECULE_RELAY_ARGS:-} >"$report"
 code=$?
 set -e
+cat "$report"
+
+# The report's summary line: "handled N, replied N, dead-lettered N"; one
+# "FAILED ..." line per failure, one "error: ..." line per error tied to no
+# workspace.
+if [ -n "${GITHUB_OUTPUT:-}" ]; then
+	answered=$(sed -n 's/^handled [0-9]*, replied \([0-9]*\), dead-lettered [0-9]*$/\1/p' "$report")
+	dead=$(sed -n 's/^handled [0-9]*, replied [0-9]*, dead-lettered \([0-9]*\)$/\1/p' "$report")
+	failed=$(grep -c -e '^FAILED ' -e '^error: ' "$report" || true)
+	{
+		echo "answered=${answered:-0}"
+		echo "failed=${failed:-0}"
+		echo "dead-lettered=${dead:-0}"
+	} >>"$GITHUB_OUTPUT"
+fi
 
 case $code in
 0) echo "molecule-relay-once: every workspace polled and every message answered" >&2 ;;

@@ -77,9 +77,16 @@ func helm(t *testing.T) string {
 	return ""
 }
 
+// render renders the chart with the required values of
+// ci/example-values.yaml and set.
 func render(t *testing.T, h string, set ...string) ([]byte, error) {
 	t.Helper()
-	args := []string{"template", "rel", "../helm/molecule-relay", "--namespace", "molecule-relay"}
+	return renderWith(t, h, []string{"-f", "../helm/molecule-relay/ci/example-values.yaml"}, set...)
+}
+
+func renderWith(t *testing.T, h string, extra []string, set ...string) ([]byte, error) {
+	t.Helper()
+	args := append([]string{"template", "rel", "../helm/molecule-relay", "--namespace", "molecule-relay"}, extra...)
 	for _, s := range set {
 		args = append(args, "--set", s)
 	}
@@ -102,13 +109,19 @@ func TestHelmChartRendersValidManifests(t *testing.T) {
 		set   []string
 		kinds map[string]int
 	}{
-		{"defaults", nil, map[string]int{"Deployment": 2, "CronJob": 1}},
+		{"defaults", nil, map[string]int{"Deployment": 2, "CronJob": 1, "ServiceAccount": 1, "PodDisruptionBudget": 2}},
 		{"keda and a long-running poller", []string{"keda.enabled=true", "poller.mode=deployment"},
-			map[string]int{"Deployment": 3, "ScaledObject": 2}},
+			map[string]int{"Deployment": 3, "ScaledObject": 2, "ServiceAccount": 1, "PodDisruptionBudget": 2}},
 		{"image digest, replier off", []string{"image.digest=sha256:" + strings.Repeat("ab", 32), "replier.enabled=false", "keda.enabled=true"},
-			map[string]int{"Deployment": 1, "CronJob": 1, "ScaledObject": 1}},
+			map[string]int{"Deployment": 1, "CronJob": 1, "ScaledObject": 1, "ServiceAccount": 1, "PodDisruptionBudget": 1}},
 		{"workspaces on two tenants", []string{"platform.workspaceIds={" + tenantIDs + "}", "platform.urls={https://acme.moleculesai.app,https://globex.moleculesai.app}", "platform.orgIds={acme-org,globex-org}"},
-			map[string]int{"Deployment": 2, "CronJob": 1}},
+			map[string]int{"Deployment": 2, "CronJob": 1, "ServiceAccount": 1, "PodDisruptionBudget": 2}},
+		{"service monitor, scheduling, an existing account, no PDB", []string{"metrics.serviceMonitor.enabled=true", "poller.mode=deployment",
+			"serviceAccount.create=false", "serviceAccount.name=relay-sa", "podDisruptionBudget.enabled=false",
+			"nodeSelector.pool=agents", "dispatcher.nodeSelector.pool=gpu", "tolerations[0].key=dedicated", "tolerations[0].operator=Exists",
+			"topologySpreadConstraints[0].maxSkew=1", "topologySpreadConstraints[0].topologyKey=topology.kubernetes.io/zone",
+			"topologySpreadConstraints[0].whenUnsatisfiable=ScheduleAnyway"},
+			map[string]int{"Deployment": 3, "Service": 3, "ServiceMonitor": 1}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			out, err := render(t, h, tc.set...)
@@ -138,8 +151,8 @@ func TestHelmChartRendersValidManifests(t *testing.T) {
 			}
 		})
 	}
-	if _, err := render(t, h, "image.tag=latest"); err == nil || !strings.Contains(err.Error(), "not latest") {
-		t.Errorf("image.tag=latest rendered (err %v), want the chart to refuse it", err)
+	if _, err := render(t, h, "image.tag=latest"); err == nil {
+		t.Errorf("image.tag=latest rendered, want the chart to refuse it")
 	}
 	// As the relay exits 2 on a count mismatch, the chart refuses to render one.
 	if _, err := render(t, h, "platform.urls={https://acme.moleculesai.app,https://globex.moleculesai.app}"); err == nil || !strings.Contains(err.Error(), "pair by position") {
@@ -192,8 +205,83 @@ func TestStrictDecodeAndCheckRefuseBadManifests(t *testing.T) {
 			}
 		})
 	}
+	// Objects beside the Deployment that select nothing of the set, and a
+	// pod that mounts its account's token.
+	for name, extra := range map[string]string{
+		"PDB selecting no pod":          "apiVersion: policy/v1\nkind: PodDisruptionBudget\nmetadata: {name: x}\nspec:\n  maxUnavailable: 1\n  selector: {matchLabels: {app.kubernetes.io/component: nobody}}\n",
+		"Service selecting no pod":      "apiVersion: v1\nkind: Service\nmetadata: {name: x}\nspec:\n  selector: {app.kubernetes.io/component: nobody}\n  ports: [{name: http, port: 8080}]\n",
+		"ServiceMonitor selecting none": "apiVersion: monitoring.coreos.com/v1\nkind: ServiceMonitor\nmetadata: {name: x}\nspec:\n  selector: {matchLabels: {molecule-relay/metrics: \"true\"}}\n  endpoints: [{port: http}]\n",
+		"token mounted":                 "apiVersion: v1\nkind: ServiceAccount\nmetadata: {name: x}\n",
+	} {
+		objs, err := Decode(name, strings.NewReader(string(good)+"\n---\n"+extra))
+		if err != nil {
+			t.Fatalf("%s: %v", name, err)
+		}
+		if errs := Check(objs); len(errs) == 0 {
+			t.Errorf("%s: Check found nothing", name)
+		}
+	}
 	so := "apiVersion: keda.sh/v1alpha1\nkind: ScaledObject\nmetadata: {name: x}\nspec:\n  scaleTargetRef: {name: x}\n  minReplicas: 1\n  triggers: []\n"
 	if _, err := Decode("scaledobject", strings.NewReader(so)); err == nil {
 		t.Error("a ScaledObject with minReplicas (KEDA's field is minReplicaCount) decoded without error")
+	}
+}
+
+// A plain install, without the required values, fails naming them rather
+// than rendering a placeholder workspace; so does a misspelt value.
+func TestHelmChartRefusesMissingRequiredValues(t *testing.T) {
+	h := helm(t)
+	_, err := renderWith(t, h, nil)
+	if err == nil {
+		t.Fatal("the chart rendered without platform.url, platform.workspaceIds and secret.name")
+	}
+	for _, want := range []string{"platform", "url", "workspaceIds", "secret", "name"} {
+		if !strings.Contains(err.Error(), want) {
+			t.Errorf("error does not name %q: %v", want, err)
+		}
+	}
+	if _, err := render(t, h, "platform.workspaceIds={00000000-0000-0000-0000-000000000000}"); err == nil {
+		t.Error("the zero UUID rendered as a workspace id")
+	}
+	if _, err := render(t, h, "platfrom.url=https://x.example"); err == nil || !strings.Contains(err.Error(), "platfrom") {
+		t.Errorf("a misspelt top-level value rendered (err %v)", err)
+	}
+}
+
+// The dispatcher gets the platform URL and the workspace tokens while the
+// agent API is on (without them it answers 503), and neither when it is
+// off.
+func TestHelmDispatcherGetsTokensForTheAgentAPI(t *testing.T) {
+	h := helm(t)
+	envOf := func(set ...string) map[string]bool {
+		t.Helper()
+		out, err := render(t, h, set...)
+		if err != nil {
+			t.Fatal(err)
+		}
+		objs, err := Decode("helm template", bytes.NewReader(out))
+		if err != nil {
+			t.Fatal(err)
+		}
+		names := map[string]bool{}
+		for _, o := range objs {
+			if d, ok := o.Value.(*appsv1.Deployment); ok && strings.HasSuffix(d.Name, "-dispatcher") {
+				for _, e := range d.Spec.Template.Spec.Containers[0].Env {
+					names[e.Name] = true
+					if e.Name == "MOLECULE_AGENT_API_LISTEN" && e.Value != "off" {
+						t.Errorf("MOLECULE_AGENT_API_LISTEN=%q", e.Value)
+					}
+				}
+			}
+		}
+		return names
+	}
+	on := envOf()
+	if !on["MOLECULE_WORKSPACE_TOKENS"] || !on["MOLECULE_PLATFORM_URL"] || !on["MOLECULE_WORKSPACE_IDS"] || on["MOLECULE_AGENT_API_LISTEN"] {
+		t.Errorf("agent API on: dispatcher env %v; want the platform URL, ids and tokens", on)
+	}
+	off := envOf("dispatcher.agentApi=false")
+	if off["MOLECULE_WORKSPACE_TOKENS"] || !off["MOLECULE_AGENT_API_LISTEN"] {
+		t.Errorf("agent API off: dispatcher env %v; want no tokens and MOLECULE_AGENT_API_LISTEN=off", off)
 	}
 }

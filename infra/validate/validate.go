@@ -16,9 +16,11 @@ import (
 	"strings"
 
 	kedav1alpha1 "github.com/kedacore/keda/v2/apis/keda/v1alpha1"
+	monitoringv1 "github.com/prometheus-operator/prometheus-operator/pkg/apis/monitoring/v1"
 	appsv1 "k8s.io/api/apps/v1"
 	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
+	policyv1 "k8s.io/api/policy/v1"
 	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
 	"sigs.k8s.io/yaml"
 )
@@ -27,7 +29,9 @@ import (
 type Object struct {
 	Kind, Name string
 	// Value is a *appsv1.Deployment, *batchv1.CronJob, *corev1.Service,
-	// *corev1.ConfigMap or *kedav1alpha1.ScaledObject.
+	// *corev1.ConfigMap, *corev1.ServiceAccount,
+	// *policyv1.PodDisruptionBudget, *kedav1alpha1.ScaledObject or
+	// *monitoringv1.ServiceMonitor.
 	Value any
 }
 
@@ -39,7 +43,13 @@ var kinds = map[string]func() any{
 	"batch/v1/CronJob":              func() any { return new(batchv1.CronJob) },
 	"v1/Service":                    func() any { return new(corev1.Service) },
 	"v1/ConfigMap":                  func() any { return new(corev1.ConfigMap) },
+	"v1/ServiceAccount":             func() any { return new(corev1.ServiceAccount) },
+	"policy/v1/PodDisruptionBudget": func() any { return new(policyv1.PodDisruptionBudget) },
 	"keda.sh/v1alpha1/ScaledObject": func() any { return new(kedav1alpha1.ScaledObject) },
+	// The Prometheus Operator's type (github.com/prometheus-operator/
+	// prometheus-operator/pkg/apis/monitoring, v0.93: the last on the
+	// k8s.io/api minor this module uses).
+	"monitoring.coreos.com/v1/ServiceMonitor": func() any { return new(monitoringv1.ServiceMonitor) },
 }
 
 // Decode splits a multi-document YAML stream and decodes every non-empty

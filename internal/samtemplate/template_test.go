@@ -227,8 +227,9 @@ func TestTemplateFunctions(t *testing.T) {
 		t.Errorf("dispatcher MOLECULE_HANDLER_TIMEOUT = %#v", v)
 	}
 	// Least privilege: only the functions that talk to the platform can
-	// read the workspace tokens.
-	for id, wantTokens := range map[string]bool{"PollerFunction": true, "DispatcherFunction": false, "ReplierFunction": true} {
+	// read the workspace tokens: the poller, the replier, and the
+	// dispatcher for its agent API, under DispatcherAgentApiOn alone.
+	for id, wantTokens := range map[string]bool{"PollerFunction": true, "DispatcherFunction": true, "ReplierFunction": true} {
 		props := fns[id]["Properties"].(map[string]any)
 		_, hasEnv := samtemplate.Path(props, "Environment", "Variables", "MOLECULE_WORKSPACE_TOKENS_SECRET")
 		roleID, _ := samtemplate.Path(props, "Role", "Fn::GetAtt", "0")
@@ -239,6 +240,34 @@ func TestTemplateFunctions(t *testing.T) {
 		if !samtemplate.References(roles[roleID.(string)])["NatsCredsSecretArn"] {
 			t.Errorf("%s: role cannot read the NATS credentials", id)
 		}
+	}
+	dprops := fns["DispatcherFunction"]["Properties"].(map[string]any)
+	env, _ := samtemplate.Path(dprops, "Environment", "Variables", "MOLECULE_WORKSPACE_TOKENS_SECRET")
+	apiOff, _ := samtemplate.Path(dprops, "Environment", "Variables", "MOLECULE_AGENT_API_LISTEN")
+	droles, _ := samtemplate.Path(dprops, "Role", "Fn::GetAtt", "0")
+	if !samtemplate.References(env)["DispatcherAgentApiOn"] || !samtemplate.References(apiOff)["DispatcherAgentApiOn"] {
+		t.Errorf("dispatcher tokens %#v, MOLECULE_AGENT_API_LISTEN %#v: want both under DispatcherAgentApiOn", env, apiOff)
+	}
+	var tokenGrant any
+	var walk func(any)
+	walk = func(v any) {
+		switch c := v.(type) {
+		case map[string]any:
+			if iff, ok := c["Fn::If"].([]any); ok && len(iff) == 3 && iff[0] == "DispatcherAgentApiOn" {
+				tokenGrant = iff[1]
+			}
+			for _, e := range c {
+				walk(e)
+			}
+		case []any:
+			for _, e := range c {
+				walk(e)
+			}
+		}
+	}
+	walk(roles[droles.(string)])
+	if !samtemplate.References(tokenGrant)["WorkspaceTokensSecretArn"] {
+		t.Errorf("the dispatcher role's token grant is not conditional on DispatcherAgentApiOn: %#v", tokenGrant)
 	}
 }
 

@@ -1,12 +1,14 @@
 package config
 
 import (
+	"encoding"
 	"errors"
 	"flag"
 	"fmt"
 	"reflect"
 	"sort"
 	"strings"
+	"time"
 
 	"github.com/caarlos0/env/v11"
 
@@ -87,14 +89,14 @@ func Load(flags *Flags, environ []string) (*Config, error) {
 	}
 	cfg := codeDefaults()
 	if err := env.ParseWithOptions(&cfg, env.Options{Environment: m}); err != nil {
-		return nil, flags.describe(err)
+		return nil, flags.describe(err, m)
 	}
 	cfg.NATS.SetDefaults()
 	return &cfg, nil
 }
 
 // describe rewrites env's errors so they name the variable, not the Go field.
-func (f *Flags) describe(err error) error {
+func (f *Flags) describe(err error, values map[string]string) error {
 	var agg env.AggregateError
 	if !errors.As(err, &agg) {
 		return fmt.Errorf("%w: %v", ErrInvalid, err)
@@ -104,7 +106,7 @@ func (f *Flags) describe(err error) error {
 		var pe env.ParseError
 		if errors.As(e, &pe) && f != nil {
 			if name, ok := f.fieldEnv[pe.Name]; ok {
-				msgs = append(msgs, fmt.Sprintf("%s (--%s): %v", name, f.flagOfEnv[name], pe.Err))
+				msgs = append(msgs, fmt.Sprintf("%s (--%s): %v", name, f.flagOfEnv[name], inOurWords(pe.Type, values[name], pe.Err)))
 				continue
 			}
 		}
@@ -129,4 +131,22 @@ func codeDefault(name string) (string, bool) {
 		return "", false
 	}
 	return fmt.Sprint(v.Interface()), true
+}
+
+// inOurWords says what is wrong with value and what is accepted, in place
+// of the parser's own words ("strconv.ParseBool: parsing "yes": invalid
+// syntax").
+func inOurWords(t reflect.Type, value string, err error) error {
+	if t == nil || reflect.PointerTo(t).Implements(reflect.TypeFor[encoding.TextUnmarshaler]()) {
+		return err // a type with its own parser (Seconds) says it best
+	}
+	switch {
+	case t == reflect.TypeOf(time.Duration(0)):
+		return fmt.Errorf("%q is not a duration; use a number and a unit, like 500ms, 5s or 1m", value)
+	case t.Kind() == reflect.Bool:
+		return fmt.Errorf("%q is not a boolean; use true or false", value)
+	case t.Kind() >= reflect.Int && t.Kind() <= reflect.Uint64:
+		return fmt.Errorf("%q is not a whole number", value)
+	}
+	return err
 }

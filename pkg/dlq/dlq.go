@@ -39,18 +39,18 @@ const UnknownWorkspace = "_unknown"
 // Entry is one dead letter as stored.
 type Entry struct {
 	// Seq is the dead letter's sequence in events.StreamDLQ.
-	Seq uint64
+	Seq uint64 `json:"seq"`
 	// Subject is the dead letter's subject, molecule.dlq.<stage>.<ws>.
-	Subject string
+	Subject string `json:"subject"`
 	// Stored is when the dead letter was stored.
-	Stored time.Time
+	Stored time.Time `json:"stored"`
 	// DeadLetter is the decoded dead letter; nil when it could not be
 	// decoded (DecodeError says why, Raw holds the bytes).
-	DeadLetter *events.DeadLetter
+	DeadLetter *events.DeadLetter `json:"dead_letter,omitempty"`
 	// DecodeError is set when DeadLetter is nil.
-	DecodeError string
+	DecodeError string `json:"decode_error,omitempty"`
 	// Raw is the stored message body.
-	Raw []byte
+	Raw []byte `json:"raw"`
 }
 
 // Filter selects dead letters. Zero fields match everything.

@@ -11,6 +11,7 @@ import (
 	"fmt"
 	"io"
 	"mime"
+	"strings"
 
 	"github.com/molecule-ai/molecule-relay/pkg/events"
 )
@@ -85,4 +86,15 @@ func textOf(a Answer, err error) (string, error) {
 		return "", err
 	}
 	return a.Text, nil
+}
+
+// looksLikeAnswer says whether out is a valid structured answer with at
+// least one of its keys: output a text-mode handler probably meant as one.
+func looksLikeAnswer(out string) bool {
+	out = strings.TrimSpace(out)
+	if !strings.HasPrefix(out, "{") {
+		return false
+	}
+	_, err := ParseAnswer([]byte(out))
+	return err == nil
 }

@@ -10,6 +10,7 @@ import (
 	"os/exec"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 )
 
@@ -75,6 +76,8 @@ type execHandler struct {
 	path    string
 	args    []string
 	opts    Options
+	// warned: the text-mode hint about a structured answer was logged.
+	warned atomic.Bool
 }
 
 // NewExec returns the exec: handler. Each call runs program with args
@@ -125,6 +128,13 @@ func (h *execHandler) Handle(ctx context.Context, req *Request) (string, error) 
 func (h *execHandler) Answer(ctx context.Context, req *Request) (Answer, error) {
 	out, err := h.run(ctx, req)
 	if err != nil || !h.opts.AnswerJSON {
+		if err == nil && looksLikeAnswer(out) && !h.warned.Swap(true) {
+			// Answers are read as they are configured, never guessed at; a
+			// program printing exactly the answer's shape most likely
+			// needs the setting, so say which (once).
+			loggerOf(req).Warn("exec handler printed what looks like a structured answer; it is posted as text. Set MOLECULE_HANDLER_ANSWER=json (--handler-answer json) to read it as one",
+				"program", h.program)
+		}
 		return Answer{Text: out}, err
 	}
 	a, err := ParseAnswer([]byte(out))

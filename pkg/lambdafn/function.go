@@ -119,7 +119,10 @@ type Result struct {
 type Function struct {
 	stage   Stage
 	environ []string
-	log     *slog.Logger
+	log     *slog.Logger // the function's own lines, with its "stage"
+	// rtLog is the runtime's logger, without a "stage": the runtime names
+	// each stage on its lines (twice otherwise).
+	rtLog *slog.Logger
 
 	mu  sync.Mutex
 	cfg *config.Config
@@ -138,7 +141,7 @@ type Function struct {
 // New builds a Function; nothing is read or dialled until the first
 // invocation.
 func New(stage Stage, environ []string, log *slog.Logger) *Function {
-	return &Function{stage: stage, environ: environ, log: log}
+	return &Function{stage: stage, environ: environ, log: log.With("stage", string(stage)), rtLog: log}
 }
 
 // load reads the configuration once per execution environment, and the
@@ -232,7 +235,7 @@ func (f *Function) connect(ctx context.Context, res *Result) error {
 			res.Redialled = true
 		}
 	}
-	rt, err := relay.OpenStages(ctx, f.cfg, f.log, f.stage.stages())
+	rt, err := relay.OpenStages(ctx, f.cfg, f.rtLog, f.stage.stages())
 	if err != nil {
 		return &ConnectError{err}
 	}
@@ -282,7 +285,7 @@ func (f *Function) Invoke(ctx context.Context, _ json.RawMessage) (*Result, erro
 	if err != nil {
 		return nil, err
 	}
-	f.log.Info("invocation done", "stage", f.stage, "published", res.Published, "handled", res.Handled,
+	f.log.Info("invocation done", "published", res.Published, "handled", res.Handled,
 		"replied", res.Replied, "dead_lettered", res.DeadLettered, "woken", res.Woken, "warm", res.Warm, "redialled", res.Redialled)
 	return res, nil
 }

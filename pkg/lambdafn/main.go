@@ -25,7 +25,7 @@ import (
 func Main(stage Stage) int {
 	if os.Getenv("AWS_LAMBDA_RUNTIME_API") != "" {
 		log, setRequestID := lambdaLogger(os.Stderr, os.Getenv)
-		fn := New(stage, os.Environ(), log.With("stage", string(stage)))
+		fn := New(stage, os.Environ(), log)
 		fn.setRequestID = setRequestID
 		lambda.StartWithOptions(fn.Invoke, lambda.WithEnableSIGTERM(fn.Close))
 		return 0
@@ -72,7 +72,9 @@ func worker(ctx context.Context, stage Stage, args, environ []string, stdout, st
 		fmt.Fprintf(stderr, "%s: %v\n", stage, err)
 		return 2
 	}
-	log := cfg.NewLogger(stderr).With("stage", string(stage))
+	// The runtime names each stage on its lines; a "stage" here would show
+	// twice.
+	log := cfg.NewLogger(stderr)
 	rt, err := relay.OpenStages(ctx, cfg, log, stage.stages())
 	if err != nil {
 		fmt.Fprintf(stderr, "%s: %v\n", stage, err)

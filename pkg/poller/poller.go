@@ -149,57 +149,60 @@ func New(js jetstream.JetStream, topo *events.Topology, cfg Config) (*Poller, er
 
 // WorkspaceResult is what one poll cycle of one workspace did.
 type WorkspaceResult struct {
-	WorkspaceID string
+	WorkspaceID string `json:"workspace_id"`
 	// Generation is the platform generation known after the cycle.
-	Generation molecule.Generation
+	Generation molecule.Generation `json:"-"`
 	// Registered is true when this cycle registered the workspace.
-	Registered bool
+	Registered bool `json:"registered"`
 	// Heartbeat is true when this cycle sent a heartbeat the platform
 	// accepted.
-	Heartbeat bool
+	Heartbeat bool `json:"heartbeat"`
 	// Fetched counts rows read from the feed, overlap re-reads included.
-	Fetched int
+	Fetched int `json:"fetched"`
 	// Published counts new messages JetStream stored; Duplicates those it
 	// dropped as already published (PubAck.Duplicate).
-	Published  int
-	Duplicates int
+	Published  int `json:"published"`
+	Duplicates int `json:"duplicates"`
 	// Skipped counts rows passed without publishing, by Skip* reason.
-	Skipped map[string]int
+	Skipped map[string]int `json:"skipped,omitempty"`
 	// Malformed counts rows that could not be parsed; each went to the
 	// dead-letter stream and the cursor passed it.
-	Malformed int
+	Malformed int `json:"malformed"`
 	// Overlap is true when the overlap re-read ran.
-	Overlap bool
+	Overlap bool `json:"overlap"`
 	// RateLimited counts 429 answers met (and waited out).
-	RateLimited int
+	RateLimited int `json:"rate_limited"`
 	// Cursor is the activity id the cursor points at after the cycle.
-	Cursor string
+	Cursor string `json:"cursor"`
 	// More: the fetch stopped after a full batch (Config.BatchRows); rows
 	// are left after the cursor.
-	More bool
+	More bool `json:"more"`
 	// Paused: the workspace is paused; nothing was fetched.
-	Paused bool
+	Paused bool `json:"paused"`
 	// Removed: the workspace was deleted on the platform.
-	Removed bool
+	Removed bool `json:"removed"`
 	// Stopped: polling this workspace cannot go on (removed, token
 	// rejected, OLD platform) until an operator acts; Run stops its loop.
-	Stopped bool
+	Stopped bool `json:"stopped"`
 	// Err is the cycle's failure, nil on success.
-	Err error
+	Err error `json:"-"`
 
 	// published are the rows JetStream acknowledged in this cycle, for
 	// the cursor's recent set.
 	published []recentID
 }
 
-// MarshalJSON renders the result with Generation as "new"/"old"/"unknown"
-// and Err as its message (for `poll --once --json` and Lambda answers).
+// MarshalJSON renders the result with snake_case keys, like every JSON the
+// relay prints, Generation as "new"/"old"/"unknown" and Err as its message
+// "error" (for `poll --once --json` and Lambda answers). Earlier builds
+// used the Go field names (WorkspaceID, Fetched, Err); see the README's
+// CI one-shot section for readers of both.
 func (r WorkspaceResult) MarshalJSON() ([]byte, error) {
 	type plain WorkspaceResult
 	out := struct {
 		plain
-		Generation string `json:"Generation"`
-		Err        string `json:"Err,omitempty"`
+		Generation string `json:"generation"`
+		Err        string `json:"error,omitempty"`
 	}{plain: plain(r), Generation: r.Generation.String()}
 	if r.Err != nil {
 		out.Err = r.Err.Error()
@@ -210,7 +213,7 @@ func (r WorkspaceResult) MarshalJSON() ([]byte, error) {
 // Result is what RunOnce did, one entry per configured workspace, in
 // configuration order.
 type Result struct {
-	Workspaces []WorkspaceResult
+	Workspaces []WorkspaceResult `json:"workspaces"`
 }
 
 // Err joins the failures of every workspace (nil if none failed), each

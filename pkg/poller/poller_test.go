@@ -473,7 +473,7 @@ func TestResultJSONShowsErrorAndGeneration(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if s := string(b); !strings.Contains(s, `"Err":"boom"`) || !strings.Contains(s, `"Generation":"old"`) || !strings.Contains(s, `"WorkspaceID":"w"`) {
+	if s := string(b); !strings.Contains(s, `"error":"boom"`) || !strings.Contains(s, `"generation":"old"`) || !strings.Contains(s, `"workspace_id":"w"`) {
 		t.Fatalf("json: %s", b)
 	}
 }

@@ -115,8 +115,10 @@ func Open(js jetstream.JetStream, target Target, cfg *Config, ackWait time.Durat
 	if err := cfg.Validate(ackWait); err != nil {
 		return nil, err
 	}
-	r := &Runner{js: js, target: target, cfg: *cfg, admit: admit, maxDeliver: maxDeliver,
-		log: cfg.Logger.With("stage", target.Stage)}
+	// The one place a stage's "stage" attribute is added: the caller's
+	// logger must not carry one (it would show twice on every line).
+	cfg.Logger = cfg.Logger.With("stage", target.Stage)
+	r := &Runner{js: js, target: target, cfg: *cfg, admit: admit, maxDeliver: maxDeliver, log: cfg.Logger}
 	r.process = Chain(process, r.counting, r.withMetadata, r.keepingAlive)
 	return r, nil
 }

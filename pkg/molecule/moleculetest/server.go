@@ -19,6 +19,7 @@ import (
 	"context"
 	"encoding/json"
 	"math/rand/v2"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"sync"
@@ -112,6 +113,11 @@ func WithRequestLogLimit(n int) Option {
 // WithAsyncRows). If not set, 1.
 func WithSeed(seed uint64) Option { return func(s *Server) { s.seed = seed } }
 
+// WithListener serves the double on l instead of a new listener on a random
+// 127.0.0.1 port, so that a standalone emulator can keep a known address;
+// the Server closes l. If not set, a random port on 127.0.0.1.
+func WithListener(l net.Listener) Option { return func(s *Server) { s.listener = l } }
+
 // Server is the platform double.
 type Server struct {
 	// configuration, fixed after NewServer
@@ -124,6 +130,7 @@ type Server struct {
 	pushTimeout  time.Duration
 	reqLimit     int // -1 off, 0 unlimited
 	seed         uint64
+	listener     net.Listener
 
 	ts     *httptest.Server
 	url    string
@@ -190,7 +197,12 @@ func NewServer(opts ...Option) *Server {
 	s.ctx, s.cancel = context.WithCancel(context.Background())
 	s.client = &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 64}}
 	s.pushClient = &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 64}}
-	s.ts = httptest.NewServer(http.HandlerFunc(s.serveHTTP))
+	s.ts = httptest.NewUnstartedServer(http.HandlerFunc(s.serveHTTP))
+	if s.listener != nil {
+		s.ts.Listener.Close()
+		s.ts.Listener = s.listener
+	}
+	s.ts.Start()
 	s.url = s.ts.URL
 	return s
 }

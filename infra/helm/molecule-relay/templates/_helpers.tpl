@@ -38,7 +38,9 @@ app.kubernetes.io/component: {{ .component }}
 - {name: MOLECULE_STREAM_REPLICAS, value: {{ .root.Values.nats.streamReplicas | quote }}}
 - {name: MOLECULE_TOPOLOGY, value: {{ .root.Values.nats.topology | quote }}}
 - {name: MOLECULE_LOG_FORMAT, value: {{ .root.Values.logFormat | quote }}}
-{{- if ne .component "dispatcher" }}
+{{- /* The dispatcher needs the platform only for the agent API (interim
+messages, peers, asking a peer): without the tokens those answer 503. */ -}}
+{{- if or (ne .component "dispatcher") .root.Values.dispatcher.agentApi }}
 - {name: MOLECULE_PLATFORM_URL, value: {{ .root.Values.platform.url | quote }}}
 - {name: MOLECULE_WORKSPACE_IDS, value: {{ join "," .root.Values.platform.workspaceIds | quote }}}
 - name: MOLECULE_WORKSPACE_TOKENS
@@ -112,5 +114,44 @@ workspaceIds; a count mismatch fails the render, as the relay would exit 2. */}}
 {{- if ne (len .) $n }}{{ fail (printf "platform.orgIds has %d entries for %d platform.workspaceIds; they pair by position" (len .) $n) }}{{ end }}
 {{- if and $.Values.platform.orgId (not (has $.Values.platform.orgId .)) }}{{ fail "platform.orgId must be one of platform.orgIds (or empty) when platform.orgIds is set" }}{{ end }}
 - {name: MOLECULE_ORG_IDS, value: {{ join "," . | quote }}}
+{{- end }}
+{{- end }}
+
+
+{{/* The ServiceAccount the pods run under. */}}
+{{- define "molecule-relay.serviceAccountName" -}}
+{{- if .Values.serviceAccount.create -}}
+{{ default .Release.Name .Values.serviceAccount.name | trunc 63 | trimSuffix "-" }}
+{{- else -}}
+{{ default "default" .Values.serviceAccount.name }}
+{{- end -}}
+{{- end }}
+
+{{/* Pod-spec fields shared by every stage: account and scheduling. A
+stage's own nodeSelector, tolerations, affinity or
+topologySpreadConstraints replace the global ones; a spread constraint
+without a labelSelector gets the stage's. */}}
+{{- define "molecule-relay.podSpec" -}}
+{{- $v := .root.Values -}}
+serviceAccountName: {{ include "molecule-relay.serviceAccountName" .root }}
+# The relay never calls the Kubernetes API.
+automountServiceAccountToken: false
+{{- with (default $v.nodeSelector .stage.nodeSelector) }}
+nodeSelector:
+  {{- toYaml . | nindent 2 }}
+{{- end }}
+{{- with (default $v.tolerations .stage.tolerations) }}
+tolerations:
+  {{- toYaml . | nindent 2 }}
+{{- end }}
+{{- with (default $v.affinity .stage.affinity) }}
+affinity:
+  {{- toYaml . | nindent 2 }}
+{{- end }}
+{{- with (default $v.topologySpreadConstraints .stage.topologySpreadConstraints) }}
+topologySpreadConstraints:
+{{- range . }}
+  - {{ toYaml (merge (dict) . (dict "labelSelector" (dict "matchLabels" (include "molecule-relay.selector" $ | fromYaml)))) | nindent 4 | trim }}
+{{- end }}
 {{- end }}
 {{- end }}
