@@ -78,7 +78,7 @@ type conversationSummary struct {
 }
 
 func historyList(ctx context.Context, env *cliEnv, js jetstream.JetStream, topo *events.Topology, ws string, asJSON bool) error {
-	convs, err := memory.Conversations(ctx, topo, ws)
+	convs, err := memory.Conversations(ctx, js, topo, ws)
 	if err != nil {
 		return err
 	}

@@ -19,7 +19,7 @@ import (
 // Conversations lists the conversations of workspace that hold turns,
 // sorted: those of the stream and those the history bucket of an earlier
 // version still holds.
-func Conversations(ctx context.Context, topo *events.Topology, workspace string) ([]string, error) {
+func Conversations(ctx context.Context, js jetstream.JetStream, topo *events.Topology, workspace string) ([]string, error) {
 	set := map[string]bool{}
 	if topo.Memory != nil {
 		filter := events.MemoryWorkspaceSubjects(workspace)
@@ -29,9 +29,16 @@ func Conversations(ctx context.Context, topo *events.Topology, workspace string)
 		}
 		prefix := strings.TrimSuffix(filter, ">")
 		for subj, n := range info.State.Subjects {
-			if n > 0 {
-				set[strings.TrimPrefix(subj, prefix)] = true
+			conv := strings.TrimPrefix(subj, prefix)
+			if n == 1 {
+				// Maybe only the marker a forget left.
+				if _, ok, err := readStream(ctx, js, topo, workspace, conv); err != nil {
+					return nil, err
+				} else if !ok {
+					continue
+				}
 			}
+			set[conv] = true
 		}
 	}
 	if topo.History != nil {
@@ -61,28 +68,34 @@ func Conversations(ctx context.Context, topo *events.Topology, workspace string)
 // first and each once (or, for a conversation not carried over yet, the
 // history bucket's); ok is false when it has none.
 func Read(ctx context.Context, js jetstream.JetStream, topo *events.Topology, workspace, conversation string) (turns []handler.Turn, ok bool, err error) {
-	if topo.Memory != nil {
-		info := topo.Memory.CachedInfo()
-		g := newDirectGetter(js.Conn(), info.Config.Name, batchOf(info.Config.MaxMsgsPerSubject))
-		defer g.close()
-		if turns, err = g.turns(ctx, events.MemorySubject(workspace, conversation)); err != nil {
-			return nil, false, err
-		}
-		if len(turns) > 0 {
-			return turns, true, nil
-		}
+	if turns, ok, err = readStream(ctx, js, topo, workspace, conversation); err != nil || ok {
+		return turns, ok, err
 	}
 	return readLegacy(ctx, topo.History, workspace, conversation)
 }
 
+// readStream is Read of the stream alone.
+func readStream(ctx context.Context, js jetstream.JetStream, topo *events.Topology, workspace, conversation string) ([]handler.Turn, bool, error) {
+	if topo.Memory == nil {
+		return nil, false, nil
+	}
+	info := topo.Memory.CachedInfo()
+	g := newDirectGetter(js.Conn(), info.Config.Name, batchOf(info.Config.MaxMsgsPerSubject))
+	defer g.close()
+	turns, err := g.turns(ctx, events.MemorySubject(workspace, conversation))
+	return turns, len(turns) > 0, err
+}
+
 // Forget erases one conversation of workspace, or all of them when
-// conversation is "", from the stream and from the history bucket of an
-// earlier version, and returns the conversations erased.
+// conversation is "", from the stream (a purge of its subject, then a
+// forget marker for the stages that hold it in their read cache) and from
+// the history bucket of an earlier version, and returns the conversations
+// erased.
 func Forget(ctx context.Context, js jetstream.JetStream, topo *events.Topology, workspace, conversation string) ([]string, error) {
 	convs := []string{conversation}
 	if conversation == "" {
 		var err error
-		if convs, err = Conversations(ctx, topo, workspace); err != nil {
+		if convs, err = Conversations(ctx, js, topo, workspace); err != nil {
 			return nil, err
 		}
 	} else if _, ok, err := Read(ctx, js, topo, workspace, conversation); err != nil {
@@ -93,7 +106,14 @@ func Forget(ctx context.Context, js jetstream.JetStream, topo *events.Topology, 
 	var done []string
 	for _, c := range convs {
 		if topo.Memory != nil {
-			if err := topo.Memory.Purge(ctx, jetstream.WithPurgeSubject(events.MemorySubject(workspace, c))); err != nil {
+			subj := events.MemorySubject(workspace, c)
+			if err := topo.Memory.Purge(ctx, jetstream.WithPurgeSubject(subj)); err != nil {
+				return done, fmt.Errorf("memory: forget %s of %s: %w", c, workspace, err)
+			}
+			// Running stages read a conversation from the last message
+			// they hold on (readcache.go) and cannot see a purge: the
+			// marker tells them to drop what they hold.
+			if _, err := js.Publish(ctx, subj, forgetMarker, jetstream.WithExpectStream(topo.Memory.CachedInfo().Config.Name)); err != nil {
 				return done, fmt.Errorf("memory: forget %s of %s: %w", c, workspace, err)
 			}
 		}

@@ -81,27 +81,60 @@ func (g *directGetter) close() {
 	}
 }
 
-// turns returns the turns of every message on subject, oldest first, each
-// turn once (the first of any with the same non-empty ActivityID and
-// Role). A message that is not a list of turns is skipped.
-func (g *directGetter) turns(ctx context.Context, subject string) ([]handler.Turn, error) {
+// record is one stored message of a conversation, decoded: its turns
+// and each one's size as stored (compact JSON), or a forget marker.
+type record struct {
+	turns  []handler.Turn
+	sizes  []int
+	forget bool
+}
+
+// decodeRecord decodes a stored message. ok is false for one that is
+// neither a list of turns nor a forget marker (skipped).
+func decodeRecord(data []byte) (r record, ok bool) {
+	if isForgetMarker(data) {
+		return record{forget: true}, true
+	}
+	var raws []json.RawMessage
+	if json.Unmarshal(data, &raws) != nil {
+		return record{}, false
+	}
+	r.turns = make([]handler.Turn, 0, len(raws))
+	r.sizes = make([]int, 0, len(raws))
+	for _, raw := range raws {
+		var t handler.Turn
+		if json.Unmarshal(raw, &t) != nil {
+			continue
+		}
+		r.turns = append(r.turns, t)
+		r.sizes = append(r.sizes, len(raw))
+	}
+	return r, true
+}
+
+// records returns the messages on subject from seq on (from its first
+// when seq is 0), oldest first, decoded, and the sequence of the last one
+// (0 when there is none).
+func (g *directGetter) records(ctx context.Context, subject string, seq uint64) ([]record, uint64, error) {
 	if _, ok := ctx.Deadline(); !ok {
 		var cancel context.CancelFunc
 		ctx, cancel = context.WithTimeout(ctx, readTimeout)
 		defer cancel()
 	}
-	var out []handler.Turn
-	var seq uint64
+	var out []record
+	var lastSeq uint64
 	for {
 		datas, last, err := g.batchFrom(ctx, subject, seq)
 		if err != nil {
-			return nil, err
+			return nil, 0, err
 		}
 		for _, d := range datas {
-			var ts []handler.Turn
-			if json.Unmarshal(d, &ts) == nil {
-				out = append(out, ts...)
+			if r, ok := decodeRecord(d); ok {
+				out = append(out, r)
 			}
+		}
+		if last != 0 {
+			lastSeq = last
 		}
 		// A batch is one more than the stream keeps of a subject, so a
 		// full one means the bound was raised after this reader learned
@@ -110,10 +143,35 @@ func (g *directGetter) turns(ctx context.Context, subject string) ([]handler.Tur
 		// sent, nats-server v2.15.2 stream.go getDirectRequest, so it
 		// cannot say.)
 		if len(datas) < g.batch || last == 0 {
-			return dedupe(out), nil
+			return out, lastSeq, nil
 		}
 		seq = last + 1
 	}
+}
+
+// turns returns the turns of every message on subject, oldest first, each
+// turn once (the first of any with the same non-empty ActivityID and
+// Role), none of those before a forget marker.
+func (g *directGetter) turns(ctx context.Context, subject string) ([]handler.Turn, error) {
+	recs, _, err := g.records(ctx, subject, 0)
+	if err != nil {
+		return nil, err
+	}
+	var out []handler.Turn
+	for _, r := range afterForget(recs) {
+		out = append(out, r.turns...)
+	}
+	return dedupe(out), nil
+}
+
+// afterForget is recs from the last forget marker on (without it).
+func afterForget(recs []record) []record {
+	for i := len(recs) - 1; i >= 0; i-- {
+		if recs[i].forget {
+			return recs[i+1:]
+		}
+	}
+	return recs
 }
 
 // batchFrom asks for up to a batch of subject's messages from seq on and

@@ -82,6 +82,7 @@ type Store struct {
 	get    *directGetter
 	legacy jetstream.KeyValue // events.BucketHistory of an earlier version, or nil
 	cfg    Config
+	cache  readCache
 }
 
 // New returns the Store over the topology's memory stream (and, where an
@@ -131,16 +132,18 @@ func (s *Store) Load(ctx context.Context, workspace, conversation string) ([]han
 	if s == nil {
 		return nil, nil
 	}
-	turns, err := s.get.turns(ctx, events.MemorySubject(workspace, conversation))
+	recs, err := s.records(ctx, events.MemorySubject(workspace, conversation))
 	if err != nil {
 		return nil, err
 	}
+	turns := turnsOf(recs, s.cfg.Turns, s.cfg.MaxBytes)
 	if len(turns) == 0 && s.legacy != nil {
 		if turns, err = s.carryOver(ctx, workspace, conversation); err != nil {
 			return nil, err
 		}
+		return s.bound(turns), nil
 	}
-	return s.bound(turns), nil
+	return turns, nil
 }
 
 // Seed stores turns as a conversation's start, only if it has no turns

@@ -63,7 +63,7 @@ func TestOldHistoryBucketIsReadThroughAndCarriedOver(t *testing.T) {
 		t.Errorf("the memory stream holds %d messages, want the carried-over list and the new pair", n)
 	}
 
-	convs, err := memory.Conversations(ctx, p.Topo, ws)
+	convs, err := memory.Conversations(ctx, p.JS, p.Topo, ws)
 	if want := []string{events.ConversationCanvas, "peer-p1"}; err != nil || !equal(convs, want) {
 		t.Errorf("conversations %q, %v; want %q", convs, err, want)
 	}
@@ -74,7 +74,7 @@ func TestOldHistoryBucketIsReadThroughAndCarriedOver(t *testing.T) {
 	if err != nil || len(done) != 2 {
 		t.Fatalf("forget all: %q, %v", done, err)
 	}
-	if convs, err := memory.Conversations(ctx, p.Topo, ws); err != nil || len(convs) != 0 {
+	if convs, err := memory.Conversations(ctx, p.JS, p.Topo, ws); err != nil || len(convs) != 0 {
 		t.Errorf("after forget: %q, %v", convs, err)
 	}
 	if got, err := s.Load(ctx, ws, events.ConversationCanvas); err != nil || len(got) != 0 {
