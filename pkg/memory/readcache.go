@@ -3,6 +3,7 @@ package memory
 import (
 	"bytes"
 	"context"
+	"fmt"
 	"sync"
 	"time"
 
@@ -48,8 +49,27 @@ func isForgetMarker(data []byte) bool { return bytes.Equal(data, forgetMarker) }
 
 type readCache struct {
 	mu    sync.Mutex
-	m     map[string]*cachedConv
+	m     map[string]*convState
 	bytes int
+}
+
+// convState is one conversation in a Store's cache: what it last read,
+// and the reads under way. Reads of one conversation run one at a time:
+// a Load that finds one under way joins the next one, which starts once
+// that one ends, so it still sees every write that ended before it began,
+// and a burst of Loads of one conversation (64 dispatcher workers) costs
+// a read or two in flight, each asking for what is new since the last.
+type convState struct {
+	entry    *cachedConv // nil until read, or after a read failed
+	inflight *flight
+	next     *flight // joined by the Loads that found inflight under way
+}
+
+// flight is one read of a conversation and the Loads waiting for it.
+type flight struct {
+	done chan struct{}
+	recs []record
+	err  error
 }
 
 // cachedConv is the kept messages of one conversation, as last read.
@@ -66,25 +86,84 @@ type cachedConv struct {
 func (s *Store) records(ctx context.Context, subject string) ([]record, error) {
 	c := &s.cache
 	c.mu.Lock()
-	e := c.m[subject]
+	if c.m == nil || len(c.m) >= maxCachedConversations || c.bytes > maxCachedBytes {
+		c.m, c.bytes = make(map[string]*convState), 0 // reads under way finish on their own state
+	}
+	st := c.m[subject]
+	if st == nil {
+		st = &convState{}
+		c.m[subject] = st
+	}
+	if st.inflight == nil {
+		f := &flight{done: make(chan struct{})}
+		st.inflight = f
+		c.mu.Unlock()
+		s.fly(ctx, subject, st, f)
+		return f.recs, f.err
+	}
+	f, prev, lead := st.next, st.inflight, false
+	if f == nil {
+		f, lead = &flight{done: make(chan struct{})}, true
+		st.next = f
+	}
 	c.mu.Unlock()
+	if lead {
+		// prev ends (its read has a deadline) and hands inflight to f.
+		<-prev.done
+		s.fly(ctx, subject, st, f)
+		return f.recs, f.err
+	}
+	select {
+	case <-f.done:
+		return f.recs, f.err
+	case <-ctx.Done():
+		return nil, fmt.Errorf("memory: read %s: %w", subject, ctx.Err())
+	}
+}
+
+// fly runs f, the read of subject under way, keeps what it read in st,
+// hands inflight to the next read (if any Load waits for one) and
+// releases f's Loads.
+func (s *Store) fly(ctx context.Context, subject string, st *convState, f *flight) {
+	c := &s.cache
+	c.mu.Lock()
+	e := st.entry
+	c.mu.Unlock()
+	var next *cachedConv
+	f.recs, next, f.err = s.read(ctx, subject, e)
+	c.mu.Lock()
+	if e != nil {
+		c.bytes -= e.bytes
+	}
+	st.entry = next // nil after a failure: read in full next time
+	if next != nil {
+		c.bytes += next.bytes
+	}
+	st.inflight, st.next = st.next, nil
+	c.mu.Unlock()
+	close(f.done)
+}
+
+// read reads subject in full, or from e (a fresh entry) on, and returns
+// the records the stream keeps and the entry to keep (nil for none).
+func (s *Store) read(ctx context.Context, subject string, e *cachedConv) ([]record, *cachedConv, error) {
 	if e == nil || time.Since(e.read) > cacheFor {
 		recs, last, err := s.get.records(ctx, subject, 0)
 		if err != nil {
-			return nil, err
+			return nil, nil, err
 		}
 		recs = s.keep(afterForget(recs))
-		if last != 0 {
-			c.put(subject, e, &cachedConv{recs: recs, last: last, read: time.Now(), bytes: sizeOf(recs)})
+		if last == 0 {
+			return recs, nil, nil
 		}
-		return recs, nil
+		return recs, &cachedConv{recs: recs, last: last, read: time.Now(), bytes: sizeOf(recs)}, nil
 	}
 	fresh, last, err := s.get.records(ctx, subject, e.last+1)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	if len(fresh) == 0 {
-		return e.recs, nil
+		return e.recs, e, nil
 	}
 	var recs []record
 	if i := lastForget(fresh); i >= 0 {
@@ -93,8 +172,7 @@ func (s *Store) records(ctx context.Context, subject string) ([]record, error) {
 		recs = append(e.recs[:len(e.recs):len(e.recs)], fresh...)
 	}
 	recs = s.keep(recs)
-	c.put(subject, e, &cachedConv{recs: recs, last: last, read: e.read, bytes: sizeOf(recs)})
-	return recs, nil
+	return recs, &cachedConv{recs: recs, last: last, read: e.read, bytes: sizeOf(recs)}, nil
 }
 
 // keep is the newest recs the stream keeps of a subject.
@@ -112,24 +190,6 @@ func lastForget(recs []record) int {
 		}
 	}
 	return -1
-}
-
-// put replaces old (the entry the read started from, nil for none) with
-// e, unless another read replaced it meanwhile with a newer one.
-func (c *readCache) put(subject string, old, e *cachedConv) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	cur := c.m[subject]
-	if cur != old && cur != nil && cur.last >= e.last {
-		return
-	}
-	if c.m == nil || len(c.m) >= maxCachedConversations || c.bytes+e.bytes > maxCachedBytes {
-		c.m, c.bytes = make(map[string]*cachedConv), 0
-	} else if cur != nil {
-		c.bytes -= cur.bytes
-	}
-	c.m[subject] = e
-	c.bytes += e.bytes
 }
 
 func sizeOf(recs []record) int {
