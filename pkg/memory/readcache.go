@@ -132,13 +132,15 @@ func (s *Store) fly(ctx context.Context, subject string, st *convState, f *fligh
 	var next *cachedConv
 	f.recs, next, f.err = s.read(ctx, subject, e)
 	c.mu.Lock()
-	if e != nil {
-		c.bytes -= e.bytes
+	if c.m[subject] == st { // else the cache was emptied meanwhile: st counts no more
+		if e != nil {
+			c.bytes -= e.bytes
+		}
+		if next != nil {
+			c.bytes += next.bytes
+		}
 	}
 	st.entry = next // nil after a failure: read in full next time
-	if next != nil {
-		c.bytes += next.bytes
-	}
 	st.inflight, st.next = st.next, nil
 	c.mu.Unlock()
 	close(f.done)
