@@ -25,11 +25,12 @@ const readTimeout = 10 * time.Second
 // (or this user may not read it).
 var errNoStream = errors.New("memory: no responders for the memory stream's direct get")
 
-// directGetter reads all the messages of one conversation subject with one
-// batched direct get ($JS.API.DIRECT.GET.<stream>, {"next_by_subj":
-// subject, "batch": n}; nats-server 2.11+, ADR-31): the server answers
-// with the subject's messages, oldest first, then an end-of-batch status
-// (204, with Nats-Num-Pending) or 404 when the subject holds none.
+// directGetter reads the messages of one conversation subject with one
+// batched direct get ($JS.API.DIRECT.GET.<stream>, {"seq": from,
+// "next_by_subj": subject, "batch": n, "no_hdr": true}; nats-server 2.11+,
+// ADR-31): the server answers with the subject's messages from seq on,
+// oldest first, then an end-of-batch status (204, with
+// Nats-Last-Sequence) or 404 when there are none.
 // nats.go's jetstream package offers only single-message gets, so the
 // request is made here. The answers of every read come in on one
 // wildcard subscription and are routed by the inbox token, so a read does

@@ -17,9 +17,11 @@
 //     bound what is kept and read; its MaxAge drops turns older than
 //     MOLECULE_HISTORY_TTL.
 //
-// A read is one batched direct get of the conversation's subject.
-// Conversations an earlier version kept in the key-value bucket
-// events.BucketHistory are read through and carried over (migrate.go).
+// A read is one batched direct get of the conversation's subject
+// (directget.go); a Store keeps what it read and asks only for what is
+// newer (readcache.go). Conversations an earlier version kept in the
+// key-value bucket events.BucketHistory are read through and carried
+// over (migrate.go). docs/memory.md says why and how.
 //
 // Memory is best-effort: callers log and count a failed read or write and
 // carry on; nothing is retried or dead-lettered for it.
