@@ -35,7 +35,15 @@
 // of one HTTP POST per reply against a server in another process
 // (http/post). docs/performance.md, "The floor".
 //
+// The stages run as shipped: conversation memory on (-history-turns, 20).
+// echo/d1 is a burst into one conversation (the canvas's, with every
+// -peer-every-th message from one of two peers), echo/d1/convs spreads
+// the canvas messages over -conversations (100) A2A contexts, and each
+// has a …/nomem twin with memory off; after the medians, memory's share
+// of relay_us/msg is printed for each pair.
+//
 // Flags (after the package list): -echo-msgs, -sleep-msgs, -idle-msgs,
 // -senders, -proc (second echo dispatcher as a child `molecule-relay
-// dispatch` process of the relay process), -peer-every, -floor-msgs.
+// dispatch` process of the relay process), -peer-every, -floor-msgs,
+// -history-turns, -conversations.
 package bench

@@ -47,18 +47,27 @@ type scenario struct {
 	replyConc   int
 	sse         bool
 	pollEvery   time.Duration
+	// historyTurns is MOLECULE_HISTORY_TURNS of the relay's stages: the
+	// shipped default (20) unless a case turns memory off (0).
+	historyTurns int
+	// conversations spreads the canvas messages over that many A2A
+	// contexts, each its own conversation; 0: all in the canvas
+	// conversation (a burst into one conversation).
+	conversations int
 }
 
 // pipeline is the platform double and its senders, in this process, and
 // the relay (NATS server and stages) in another one.
 type pipeline struct {
-	srv     *moleculetest.Server
-	agent   moleculetest.Workspace
-	peers   []moleculetest.Workspace
-	relay   *relayProc
-	tb      testing.TB
-	run     int    // number of the current injection (message text prefix)
-	runBase uint64 // replies delivered before the current injection
+	srv   *moleculetest.Server
+	agent moleculetest.Workspace
+	peers []moleculetest.Workspace
+	relay *relayProc
+	tb    testing.TB
+	run   int // number of the current injection (message text prefix)
+	// conversations: see scenario.
+	conversations int
+	runBase       uint64 // replies delivered before the current injection
 }
 
 // warnLog keeps the first warnings the stages logged, and counts them all.
@@ -116,7 +125,9 @@ func start(b testing.TB, sc scenario) *pipeline {
 		PlatformURL: srv.URL(), AgentID: p.agent.ID, AgentToken: p.agent.Token, Handler: sc.handler,
 		Dispatchers: sc.dispatchers, ChildProc: sc.childProc, Concurrency: sc.concurrency, ReplyConc: sc.replyConc,
 		SSE: sc.sse, PollEvery: sc.pollEvery, Overlap: *flagOverlap, PooledHTTP: *flagPooledHTTP,
+		HistoryTurns: sc.historyTurns,
 	})
+	p.conversations = sc.conversations
 	if got := srv.Status(p.agent.ID).DeliveryMode; got != "poll" {
 		b.Fatalf("relay ready but the workspace's delivery mode is %q", got)
 	}
@@ -131,7 +142,7 @@ func start(b testing.TB, sc scenario) *pipeline {
 
 // startChild runs `molecule-relay dispatch` (echo) against the same NATS
 // and returns its pid.
-func startChild(b testing.TB, natsURL string, concurrency int) int {
+func startChild(b testing.TB, natsURL string, concurrency, historyTurns int) int {
 	b.Helper()
 	bin := relayBinary(b)
 	cmd := exec.Command(bin, "dispatch")
@@ -139,6 +150,7 @@ func startChild(b testing.TB, natsURL string, concurrency int) int {
 		"NATS_URL="+natsURL,
 		"MOLECULE_HANDLER=echo",
 		"MOLECULE_CONCURRENCY="+strconv.Itoa(concurrency),
+		"MOLECULE_HISTORY_TURNS="+strconv.Itoa(historyTurns),
 		"MOLECULE_LOG_LEVEL=warn",
 		"MOLECULE_METRICS_ADDR=",
 	)
@@ -219,9 +231,12 @@ func (p *pipeline) inject(ctx context.Context, n, senders, peerEvery int) (time.
 				var code int
 				var body []byte
 				var err error
-				if m.peer >= 0 {
+				switch {
+				case m.peer >= 0:
 					code, body, err = p.srv.SendPeer(ctx, p.peers[m.peer], p.agent.ID, m.text)
-				} else {
+				case p.conversations > 0:
+					code, body, err = p.srv.SendRaw(ctx, p.agent.ID, nil, canvasInContext(m.text, fmt.Sprint("c", i%p.conversations)))
+				default:
 					code, body, err = p.srv.SendCanvas(ctx, p.agent.ID, m.text)
 				}
 				if err == nil && code != http.StatusOK {
@@ -237,6 +252,22 @@ func (p *pipeline) inject(ctx context.Context, n, senders, peerEvery int) (time.
 	wg.Wait()
 	close(errs)
 	return start, <-errs
+}
+
+// canvasInContext is a canvas message carrying an A2A contextId, which
+// makes it a conversation of its own (events.ConversationOf).
+func canvasInContext(text, contextID string) []byte {
+	b, _ := json.Marshal(map[string]any{
+		"jsonrpc": "2.0", "id": "1", "method": "message/send",
+		"params": map[string]any{
+			"message": map[string]any{
+				"role": "user", "messageId": fmt.Sprintf("m-%s", text), "contextId": contextID,
+				"parts": []any{map[string]any{"kind": "text", "text": text}},
+			},
+			"metadata": map[string]any{"history": []any{}},
+		},
+	})
+	return b
 }
 
 func (p *pipeline) message(i, peerEvery int) sent {

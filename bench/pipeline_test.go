@@ -14,6 +14,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/molecule-ai/molecule-relay/pkg/memory"
 )
 
 var (
@@ -21,6 +23,8 @@ var (
 	flagSleepConc = flag.Int("sleep-conc", 128, "dispatcher concurrency (per dispatcher) of the sleep-100ms runs")
 	flagReplyConc = flag.Int("reply-conc", 64, "replier concurrency")
 	flagPoll      = flag.Duration("poll-interval", 250*time.Millisecond, "the poller's PollInterval (SSE wake-ups come on top)")
+	flagTurns     = flag.Int("history-turns", memory.DefaultTurns, "MOLECULE_HISTORY_TURNS of the relay's stages (the shipped default); the nomem cases run with 0")
+	flagConvs     = flag.Int("conversations", 100, "conversations the canvas messages of the many-conversations cases are spread over (A2A contexts)")
 	flagProfile   = flag.String("window-cpuprofile", "", "directory: write a CPU profile of each throughput run's measured window "+
 		"(first send to last reply) as <configuration>-<n>.pprof")
 )
@@ -51,18 +55,28 @@ func (p *pipeline) startProfile(b *testing.B) func() {
 func BenchmarkPipeline(b *testing.B) {
 	echo := func(d int, child bool) scenario {
 		return scenario{handler: "echo", dispatchers: d, childProc: child, concurrency: *flagEchoConc,
-			replyConc: *flagReplyConc, sse: true, pollEvery: *flagPoll}
+			replyConc: *flagReplyConc, sse: true, pollEvery: *flagPoll, historyTurns: *flagTurns}
 	}
 	sleep := func(d int) scenario {
 		return scenario{handler: "sleep100ms", dispatchers: d, concurrency: *flagSleepConc,
-			replyConc: *flagReplyConc, sse: true, pollEvery: *flagPoll}
+			replyConc: *flagReplyConc, sse: true, pollEvery: *flagPoll, historyTurns: *flagTurns}
 	}
+	// The defaults as shipped: conversation memory on. echo/d1 is a burst
+	// into one conversation (the canvas's; every peer-every-th message
+	// comes from one of two peers, each its own conversation); convs
+	// spreads the canvas messages over -conversations contexts; nomem is
+	// each with memory off, for memory's share (printed with the medians).
+	nomem := func(sc scenario) scenario { sc.historyTurns = 0; return sc }
+	convs := func(sc scenario) scenario { sc.conversations = *flagConvs; return sc }
 	cases := []struct {
 		name string
 		sc   scenario
 		msgs int
 	}{
 		{"echo/d1", echo(1, false), *flagEchoMsgs},
+		{"echo/d1/nomem", nomem(echo(1, false)), *flagEchoMsgs},
+		{"echo/d1/convs", convs(echo(1, false)), *flagEchoMsgs},
+		{"echo/d1/convs/nomem", nomem(convs(echo(1, false))), *flagEchoMsgs},
 		{"echo/d2", echo(2, false), *flagEchoMsgs},
 		{"echo/d2proc", echo(2, true), *flagEchoMsgs},
 		{"sleep100ms/d1", sleep(1), *flagSleepMsgs},
@@ -175,7 +189,9 @@ func TestPipelineSmoke(t *testing.T) {
 	if testing.Short() {
 		t.Skip("starts the whole pipeline")
 	}
-	p := start(t, scenario{handler: "echo", dispatchers: 2, concurrency: 8, replyConc: 8, sse: true, pollEvery: time.Second})
+	// As shipped (memory on), over a few conversations.
+	p := start(t, scenario{handler: "echo", dispatchers: 2, concurrency: 8, replyConc: 8, sse: true, pollEvery: time.Second,
+		historyTurns: memory.DefaultTurns, conversations: 5})
 	const n = 40
 	if _, err := p.inject(context.Background(), n, 4, 4); err != nil {
 		t.Fatal(err)
@@ -183,6 +199,9 @@ func TestPipelineSmoke(t *testing.T) {
 	res := p.collect(t, n, 30*time.Second)
 	if res.got != n || res.missing != 0 || res.dups != 0 {
 		t.Fatalf("got %d replies, %d missing, %d duplicates; want %d, 0, 0", res.got, res.missing, res.dups, n)
+	}
+	if st := p.relay.stats(t); st.Warnings != 0 {
+		t.Errorf("the stages logged %d warnings: %q", st.Warnings, st.FirstWarn)
 	}
 	for _, l := range res.lat {
 		if l <= 0 {
@@ -253,6 +272,38 @@ func printSummary() {
 			fmt.Printf(" %15.1f", med)
 		}
 		fmt.Println()
+	}
+	printMemoryShare()
+}
+
+// printMemoryShare prints, for each configuration run with and without
+// memory (X and X/nomem), memory's share of the relay's CPU per message:
+// (X − X/nomem) / X, from the medians.
+func printMemoryShare() {
+	med := func(name string) (float64, bool) {
+		var vs []float64
+		for _, r := range summary.runs[name] {
+			if v, ok := r["relay_us/msg"]; ok && !math.IsNaN(v) {
+				vs = append(vs, v)
+			}
+		}
+		if len(vs) == 0 {
+			return 0, false
+		}
+		sort.Float64s(vs)
+		if len(vs)%2 == 0 {
+			return (vs[len(vs)/2-1] + vs[len(vs)/2]) / 2, true
+		}
+		return vs[len(vs)/2], true
+	}
+	for _, name := range summary.order {
+		off, ok := med(name)
+		on, ok2 := med(strings.TrimSuffix(name, "/nomem"))
+		if !strings.HasSuffix(name, "/nomem") || !ok || !ok2 || on == 0 {
+			continue
+		}
+		fmt.Printf("memory's share of %s: %.0f of %.0f relay µs/msg (%.0f %%)\n",
+			strings.TrimSuffix(name, "/nomem"), on-off, on, 100*(on-off)/on)
 	}
 }
 

@@ -47,6 +47,7 @@ type relayConfig struct {
 	SSE                              bool
 	PollEvery, Overlap               time.Duration
 	PooledHTTP                       bool
+	HistoryTurns                     int // MOLECULE_HISTORY_TURNS of every stage; 0: memory off
 }
 
 // relayStats is the child's answer to "stats".
@@ -144,7 +145,7 @@ func startRelay(t *testing.T, cfg relayConfig) *relay {
 
 	jsR, topoR := conn()
 	rep, err := replier.New(jsR, topoR, map[string]*molecule.Client{cfg.AgentID: client()},
-		replier.Config{Config: stage.Config{Concurrency: cfg.ReplyConc, Logger: log}})
+		replier.Config{Config: stage.Config{Concurrency: cfg.ReplyConc, Logger: log}, Memory: stageMemory(t, jsR, topoR, cfg.HistoryTurns)})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -153,11 +154,12 @@ func startRelay(t *testing.T, cfg relayConfig) *relay {
 	inproc := cfg.Dispatchers
 	if cfg.ChildProc {
 		inproc--
-		r.child = startChild(t, ns.ClientURL(), cfg.Concurrency)
+		r.child = startChild(t, ns.ClientURL(), cfg.Concurrency, cfg.HistoryTurns)
 	}
 	for range inproc {
 		js, topo := conn()
-		d, err := dispatcher.New(js, topo, h, dispatcher.Config{Config: stage.Config{Concurrency: cfg.Concurrency, Logger: log}})
+		d, err := dispatcher.New(js, topo, h, dispatcher.Config{Config: stage.Config{Concurrency: cfg.Concurrency, Logger: log},
+			Memory: stageMemory(t, js, topo, cfg.HistoryTurns)})
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -35,22 +35,22 @@ func runHistory(ctx context.Context, env *cliEnv, args []string) error {
 		return err
 	}
 	defer rt.Close()
-	kv := rt.Topo.History
-	if kv == nil {
-		return fmt.Errorf("no %s bucket on this NATS server: conversation memory was never set up here", events.BucketHistory)
+	js, topo := rt.Conn.JS, rt.Topo
+	if topo.Memory == nil && topo.History == nil {
+		return fmt.Errorf("no %s stream on this NATS server: conversation memory was never set up here", events.StreamMemory)
 	}
 	switch {
 	case sub == "forget":
-		done, err := memory.Forget(ctx, kv, ws, conv)
+		done, err := memory.Forget(ctx, js, topo, ws, conv)
 		if err != nil {
 			return err
 		}
 		fmt.Fprintf(env.stdout, "forgot %d conversation(s) of %s%s\n", len(done), ws, listed(done))
 		return nil
 	case conv == "":
-		return historyList(ctx, env, kv, ws, asJSON)
+		return historyList(ctx, env, js, topo, ws, asJSON)
 	default:
-		return historyShow(ctx, env, kv, ws, conv, asJSON)
+		return historyShow(ctx, env, js, topo, ws, conv, asJSON)
 	}
 }
 
@@ -84,14 +84,14 @@ type conversationSummary struct {
 	Last         time.Time `json:"last,omitzero"`
 }
 
-func historyList(ctx context.Context, env *cliEnv, kv jetstream.KeyValue, ws string, asJSON bool) error {
-	convs, err := memory.Conversations(ctx, kv, ws)
+func historyList(ctx context.Context, env *cliEnv, js jetstream.JetStream, topo *events.Topology, ws string, asJSON bool) error {
+	convs, err := memory.Conversations(ctx, js, topo, ws)
 	if err != nil {
 		return err
 	}
 	out := make([]conversationSummary, 0, len(convs))
 	for _, c := range convs {
-		turns, _, err := memory.Read(ctx, kv, ws, c)
+		turns, _, err := memory.Read(ctx, js, topo, ws, c)
 		if err != nil {
 			return err
 		}
@@ -116,8 +116,8 @@ func historyList(ctx context.Context, env *cliEnv, kv jetstream.KeyValue, ws str
 	return tw.Flush()
 }
 
-func historyShow(ctx context.Context, env *cliEnv, kv jetstream.KeyValue, ws, conv string, asJSON bool) error {
-	turns, ok, err := memory.Read(ctx, kv, ws, conv)
+func historyShow(ctx context.Context, env *cliEnv, js jetstream.JetStream, topo *events.Topology, ws, conv string, asJSON bool) error {
+	turns, ok, err := memory.Read(ctx, js, topo, ws, conv)
 	if err != nil {
 		return err
 	}

@@ -42,7 +42,7 @@ func TestHistoryShowAndForget(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	mem, _ := memory.New(topo.History, memory.Config{Turns: 20})
+	mem, _ := memory.New(js, topo, memory.Config{Turns: 20})
 	if _, err := mem.Record(ctx, ws.ID, "peer-p1", handler.Turn{Role: handler.RoleUser, Text: "from a peer", ActivityID: "x"}); err != nil {
 		t.Fatal(err)
 	}

@@ -215,6 +215,7 @@ func TestPermissions(t *testing.T) {
 			{"ack for dispatcher", "$JS.ACK.MOLECULE_INBOUND.dispatcher.1.1.1.1.1.0", publishTo("$JS.ACK.MOLECULE_INBOUND.dispatcher.1.1.1.1.1.0")},
 			{"write handled bucket", "$KV.molecule_handled.x", publishTo("$KV.molecule_handled.x")},
 			{"write history bucket", "$KV.molecule_history.x", publishTo("$KV.molecule_history.x")},
+			{"write memory stream", "molecule.memory.x", publishTo("molecule.memory.x")},
 			{"core subscription to inbound", "molecule.inbound.>", subscribeTo("molecule.inbound.>")},
 			{"change topology", "$JS.API.STREAM.UPDATE.MOLECULE_INBOUND", func(ctx context.Context, a *actor) error {
 				// A topology as it is needs no update (ensure only updates

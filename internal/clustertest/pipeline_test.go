@@ -31,9 +31,9 @@ import (
 // stage users may not create or update anything (accounts.conf): an admin
 // created it.
 // stageMemory is the conversation memory of a stage, 100 turns.
-func stageMemory(t *testing.T, topo *events.Topology) *memory.Store {
+func stageMemory(t *testing.T, js jetstream.JetStream, topo *events.Topology) *memory.Store {
 	t.Helper()
-	m, err := memory.New(topo.History, memory.Config{Turns: 100})
+	m, err := memory.New(js, topo, memory.Config{Turns: 100})
 	if err != nil {
 		t.Fatalf("memory.New: %v", err)
 	}
@@ -71,7 +71,7 @@ func TestPipelineSurvivesNodeKill(t *testing.T) {
 	// record write whose answer, was lost in the failover is retried within
 	// seconds instead of the production 30 s / 60 s, so the test can wait
 	// for everything to settle.
-	tcfg := events.TopologyConfig{Replicas: 3, DispatcherAckWait: 4 * time.Second, ReplierAckWait: 4 * time.Second}
+	tcfg := events.TopologyConfig{Replicas: 3, DispatcherAckWait: 4 * time.Second, ReplierAckWait: 4 * time.Second, HistoryTurns: 100}
 	topo := ensureTopologyConfig(t, admin, tcfg)
 
 	// The platform's rate limit is not under test here; the fast poll
@@ -115,7 +115,7 @@ func TestPipelineSurvivesNodeKill(t *testing.T) {
 		dtopo := stageTopology(t, js, events.StageDispatcher, tcfg)
 		d, err := dispatcher.New(js, dtopo, echo, dispatcher.Config{
 			Config: stage.Config{Concurrency: 4, StoreTimeout: 3 * time.Second, Logger: testLogger(fmt.Sprintf("dispatcher-%d", i))},
-			Memory: stageMemory(t, dtopo),
+			Memory: stageMemory(t, js, dtopo),
 		})
 		if err != nil {
 			t.Fatalf("dispatcher.New: %v", err)
@@ -125,7 +125,7 @@ func TestPipelineSurvivesNodeKill(t *testing.T) {
 	_, replJS := c.Connect(t, clustertest.UserReplier)
 	rtopo := stageTopology(t, replJS, events.StageReplier, tcfg)
 	r, err := replier.New(replJS, rtopo, map[string]*molecule.Client{ws.ID: client()},
-		replier.Config{Config: stage.Config{Concurrency: 4, StoreTimeout: 3 * time.Second, Logger: testLogger(events.StageReplier)}, Memory: stageMemory(t, rtopo)})
+		replier.Config{Config: stage.Config{Concurrency: 4, StoreTimeout: 3 * time.Second, Logger: testLogger(events.StageReplier)}, Memory: stageMemory(t, replJS, rtopo)})
 	if err != nil {
 		t.Fatalf("replier.New: %v", err)
 	}
@@ -235,7 +235,7 @@ func TestPipelineSurvivesNodeKill(t *testing.T) {
 	}
 	// Conversation memory worked on the cluster, each turn once (it is
 	// best-effort: a write during the failover may be missing).
-	turns, _, err := memory.Read(ctx, topo.History, ws.ID, events.ConversationCanvas)
+	turns, _, err := memory.Read(ctx, admin, topo, ws.ID, events.ConversationCanvas)
 	seen := map[string]bool{}
 	for _, tn := range turns {
 		if seen[tn.ActivityID+tn.Role] {

@@ -145,14 +145,15 @@ type Config struct {
 	// MaxHops caps relay replies in one conversation. Default 3.
 	MaxHops int `env:"MOLECULE_MAX_HOPS" envDefault:"3"`
 	// HistoryTurns is how many recent turns of each conversation are kept
-	// and given to the handler (conversation memory, in the NATS bucket
-	// molecule_history); 0 turns memory off. Default 20.
+	// and given to the handler (conversation memory, in the NATS stream
+	// MOLECULE_MEMORY); 0 turns memory off. Default 20.
 	HistoryTurns int `env:"MOLECULE_HISTORY_TURNS" envDefault:"20"`
 	// HistoryMaxBytes bounds one conversation's stored turns; the oldest
 	// are dropped first. Default 65536.
 	HistoryMaxBytes int `env:"MOLECULE_HISTORY_MAX_BYTES" envDefault:"65536"`
-	// HistoryTTL is how long a conversation is kept after its last turn.
-	// Default 168h (7 days).
+	// HistoryTTL is how long a recorded turn is kept (the memory stream's
+	// MaxAge): a conversation silent that long is gone whole. Default 168h
+	// (7 days).
 	HistoryTTL Seconds `env:"MOLECULE_HISTORY_TTL" envDefault:"168h"`
 	// OpenAI handler settings.
 	OpenAIAPIKey string `env:"OPENAI_API_KEY"`

@@ -19,6 +19,10 @@ const (
 	// SubjectDLQPrefix carries DeadLetter envelopes; the stage name is the
 	// token after the prefix: molecule.dlq.<stage>.<workspace>.
 	SubjectDLQPrefix = "molecule.dlq"
+	// SubjectMemoryPrefix carries conversation memory (pkg/memory): one
+	// message per recorded set of turns, on
+	// molecule.memory.<workspace>.<conversation> (MemorySubject).
+	SubjectMemoryPrefix = "molecule.memory"
 )
 
 // Stream names. One stream per kind of envelope.
@@ -29,6 +33,10 @@ const (
 	StreamReply = "MOLECULE_REPLY"
 	// StreamDLQ holds dead letters (limits retention, kept for inspection).
 	StreamDLQ = "MOLECULE_DLQ"
+	// StreamMemory holds conversation memory (limits retention: the last
+	// TopologyConfig.HistoryTurns messages per conversation subject, each
+	// at most TopologyConfig.HistoryTTL old).
+	StreamMemory = "MOLECULE_MEMORY"
 )
 
 // Durable consumer names. They are fixed so that autoscalers (KEDA's
@@ -60,8 +68,11 @@ const (
 	// molecule-relay mcp instance (key: workspace id), so a second
 	// instance on the same workspace is refused.
 	BucketMCPLeases = "molecule_mcp_leases"
-	// BucketHistory holds the recent turns of each conversation (key:
-	// HistoryKey), for conversation memory (pkg/memory).
+	// BucketHistory held the recent turns of each conversation (key:
+	// HistoryKey) before conversation memory moved to StreamMemory. It is
+	// no longer created; where an earlier version left it, pkg/memory
+	// reads it through (a conversation's turns there are carried over to
+	// the stream on its first read) until its TTL empties it.
 	BucketHistory = "molecule_history"
 	// BucketAsks records the questions handlers ask peers and wait for
 	// (key: AskKey): created before the question is sent, it receives the
@@ -137,6 +148,27 @@ func ReplyKey(workspace, activityID string) string { return kvKey(workspace, act
 // (ConversationOf gives conversation, already a safe token).
 func HistoryKey(workspace, conversation string) string {
 	return kvKey(workspace, conversation)
+}
+
+// MemorySubject is the StreamMemory subject of a conversation of
+// workspace: molecule.memory.<workspace>.<conversation>, both tokens made
+// safe as HistoryKey makes them.
+func MemorySubject(workspace, conversation string) string {
+	return SubjectMemoryPrefix + "." + kvKey(workspace, conversation)
+}
+
+// MemoryWorkspaceSubjects is the filter of every conversation subject of
+// workspace in StreamMemory.
+func MemoryWorkspaceSubjects(workspace string) string {
+	return SubjectMemoryPrefix + "." + sanitizeKeyToken(workspace) + ".>"
+}
+
+// MemoryMsgID is the Nats-Msg-Id of the memory message recording the
+// turns of roles (for example "user+agent") of an inbound message in a
+// conversation, so a redelivery or replay within the stream's duplicate
+// window does not store them twice.
+func MemoryMsgID(workspace, conversation, activityID, roles string) string {
+	return "mem:" + workspace + ":" + conversation + ":" + activityID + ":" + roles
 }
 
 // kvKey joins workspace and activity id with a dot. Both are UUIDs on the

@@ -59,6 +59,13 @@ type TopologyConfig struct {
 	// HistoryTTL is how long a conversation's turns are kept after its last
 	// write (the history bucket's MaxAge). If not set, 7 days.
 	HistoryTTL time.Duration
+	// HistoryTurns is how many messages each conversation subject of
+	// StreamMemory keeps (its MaxMsgsPerSubject); a message holds one or
+	// more turns, so a conversation keeps at least this many turns.
+	// EnsureTopology never lowers it below what the stream already has,
+	// so stages configured with different MOLECULE_HISTORY_TURNS do not
+	// undo each other's update. If not set, 20.
+	HistoryTurns int
 	// AskTTL is how long an ask record (BucketAsks) is kept: a little
 	// over the longest wait for a peer's answer, which the asker caps at
 	// AskTTL less AskTTLMargin. If not set, DefaultAskTTL (1 hour).
@@ -102,7 +109,14 @@ func (c *TopologyConfig) SetDefaults() {
 	if c.AskTTL == 0 {
 		c.AskTTL = DefaultAskTTL
 	}
+	if c.HistoryTurns == 0 {
+		c.HistoryTurns = DefaultHistoryTurns
+	}
 }
+
+// DefaultHistoryTurns is TopologyConfig.HistoryTurns's default: the
+// canvas's own history window is its last 20 messages.
+const DefaultHistoryTurns = 20
 
 // DefaultAskTTL is TopologyConfig.AskTTL's default; AskTTLMargin is how
 // much longer an ask record lives than the longest wait for its answer, so
@@ -127,6 +141,8 @@ func (c *TopologyConfig) Validate() error {
 		return fmt.Errorf("events: max ack pending must be >= 1")
 	case c.HistoryTTL < time.Minute:
 		return fmt.Errorf("events: history TTL must be at least 1m, got %s", c.HistoryTTL)
+	case c.HistoryTurns < 1 || c.HistoryTurns > 1000:
+		return fmt.Errorf("events: history turns must be 1..1000, got %d", c.HistoryTurns)
 	case c.AskTTL < 2*AskTTLMargin:
 		return fmt.Errorf("events: ask TTL must be at least %s, got %s", 2*AskTTLMargin, c.AskTTL)
 	}
@@ -144,7 +160,13 @@ type Topology struct {
 	Status     jetstream.KeyValue
 	Handled    jetstream.KeyValue
 	Replies    jetstream.KeyValue
-	History    jetstream.KeyValue
+	// Memory is StreamMemory, conversation memory; nil in a
+	// LookupTopology of a cluster whose admin has not created it yet.
+	Memory jetstream.Stream
+	// History is the key-value bucket an earlier version kept
+	// conversation memory in, bound only where it exists (nothing creates
+	// it any more), so that pkg/memory can read it through; else nil.
+	History jetstream.KeyValue
 	// Asks is nil in a LookupTopology of a cluster whose admin has not
 	// created it yet: delegation is then off (the dispatcher says so).
 	Asks   jetstream.KeyValue
@@ -186,7 +208,6 @@ func EnsureTopology(ctx context.Context, js jetstream.JetStream, cfg TopologyCon
 		{&t.Status, jetstream.KeyValueConfig{Bucket: BucketPollerStatus, Description: "poller observations per workspace"}},
 		{&t.Handled, jetstream.KeyValueConfig{Bucket: BucketHandled, Description: "inbound messages whose handler finished", TTL: cfg.RecordTTL}},
 		{&t.Replies, jetstream.KeyValueConfig{Bucket: BucketReplies, Description: "replies being or already posted", TTL: cfg.RecordTTL}},
-		{&t.History, jetstream.KeyValueConfig{Bucket: BucketHistory, Description: "recent turns per conversation", TTL: cfg.HistoryTTL}},
 		{&t.Asks, jetstream.KeyValueConfig{Bucket: BucketAsks, Description: "questions to peers and their answers", TTL: cfg.AskTTL}},
 	} {
 		b.cfg.Replicas = cfg.Replicas
@@ -195,7 +216,71 @@ func EnsureTopology(ctx context.Context, js jetstream.JetStream, cfg TopologyCon
 			return nil, err
 		}
 	}
+	if t.Memory, err = ensureMemoryStream(ctx, js, cfg); err != nil {
+		return nil, fmt.Errorf("events: create stream %s: %w", StreamMemory, err)
+	}
+	t.History = legacyHistory(ctx, js)
 	return t, nil
+}
+
+// ensureMemoryStream is ensureStream for StreamMemory, except that its
+// per-conversation bound is only ever raised: stages started with
+// different MOLECULE_HISTORY_TURNS would otherwise update it back and
+// forth, and a lowered bound would drop turns a stage with the higher
+// setting still shows.
+func ensureMemoryStream(ctx context.Context, js jetstream.JetStream, cfg TopologyConfig) (jetstream.Stream, error) {
+	want := MemoryStreamConfig(cfg)
+	if s, err := js.Stream(ctx, StreamMemory); err == nil && s.CachedInfo().Config.MaxMsgsPerSubject > want.MaxMsgsPerSubject {
+		want.MaxMsgsPerSubject = s.CachedInfo().Config.MaxMsgsPerSubject
+	}
+	return ensureStream(ctx, js, want)
+}
+
+// legacyHistory binds BucketHistory where an earlier version created it,
+// else nil: it is read through, never created.
+func legacyHistory(ctx context.Context, js jetstream.JetStream) jetstream.KeyValue {
+	kv, err := js.KeyValue(ctx, BucketHistory)
+	if err != nil {
+		return nil
+	}
+	return kv
+}
+
+// MemoryStreamConfig is the conversation memory stream's configuration.
+//
+// Each recorded set of turns is one message on its conversation's
+// subject, so writers never contend (no read-modify-write of one key);
+// MaxMsgsPerSubject bounds a conversation, MaxAge drops turns older than
+// HistoryTTL, and the duplicate window (the inbound streams', capped by
+// HistoryTTL, which it may not exceed) drops a redelivered or replayed
+// record by its Nats-Msg-Id (MemoryMsgID).
+//
+// Direct gets are allowed even when replicated, unlike the buckets
+// (BucketStreamConfig): a read of memory decides nothing that is written
+// (appends are not compare-and-set, de-duplication is the leader's
+// Nats-Msg-Id check, a seed is create-only at the leader), so a follower
+// that has not yet applied the newest turn (nats-server#6557) can only
+// make a handler miss a turn written a moment before, which the order of
+// concurrent messages allows anyway. And only a direct get answers a
+// batch: $JS.API.STREAM.MSG.GET refuses one.
+func MemoryStreamConfig(cfg TopologyConfig) jetstream.StreamConfig {
+	dup := cfg.DuplicateWindow
+	if cfg.HistoryTTL > 0 && cfg.HistoryTTL < dup {
+		dup = cfg.HistoryTTL
+	}
+	return jetstream.StreamConfig{
+		Name:              StreamMemory,
+		Description:       "conversation memory: recent turns per conversation",
+		Subjects:          []string{SubjectMemoryPrefix + ".>"},
+		Retention:         jetstream.LimitsPolicy,
+		Storage:           cfg.Storage,
+		Replicas:          cfg.Replicas,
+		MaxMsgsPerSubject: int64(cfg.HistoryTurns),
+		MaxAge:            cfg.HistoryTTL,
+		Duplicates:        dup,
+		Discard:           jetstream.DiscardOld,
+		AllowDirect:       true,
+	}
 }
 
 // EnsureBucket creates (or brings to cfg) the key-value bucket cfg names,
@@ -389,9 +474,10 @@ func LookupTopology(ctx context.Context, js jetstream.JetStream, cfg TopologyCon
 	if err == nil && (all || want[StageDispatcher] || want[StageReplier]) {
 		// Optional: a cluster whose admin has not created it yet runs
 		// without conversation memory, and the caller says so.
-		if kv, kerr := js.KeyValue(ctx, BucketHistory); kerr == nil {
-			t.History = kv
+		if s, serr := js.Stream(ctx, StreamMemory); serr == nil {
+			t.Memory = s
 		}
+		t.History = legacyHistory(ctx, js)
 	}
 	if all {
 		stream(&t.DLQ, StreamDLQ)

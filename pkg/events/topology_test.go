@@ -46,6 +46,7 @@ func TestEnsureTopologyCreatesEverything(t *testing.T) {
 		{events.StreamInbound, "molecule.inbound.>", jetstream.WorkQueuePolicy, 2 * time.Hour},
 		{events.StreamReply, "molecule.reply.>", jetstream.WorkQueuePolicy, 2 * time.Hour},
 		{events.StreamDLQ, "molecule.dlq.>", jetstream.LimitsPolicy, 2 * time.Minute},
+		{events.StreamMemory, "molecule.memory.>", jetstream.LimitsPolicy, 2 * time.Hour},
 	} {
 		st, err := js.Stream(ctx, tt.name)
 		if err != nil {

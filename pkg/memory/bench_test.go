@@ -29,7 +29,7 @@ const benchConversations = 100
 
 // BenchmarkHistoryReadWrite is memory's cost per message, one at a time:
 // the dispatcher's read of a full conversation (20 turns of ~100 bytes)
-// plus the replier's compare-and-set append of the two new turns, on file
+// plus the replier's append of the two new turns (one publish), on file
 // storage over loopback TCP.
 func BenchmarkHistoryReadWrite(b *testing.B) {
 	w := pipelinetest.New(b, pipelinetest.Options{})

@@ -1,15 +1,27 @@
 // Package memory keeps the recent turns of each conversation in a
-// JetStream key-value bucket (events.BucketHistory), so that every handler
-// sees what was said before.
+// JetStream stream (events.StreamMemory), so that every handler sees what
+// was said before.
 //
-// Key: events.HistoryKey(workspace, conversation), conversation from
-// events.ConversationOf. Value: a JSON list of handler.Turn, oldest first,
-// bounded by Config.Turns and Config.MaxBytes; the bucket's MaxAge
-// (events.TopologyConfig.HistoryTTL) drops a conversation that has been
-// silent that long. Writes are compare-and-set on the key's revision and
-// retried on conflict, so concurrent dispatchers and repliers never lose a
-// turn, and a turn already present (same ActivityID and Role) is not added
-// again, so redeliveries and replays never duplicate one.
+// Subject: events.MemorySubject(workspace, conversation), conversation
+// from events.ConversationOf. Each message is a JSON list of handler.Turn
+// recorded together (a message and its reply, a message without a reply,
+// or a conversation's seed), published with a Nats-Msg-Id derived from the
+// inbound activity id and the roles it holds (events.MemoryMsgID). So:
+//
+//   - an append is one publish: concurrent dispatchers and repliers never
+//     contend and never lose a turn (no read-modify-write of one key);
+//   - a redelivery or replay within the stream's duplicate window is
+//     dropped by the server, and a read skips any turn it already holds
+//     (same ActivityID and Role), so a turn never shows twice;
+//   - the stream's MaxMsgsPerSubject, Config.Turns and Config.MaxBytes
+//     bound what is kept and read; its MaxAge drops turns older than
+//     MOLECULE_HISTORY_TTL.
+//
+// A read is one batched direct get of the conversation's subject
+// (directget.go); a Store keeps what it read and asks only for what is
+// newer (readcache.go). Conversations an earlier version kept in the
+// key-value bucket events.BucketHistory are read through and carried
+// over (migrate.go). docs/memory.md says why and how.
 //
 // Memory is best-effort: callers log and count a failed read or write and
 // carry on; nothing is retried or dead-lettered for it.
@@ -20,10 +32,11 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"math/rand/v2"
+	"strings"
 	"time"
 	"unicode/utf8"
 
+	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/molecule-ai/molecule-relay/pkg/events"
@@ -36,14 +49,10 @@ const (
 	// DefaultTurns is how many turns a conversation keeps: the canvas's own
 	// history window is the last 20 messages.
 	DefaultTurns = 20
-	// DefaultMaxBytes bounds one conversation's stored value (64 KiB).
+	// DefaultMaxBytes bounds one conversation's turns as read (64 KiB).
 	DefaultMaxBytes = 64 << 10
 	// minMaxBytes keeps room for a few truncated turns.
 	minMaxBytes = 1 << 10
-	// maxAttempts bounds the compare-and-set retries of one write; with
-	// conflictPause between them it rides out dozens of writers at once
-	// on one conversation (TestConcurrentWritersLoseNoTurn: 30).
-	maxAttempts = 32
 )
 
 // TruncatedMark ends the text of a turn that was cut to fit
@@ -53,33 +62,35 @@ const TruncatedMark = " […truncated]"
 // ErrInvalidConfig is matched by every error New returns for a bad Config.
 var ErrInvalidConfig = errors.New("memory: invalid config")
 
-// ErrContended is returned when a write lost the compare-and-set race
-// maxAttempts times in a row.
-var ErrContended = errors.New("memory: conversation written concurrently too often")
-
 // Config bounds the memory.
 type Config struct {
 	// Turns is how many turns a conversation keeps (the newest). 0 turns
-	// memory off: New returns a nil Store, which never touches the bucket.
+	// memory off: New returns a nil Store, which never touches NATS. The
+	// stream keeps TopologyConfig.HistoryTurns messages per conversation
+	// (at least as many turns); a larger Turns sees no more than that.
 	Turns int
-	// MaxBytes bounds a conversation's JSON value: the oldest turns are
-	// dropped until it fits, and one turn's text is cut to MaxBytes/4
-	// bytes (ending in TruncatedMark). If not set, DefaultMaxBytes; at
-	// least 1024.
+	// MaxBytes bounds a conversation's turns as read, encoded as JSON: the
+	// oldest are dropped until they fit, and one turn's text is cut to
+	// MaxBytes/4 bytes (ending in TruncatedMark) when it is recorded. If
+	// not set, DefaultMaxBytes; at least 1024.
 	MaxBytes int
 }
 
 // Store reads and writes conversation turns. A nil *Store is memory off:
 // every method is a no-op. It is safe for concurrent use.
 type Store struct {
-	kv   jetstream.KeyValue
-	cfg  Config
-	last lastWrites
+	js     jetstream.JetStream
+	stream string
+	get    *directGetter
+	legacy jetstream.KeyValue // events.BucketHistory of an earlier version, or nil
+	cfg    Config
+	cache  readCache
 }
 
-// New returns the Store over kv (the topology's History bucket), or nil,
+// New returns the Store over the topology's memory stream (and, where an
+// earlier version left one, its history bucket, read through), or nil,
 // nil when cfg.Turns is 0 (memory off).
-func New(kv jetstream.KeyValue, cfg Config) (*Store, error) {
+func New(js jetstream.JetStream, topo *events.Topology, cfg Config) (*Store, error) {
 	if cfg.MaxBytes == 0 {
 		cfg.MaxBytes = DefaultMaxBytes
 	}
@@ -90,168 +101,171 @@ func New(kv jetstream.KeyValue, cfg Config) (*Store, error) {
 		return nil, nil
 	case cfg.MaxBytes < minMaxBytes:
 		return nil, fmt.Errorf("%w: max bytes must be at least %d, got %d", ErrInvalidConfig, minMaxBytes, cfg.MaxBytes)
-	case kv == nil:
-		return nil, fmt.Errorf("%w: no %s bucket (create the topology as an admin, or turn memory off)", ErrInvalidConfig, events.BucketHistory)
+	case js == nil || topo == nil || topo.Memory == nil:
+		return nil, fmt.Errorf("%w: no %s stream (create the topology as an admin, or turn memory off)", ErrInvalidConfig, events.StreamMemory)
 	}
-	return &Store{kv: kv, cfg: cfg}, nil
+	info := topo.Memory.CachedInfo()
+	return &Store{
+		js:     js,
+		stream: info.Config.Name,
+		get:    newDirectGetter(js.Conn(), info.Config.Name, batchOf(info.Config.MaxMsgsPerSubject)),
+		legacy: topo.History,
+		cfg:    cfg,
+	}, nil
+}
+
+// batchOf is the batch of a conversation read: the stream's bound per
+// conversation, so that one request usually returns all of it.
+func batchOf(perSubject int64) int {
+	if perSubject <= 0 || perSubject > maxBatch {
+		return maxBatch
+	}
+	return int(perSubject)
 }
 
 // On reports whether memory is on.
 func (s *Store) On() bool { return s != nil }
 
-// Load returns a conversation's turns, oldest first; none when it has no
-// turns (or memory is off). An unreadable value reads as no turns.
+// Load returns a conversation's turns, oldest first, bounded by
+// Config.Turns and Config.MaxBytes; none when it has no turns (or memory
+// is off). A conversation held only by the history bucket of an earlier
+// version is read from there and carried over to the stream.
 func (s *Store) Load(ctx context.Context, workspace, conversation string) ([]handler.Turn, error) {
-	turns, _, err := s.load(ctx, events.HistoryKey(workspace, conversation))
-	return turns, err
-}
-
-func (s *Store) load(ctx context.Context, key string) (turns []handler.Turn, rev uint64, err error) {
 	if s == nil {
-		return nil, 0, nil
-	}
-	entry, err := s.kv.Get(ctx, key)
-	if errors.Is(err, jetstream.ErrKeyNotFound) {
-		return nil, 0, nil
-	}
-	if err != nil {
-		return nil, 0, fmt.Errorf("memory: read %s: %w", key, err)
-	}
-	if json.Unmarshal(entry.Value(), &turns) != nil {
-		// Overwritten by the next write rather than blocking memory.
-		turns = nil
-	}
-	return turns, entry.Revision(), nil
-}
-
-// Seed stores turns as a conversation's start, only if it has no turns
-// yet (a create-only write; losing a race to another writer is fine), and
-// returns them as stored (bounded).
-func (s *Store) Seed(ctx context.Context, workspace, conversation string, turns []handler.Turn) ([]handler.Turn, error) {
-	if s == nil || len(turns) == 0 {
 		return nil, nil
 	}
-	turns, data, err := s.bound(turns)
+	recs, err := s.records(ctx, events.MemorySubject(workspace, conversation))
 	if err != nil {
-		return turns, fmt.Errorf("memory: encode: %w", err)
+		return nil, err
 	}
-	_, err = s.kv.Create(ctx, events.HistoryKey(workspace, conversation), data)
-	if err != nil && !errors.Is(err, jetstream.ErrKeyExists) {
-		return turns, fmt.Errorf("memory: seed: %w", err)
+	turns := turnsOf(recs, s.cfg.Turns, s.cfg.MaxBytes)
+	if len(turns) == 0 && s.legacy != nil {
+		if turns, err = s.carryOver(ctx, workspace, conversation); err != nil {
+			return nil, err
+		}
+		return s.bound(turns), nil
 	}
 	return turns, nil
 }
 
-// Record appends turns to a conversation, skipping any it already holds
-// (same non-empty ActivityID and Role), then applies the bounds. It writes
-// with compare-and-set on the revision it read and starts over on a
-// conflict. added is the number of turns new to the conversation.
+// Seed stores turns as a conversation's start, only if it has no turns
+// yet (create-only at the stream leader: losing to another writer is
+// fine), and returns them as bounded.
+func (s *Store) Seed(ctx context.Context, workspace, conversation string, turns []handler.Turn) ([]handler.Turn, error) {
+	if s == nil || len(turns) == 0 {
+		return nil, nil
+	}
+	turns = s.bound(s.clipAll(turns))
+	if err := s.seed(ctx, workspace, conversation, turns, ""); err != nil {
+		return turns, err
+	}
+	return turns, nil
+}
+
+// seed publishes turns as the conversation's first message, expecting its
+// subject to hold none.
+func (s *Store) seed(ctx context.Context, workspace, conversation string, turns []handler.Turn, msgID string) error {
+	data, err := json.Marshal(turns)
+	if err != nil {
+		return fmt.Errorf("memory: encode: %w", err)
+	}
+	opts := []jetstream.PublishOpt{jetstream.WithExpectLastSequencePerSubject(0), jetstream.WithExpectStream(s.stream)}
+	if msgID != "" {
+		opts = append(opts, jetstream.WithMsgID(msgID))
+	}
+	_, err = s.js.Publish(ctx, events.MemorySubject(workspace, conversation), data, opts...)
+	if err != nil && !isWrongLastSequence(err) {
+		return fmt.Errorf("memory: seed: %w", err)
+	}
+	return nil
+}
+
+// isWrongLastSequence reports the server's refusal of an expected last
+// sequence (10071; 10164 on a replicated stream): the conversation already
+// has turns.
+func isWrongLastSequence(err error) bool {
+	var apiErr *jetstream.APIError
+	return errors.As(err, &apiErr) &&
+		(apiErr.ErrorCode == jetstream.JSErrCodeStreamWrongLastSequence || apiErr.ErrorCode == jetstream.JSErrCodeStreamWrongLastSequenceConstant)
+}
+
+// Record appends turns to a conversation as one message, each turn's text
+// cut to Config.MaxBytes/4. Turns of one inbound message (their
+// ActivityID) carry a Nats-Msg-Id, so that recording them again within
+// the stream's duplicate window stores nothing; added is the number of
+// turns stored (0 for such a duplicate). It returns once the stream holds
+// them.
 func (s *Store) Record(ctx context.Context, workspace, conversation string, turns ...handler.Turn) (added int, err error) {
 	if s == nil || len(turns) == 0 {
 		return 0, nil
 	}
-	key := events.HistoryKey(workspace, conversation)
-	for attempt := range maxAttempts {
-		cur, rev, known := s.last.get(key)
-		if !known || attempt > 0 {
-			if cur, rev, err = s.load(ctx, key); err != nil {
-				return 0, err
-			}
-		}
-		next, added := merge(cur, turns)
-		if added == 0 {
-			return 0, nil
-		}
-		kept, data, err := s.bound(next)
-		if err != nil {
-			return 0, fmt.Errorf("memory: encode: %w", err)
-		}
-		var wrote uint64
-		if rev == 0 {
-			wrote, err = s.kv.Create(ctx, key, data)
-		} else {
-			wrote, err = s.kv.Update(ctx, key, data, rev)
-		}
-		switch {
-		case err == nil:
-			s.last.put(key, kept, wrote)
-			return added, nil
-		case errors.Is(err, jetstream.ErrKeyExists), errors.Is(err, jetstream.ErrKeyRevisionMismatch):
-			// Another writer came first: read its turns and merge again,
-			// after a random pause so the racers spread out (none after a
-			// stale last write: the read alone puts that right).
-			s.last.drop(key)
-			if known && attempt == 0 {
-				continue
-			}
-			if err := conflictPause(ctx, attempt); err != nil {
-				return 0, err
-			}
-		default:
-			s.last.drop(key)
-			return 0, fmt.Errorf("memory: write %s: %w", key, err)
-		}
+	data, err := json.Marshal(s.clipAll(turns))
+	if err != nil {
+		return 0, fmt.Errorf("memory: encode: %w", err)
 	}
-	return 0, fmt.Errorf("%w: %s", ErrContended, key)
+	msg := &nats.Msg{Subject: events.MemorySubject(workspace, conversation), Data: data, Header: nats.Header{}}
+	if id := msgIDOf(workspace, conversation, turns); id != "" {
+		msg.Header.Set(jetstream.MsgIDHeader, id)
+	}
+	ack, err := s.js.PublishMsg(ctx, msg, jetstream.WithExpectStream(s.stream))
+	if err != nil {
+		return 0, fmt.Errorf("memory: write %s: %w", msg.Subject, err)
+	}
+	if ack.Duplicate {
+		return 0, nil
+	}
+	return len(turns), nil
 }
 
-// conflictPause waits a random time up to 1 ms << attempt (at most 64 ms).
-func conflictPause(ctx context.Context, attempt int) error {
-	t := time.NewTimer(time.Duration(rand.Int64N(int64(time.Millisecond << min(attempt, 6)))))
-	defer t.Stop()
-	select {
-	case <-t.C:
-		return nil
-	case <-ctx.Done():
-		return fmt.Errorf("memory: %w", ctx.Err())
+// msgIDOf is the Nats-Msg-Id of turns recorded together: the inbound
+// message's id and their roles, or "" when they do not all belong to one
+// inbound message.
+func msgIDOf(workspace, conversation string, turns []handler.Turn) string {
+	activity := turns[0].ActivityID
+	roles := make([]string, 0, len(turns))
+	for _, t := range turns {
+		if t.ActivityID == "" || t.ActivityID != activity {
+			return ""
+		}
+		roles = append(roles, t.Role)
 	}
+	return events.MemoryMsgID(workspace, conversation, activity, strings.Join(roles, "+"))
 }
 
-// merge appends the turns of add that cur does not hold.
-func merge(cur, add []handler.Turn) (out []handler.Turn, added int) {
-	type id struct{ activity, role string }
-	seen := make(map[id]bool, len(cur))
-	for _, t := range cur {
-		if t.ActivityID != "" {
-			seen[id{t.ActivityID, t.Role}] = true
-		}
-	}
-	out = cur
-	for _, t := range add {
-		k := id{t.ActivityID, t.Role}
-		if t.ActivityID != "" && seen[k] {
+// clipAll returns turns with each text cut to MaxBytes/4, copying only
+// when one is cut.
+func (s *Store) clipAll(turns []handler.Turn) []handler.Turn {
+	limit := s.cfg.MaxBytes / 4
+	out, copied := turns, false
+	for i, t := range turns {
+		if len(t.Text) <= limit {
 			continue
 		}
-		seen[k] = true
-		out = append(out, t)
-		added++
+		if !copied {
+			out, copied = append([]handler.Turn(nil), turns...), true
+		}
+		out[i].Text = truncate(t.Text, limit)
 	}
-	return out, added
+	return out
 }
 
-// bound cuts each turn's text to MaxBytes/4, keeps the newest Turns turns
-// and drops the oldest until the JSON value fits MaxBytes; it returns the
-// turns kept and their JSON.
-func (s *Store) bound(turns []handler.Turn) ([]handler.Turn, []byte, error) {
+// bound keeps the newest Turns turns and drops the oldest until their JSON
+// fits MaxBytes (the newest is always kept).
+func (s *Store) bound(turns []handler.Turn) []handler.Turn {
 	if len(turns) > s.cfg.Turns {
 		turns = turns[len(turns)-s.cfg.Turns:]
 	}
-	out := make([]handler.Turn, len(turns))
-	for i, t := range turns {
-		t.Text = truncate(t.Text, s.cfg.MaxBytes/4)
-		out[i] = t
+	size := 1 // the list's brackets, less the comma the first turn does not need
+	first := len(turns)
+	for first > 0 {
+		n := turnSize(turns[first-1]) + 1 // its comma
+		if size+n > s.cfg.MaxBytes && first < len(turns) {
+			break
+		}
+		size += n
+		first--
 	}
-	data, err := json.Marshal(out)
-	if err != nil || len(data) <= s.cfg.MaxBytes {
-		return out, data, err // the usual case: one encoding
-	}
-	size := len(data)
-	for len(out) > 1 && size > s.cfg.MaxBytes {
-		size -= turnSize(out[0]) + 1 // its comma
-		out = out[1:]
-	}
-	data, err = json.Marshal(out)
-	return out, data, err
+	return turns[first:]
 }
 
 func turnSize(t handler.Turn) int {

@@ -47,7 +47,7 @@ func (s *seenBy) request(t *testing.T, text string) handler.Request {
 // memoryOn builds the store of a process, as relay.Runtime does.
 func memoryOn(t testing.TB, p *pipelinetest.Proc, cfg memory.Config) *memory.Store {
 	t.Helper()
-	s, err := memory.New(p.Topo.History, cfg)
+	s, err := memory.New(p.JS, p.Topo, cfg)
 	if err != nil {
 		t.Fatalf("memory.New: %v", err)
 	}
@@ -78,7 +78,7 @@ func waitTurns(t *testing.T, w *pipelinetest.World, conv string, n int) []handle
 	var turns []handler.Turn
 	pipelinetest.Eventually(t, 20*time.Second, fmt.Sprintf("%d turns in %s", n, conv), func() bool {
 		var err error
-		turns, _, err = memory.Read(pipelinetest.Ctx(t), w.Obs.Topo.History, w.Agent.ID, conv)
+		turns, _, err = memory.Read(pipelinetest.Ctx(t), w.Obs.JS, w.Obs.Topo, w.Agent.ID, conv)
 		return err == nil && len(turns) >= n
 	})
 	if len(turns) != n {

@@ -12,11 +12,11 @@ import (
 
 // MOLECULE_HISTORY_TURNS=0: the stages get no Store (memory.New returns
 // nil), the handler gets the conversation's name but no history, replies
-// carry no message text for memory, and nothing is written to the bucket.
+// carry no message text for memory, and nothing is written to the memory stream.
 func TestTurnsZeroTouchesNoBucket(t *testing.T) {
 	t.Parallel()
 	w := pipelinetest.New(t, pipelinetest.Options{Peers: 1})
-	off, err := memory.New(w.Obs.Topo.History, memory.Config{Turns: 0})
+	off, err := memory.New(w.Obs.JS, w.Obs.Topo, memory.Config{Turns: 0})
 	if err != nil || off != nil {
 		t.Fatalf("memory.New with 0 turns = %v, %v; want nil, nil", off, err)
 	}
@@ -41,11 +41,7 @@ func TestTurnsZeroTouchesNoBucket(t *testing.T) {
 			t.Errorf("%s: the recorded reply carries memory fields: %s", text, entry.Value())
 		}
 	}
-	bucket, err := w.Obs.JS.Stream(pipelinetest.Ctx(t), "KV_"+events.BucketHistory)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if n := w.StreamMsgs(bucket); n != 0 {
-		t.Errorf("the history bucket holds %d messages, want 0", n)
+	if n := w.StreamMsgs(w.Obs.Topo.Memory); n != 0 {
+		t.Errorf("the memory stream holds %d messages, want 0", n)
 	}
 }

@@ -7,10 +7,10 @@ import (
 )
 
 // Memory is the conversation memory MOLECULE_HISTORY_TURNS and
-// MOLECULE_HISTORY_MAX_BYTES configure over the topology's history bucket;
+// MOLECULE_HISTORY_MAX_BYTES configure over the topology's memory stream;
 // nil when turns is 0 (memory off).
 func (rt *Runtime) Memory() (*memory.Store, error) {
-	mem, err := memory.New(rt.Topo.History, memory.Config{Turns: rt.Cfg.HistoryTurns, MaxBytes: rt.Cfg.HistoryMaxBytes})
+	mem, err := memory.New(rt.Conn.JS, rt.Topo, memory.Config{Turns: rt.Cfg.HistoryTurns, MaxBytes: rt.Cfg.HistoryMaxBytes})
 	if err != nil {
 		return nil, fmt.Errorf("MOLECULE_HISTORY_TURNS=%d: %w", rt.Cfg.HistoryTurns, err)
 	}

@@ -188,7 +188,7 @@ func (b budgetsByBucket) of(w config.Workspace) *molecule.RateBudget {
 func (rt *Runtime) ensureTopology(ctx context.Context, s Stages) error {
 	tctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()
-	tc := events.TopologyConfig{Replicas: rt.Cfg.Replicas, HistoryTTL: rt.Cfg.HistoryTTL.D()}
+	tc := events.TopologyConfig{Replicas: rt.Cfg.Replicas, HistoryTTL: rt.Cfg.HistoryTTL.D(), HistoryTurns: rt.Cfg.HistoryTurns}
 	if rt.Cfg.Topology == "lookup" {
 		var names []string
 		if s != All {

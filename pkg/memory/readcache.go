@@ -1,0 +1,250 @@
+package memory
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/molecule-ai/molecule-relay/pkg/handler"
+)
+
+// A full read of a conversation costs the server one scan of the stream
+// from the conversation's oldest kept message: its file store finds a
+// subject's next message by walking the messages in between
+// (msgBlock.firstMatching), so with 100 conversations interleaved a read
+// of 20 messages walks about 2,000. A Store therefore keeps what it read
+// of each conversation and asks only for the messages after the last one
+// it holds: usually none (answered at once from the subject index) or
+// the few written since, a walk of what the stream received meanwhile.
+//
+// What the cache holds is what the stream holds, except for deletions,
+// which a read from the last sequence on cannot see:
+//   - the per-conversation bound drops the oldest messages: the cache
+//     keeps the same number (the stream's MaxMsgsPerSubject);
+//   - `history forget` purges the subject and then writes a forget
+//     marker, which the next read sees and drops everything before;
+//   - MaxAge expiry and a purge by other means: an entry is read in full
+//     again once it is cacheFor old, so a running stage shows such a
+//     turn at most that long after it went.
+
+// cacheFor is how long a conversation is read from the last message on
+// before it is read in full again.
+const cacheFor = 10 * time.Second
+
+// Bounds of a Store's cache: beyond them it forgets everything (cheap,
+// and only costs full reads).
+const (
+	maxCachedConversations = 4096
+	maxCachedBytes         = 16 << 20
+)
+
+// forgetMarker is the message `history forget` writes after purging a
+// conversation's subject. It is not a list, so earlier versions of the
+// reader skip it.
+var forgetMarker = []byte(`{"forgotten":true}`)
+
+func isForgetMarker(data []byte) bool { return bytes.Equal(data, forgetMarker) }
+
+type readCache struct {
+	mu    sync.Mutex
+	m     map[string]*convState
+	bytes int
+}
+
+// convState is one conversation in a Store's cache: what it last read,
+// and the reads under way. Reads of one conversation run one at a time:
+// a Load that finds one under way joins the next one, which starts once
+// that one ends, so it still sees every write that ended before it began,
+// and a burst of Loads of one conversation (64 dispatcher workers) costs
+// a read or two in flight, each asking for what is new since the last.
+type convState struct {
+	entry    *cachedConv // nil until read, or after a read failed
+	inflight *flight
+	next     *flight // joined by the Loads that found inflight under way
+}
+
+// flight is one read of a conversation and the Loads waiting for it.
+type flight struct {
+	done chan struct{}
+	recs []record
+	err  error
+}
+
+// cachedConv is the kept messages of one conversation, as last read.
+type cachedConv struct {
+	recs  []record // oldest first, at most the stream's bound
+	last  uint64   // sequence of the newest
+	read  time.Time
+	bytes int
+}
+
+// records returns the records of subject the stream keeps: the cached
+// ones and those after them, or all of them read again when there is no
+// fresh entry. The slice is shared with the cache: read only.
+func (s *Store) records(ctx context.Context, subject string) ([]record, error) {
+	c := &s.cache
+	c.mu.Lock()
+	if c.m == nil || len(c.m) >= maxCachedConversations || c.bytes > maxCachedBytes {
+		c.m, c.bytes = make(map[string]*convState), 0 // reads under way finish on their own state
+	}
+	st := c.m[subject]
+	if st == nil {
+		st = &convState{}
+		c.m[subject] = st
+	}
+	if st.inflight == nil {
+		f := &flight{done: make(chan struct{})}
+		st.inflight = f
+		c.mu.Unlock()
+		s.fly(ctx, subject, st, f)
+		return f.recs, f.err
+	}
+	f, prev, lead := st.next, st.inflight, false
+	if f == nil {
+		f, lead = &flight{done: make(chan struct{})}, true
+		st.next = f
+	}
+	c.mu.Unlock()
+	if lead {
+		// prev ends (its read has a deadline) and hands inflight to f.
+		<-prev.done
+		s.fly(ctx, subject, st, f)
+		return f.recs, f.err
+	}
+	select {
+	case <-f.done:
+		return f.recs, f.err
+	case <-ctx.Done():
+		return nil, fmt.Errorf("memory: read %s: %w", subject, ctx.Err())
+	}
+}
+
+// fly runs f, the read of subject under way, keeps what it read in st,
+// hands inflight to the next read (if any Load waits for one) and
+// releases f's Loads.
+func (s *Store) fly(ctx context.Context, subject string, st *convState, f *flight) {
+	c := &s.cache
+	c.mu.Lock()
+	e := st.entry
+	c.mu.Unlock()
+	var next *cachedConv
+	f.recs, next, f.err = s.read(ctx, subject, e)
+	c.mu.Lock()
+	if c.m[subject] == st { // else the cache was emptied meanwhile: st counts no more
+		if e != nil {
+			c.bytes -= e.bytes
+		}
+		if next != nil {
+			c.bytes += next.bytes
+		}
+	}
+	st.entry = next // nil after a failure: read in full next time
+	st.inflight, st.next = st.next, nil
+	c.mu.Unlock()
+	close(f.done)
+}
+
+// read reads subject in full, or from e (a fresh entry) on, and returns
+// the records the stream keeps and the entry to keep (nil for none).
+func (s *Store) read(ctx context.Context, subject string, e *cachedConv) ([]record, *cachedConv, error) {
+	if e == nil || time.Since(e.read) > cacheFor {
+		recs, last, err := s.get.records(ctx, subject, 0)
+		if err != nil {
+			return nil, nil, err
+		}
+		recs = s.keep(afterForget(recs))
+		if last == 0 {
+			return recs, nil, nil
+		}
+		return recs, &cachedConv{recs: recs, last: last, read: time.Now(), bytes: sizeOf(recs)}, nil
+	}
+	fresh, last, err := s.get.records(ctx, subject, e.last+1)
+	if err != nil {
+		return nil, nil, err
+	}
+	if len(fresh) == 0 {
+		return e.recs, e, nil
+	}
+	var recs []record
+	if i := lastForget(fresh); i >= 0 {
+		recs = fresh[i+1:]
+	} else {
+		recs = append(e.recs[:len(e.recs):len(e.recs)], fresh...)
+	}
+	recs = s.keep(recs)
+	return recs, &cachedConv{recs: recs, last: last, read: e.read, bytes: sizeOf(recs)}, nil
+}
+
+// keep is the newest recs the stream keeps of a subject.
+func (s *Store) keep(recs []record) []record {
+	if n := s.get.batch - 1; len(recs) > n {
+		return recs[len(recs)-n:]
+	}
+	return recs
+}
+
+func lastForget(recs []record) int {
+	for i := len(recs) - 1; i >= 0; i-- {
+		if recs[i].forget {
+			return i
+		}
+	}
+	return -1
+}
+
+func sizeOf(recs []record) int {
+	n := 0
+	for _, r := range recs {
+		for _, sz := range r.sizes {
+			n += sz
+		}
+	}
+	return n
+}
+
+// turnsOf is the turns of recs, oldest first, each once (the first of any
+// with the same non-empty ActivityID and Role), the newest turns of them
+// within turns and maxBytes of JSON (the newest always): a new slice, the
+// caller may keep it.
+func turnsOf(recs []record, turns, maxBytes int) []handler.Turn {
+	n := 0
+	for _, r := range recs {
+		n += len(r.turns)
+	}
+	all := make([]handler.Turn, 0, n)
+	sizes := make([]int, 0, n)
+	for _, r := range recs {
+		for i, t := range r.turns {
+			if t.ActivityID != "" && holds(all, t) {
+				continue
+			}
+			all = append(all, t)
+			sizes = append(sizes, r.sizes[i])
+		}
+	}
+	first := max(len(all)-turns, 0)
+	size := 1 // the list's brackets, less the comma the first turn does not need
+	from := len(all)
+	for from > first {
+		n := sizes[from-1] + 1 // its comma
+		if size+n > maxBytes && from < len(all) {
+			break
+		}
+		size += n
+		from--
+	}
+	return all[from:]
+}
+
+// holds reports whether turns has one with t's ActivityID and Role. A
+// conversation holds tens of turns: a walk beats a map.
+func holds(turns []handler.Turn, t handler.Turn) bool {
+	for i := range turns {
+		if turns[i].ActivityID == t.ActivityID && turns[i].Role == t.Role {
+			return true
+		}
+	}
+	return false
+}
