@@ -134,7 +134,13 @@ func (p *pool) release(n int) {
 // processing; it gives back the slots it did not use. The error is the
 // fetch's or the pull's end, except a cancellation by the stop.
 func (p *pool) pull(ctx context.Context, n int, wait time.Duration) (got int, err error) {
-	batch, err := p.cons.Fetch(n, jetstream.FetchMaxWait(wait))
+	// The pull ends with the stop, not up to wait later: a stop inside a
+	// supervisor's grace (Claude Code: SIGKILL 500 ms after SIGINT) must
+	// not sit out an idle pull. A message the server sent in that instant
+	// and that did not reach the batch yet is redelivered after AckWait.
+	fctx, cancel := context.WithTimeout(ctx, wait)
+	defer cancel()
+	batch, err := p.cons.Fetch(n, jetstream.FetchContext(fctx))
 	if err != nil {
 		p.release(n)
 		return 0, err
@@ -151,8 +157,8 @@ func (p *pool) pull(ctx context.Context, n int, wait time.Duration) (got int, er
 	}
 	p.release(n - got)
 	err = batch.Error()
-	if err != nil && !errors.Is(err, nats.ErrConnectionClosed) && (ctx.Err() != nil || errors.Is(err, context.Canceled)) {
-		err = nil
+	if err != nil && !errors.Is(err, nats.ErrConnectionClosed) && (ctx.Err() != nil || errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded)) {
+		err = nil // the stop, or the wait's own end
 	}
 	return got, err
 }
