@@ -66,10 +66,11 @@ func init() {
 }
 
 func main() {
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	code := run(ctx, &cliEnv{stdin: os.Stdin, stdout: os.Stdout, stderr: os.Stderr, environ: os.Environ()}, os.Args[1:])
-	stop()
-	os.Exit(code)
+	// The handlers stay installed until the process exits: a supervisor's
+	// second signal (Claude Code: SIGTERM 100 ms after SIGINT) arriving
+	// while the command finishes must not kill it with exit 143.
+	ctx, _ := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	os.Exit(run(ctx, &cliEnv{stdin: os.Stdin, stdout: os.Stdout, stderr: os.Stderr, environ: os.Environ()}, os.Args[1:]))
 }
 
 func run(ctx context.Context, env *cliEnv, args []string) int {

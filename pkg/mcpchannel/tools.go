@@ -109,6 +109,10 @@ func (s *Server) toolDismiss(ctx context.Context, req mcp.CallToolRequest) (*mcp
 // within postWait.
 func (s *Server) answer(ctx context.Context, p *pending, a handler.Answer) *mcp.CallToolResult {
 	in := p.req.Message
+	be, err := s.backend()
+	if err != nil {
+		return toolError("%v", err)
+	}
 	if err := s.cfg.Channel.take(p, a); err != nil {
 		return toolError("%v", err)
 	}
@@ -118,7 +122,7 @@ func (s *Server) answer(ctx context.Context, p *pending, a handler.Answer) *mcp.
 		return toolError("message %s: the answer was not taken (%v); the message will be shown again", in.ActivityID, errOr(err, "the session ended"))
 	}
 	var rec events.HandledRecord
-	if err := waitKey(cctx, s.cfg.Handled, events.HandledKey(in.WorkspaceID, in.ActivityID), func(b []byte) bool {
+	if err := waitKey(cctx, be.Handled, events.HandledKey(in.WorkspaceID, in.ActivityID), func(b []byte) bool {
 		return json.Unmarshal(b, &rec) == nil
 	}); err != nil {
 		return toolError("message %s: the answer is not recorded yet (%v); if the relay cannot record it, the message will be shown again", in.ActivityID, err)
@@ -135,7 +139,7 @@ func (s *Server) answer(ctx context.Context, p *pending, a handler.Answer) *mcp.
 	}
 	pctx, pcancel := context.WithTimeout(ctx, postWait)
 	defer pcancel()
-	err := waitKey(pctx, s.cfg.Replies, events.ReplyKey(in.WorkspaceID, in.ActivityID), func(b []byte) bool {
+	err = waitKey(pctx, be.Replies, events.ReplyKey(in.WorkspaceID, in.ActivityID), func(b []byte) bool {
 		var r events.ReplyRecord
 		return json.Unmarshal(b, &r) == nil && r.State == events.StateSent
 	})
@@ -178,24 +182,28 @@ func waitKey(ctx context.Context, kv jetstream.KeyValue, key string, ok func([]b
 // client returns the platform client of the watched workspace ws, or of
 // the only one when ws is empty.
 func (s *Server) client(ws string) (*molecule.Client, error) {
+	be, err := s.backend()
+	if err != nil {
+		return nil, err
+	}
 	if ws == "" {
-		if len(s.cfg.Clients) == 1 {
-			for _, c := range s.cfg.Clients {
+		if len(be.Clients) == 1 {
+			for _, c := range be.Clients {
 				return c, nil
 			}
 		}
-		return nil, fmt.Errorf("workspace_id is required: watching %s", strings.Join(s.watched(), ", "))
+		return nil, fmt.Errorf("workspace_id is required: watching %s", strings.Join(watched(be.Clients), ", "))
 	}
-	c, ok := s.cfg.Clients[ws]
+	c, ok := be.Clients[ws]
 	if !ok {
-		return nil, fmt.Errorf("workspace %s is not watched (watching %s)", ws, strings.Join(s.watched(), ", "))
+		return nil, fmt.Errorf("workspace %s is not watched (watching %s)", ws, strings.Join(watched(be.Clients), ", "))
 	}
 	return c, nil
 }
 
-func (s *Server) watched() []string {
+func watched(clients map[string]*molecule.Client) []string {
 	var ids []string
-	for id := range s.cfg.Clients {
+	for id := range clients {
 		ids = append(ids, id)
 	}
 	sort.Strings(ids)
