@@ -50,13 +50,13 @@ func TestClaudeCodeHealthCheckConnectedTenTimesInARow(t *testing.T) {
 		}
 		return string(out)
 	}
-	add := []string{"mcp", "add", "molecule", "-e", childEnv + "=1"}
+	add := []string{"mcp", "add", "molecule"}
 	for _, kv := range w.environ {
 		if !strings.HasPrefix(kv, "MOLECULE_LOG_LEVEL=") {
 			add = append(add, "-e", kv)
 		}
 	}
-	runClaude(append(add, "--", os.Args[0], "mcp")...)
+	runClaude(append(add, "--", relayBin(t), "mcp")...)
 
 	var session *mcpProc
 	for i := range 10 {

@@ -16,9 +16,8 @@ import (
 	"github.com/molecule-ai/molecule-relay/internal/pipelinetest"
 )
 
-// mcpProc is one `molecule-relay mcp` process (this test binary re-executed
-// as the CLI) with the test as its MCP client on stdin/stdout, as Claude
-// Code runs it.
+// mcpProc is one `molecule-relay mcp` process (the built CLI) with the
+// test as its MCP client on stdin/stdout, as Claude Code runs it.
 type mcpProc struct {
 	t      *testing.T
 	cmd    *exec.Cmd
@@ -43,8 +42,8 @@ type rpcNote struct {
 // startMCP starts the mcp command with environ and args.
 func startMCP(t *testing.T, environ []string, args ...string) *mcpProc {
 	t.Helper()
-	cmd := exec.Command(os.Args[0], append([]string{"mcp"}, args...)...)
-	cmd.Env = append(append([]string{childEnv + "=1"}, environ...), "HOME="+t.TempDir(), "PATH="+os.Getenv("PATH"))
+	cmd := exec.Command(relayBin(t), append([]string{"mcp"}, args...)...)
+	cmd.Env = append(append([]string(nil), environ...), "HOME="+t.TempDir(), "PATH="+os.Getenv("PATH"))
 	p := &mcpProc{t: t, cmd: cmd, stderr: &pipelinetest.LogBuffer{}, exited: make(chan struct{}),
 		waiters: map[string]chan json.RawMessage{}, notes: make(chan rpcNote, 64)}
 	cmd.Stderr = p.stderr
@@ -168,6 +167,25 @@ func (p *mcpProc) callTool(name string, args map[string]any) (string, bool) {
 		b.WriteString(c.Text)
 	}
 	return b.String(), res.Result.IsError
+}
+
+// nextNote waits for the next notification of method, skipping others
+// (which the caller must not expect).
+func (p *mcpProc) nextNote(method string, within time.Duration) json.RawMessage {
+	p.t.Helper()
+	deadline := time.After(within)
+	for {
+		select {
+		case n := <-p.notes:
+			if n.Method == method {
+				return n.Params
+			}
+			p.t.Errorf("unexpected %s notification: %s", n.Method, n.Params)
+		case <-deadline:
+			p.t.Fatalf("no %s within %s:\n%s", method, within, p.stderr.String())
+			return nil
+		}
+	}
 }
 
 // nextMessage waits for the next channel notification; it returns its meta.

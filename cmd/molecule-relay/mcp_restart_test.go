@@ -142,8 +142,9 @@ func TestMCPNextSessionReceivesWithin3sHoweverTheLastEnded(t *testing.T) {
 // The stop time Claude Code sees: SIGINT with a client connected and
 // nothing in flight ends the process with exit 0 (a SIGTERM arriving
 // meanwhile changes nothing), well inside the 100 ms before Claude's
-// SIGTERM (the median of five is checked without the race detector; each
-// is logged).
+// SIGTERM (the median of five is checked, except when the tests run
+// under the race detector, whose load on the machine is not the user's;
+// each is logged).
 func TestMCPExitsWithin100msOfSIGINT(t *testing.T) {
 	w := newMCPWorld(t)
 	var stops []time.Duration
@@ -231,7 +232,7 @@ func TestMCPSecondSessionWaitsAndTakesOver(t *testing.T) {
 					Tools []struct{ Name string } `json:"tools"`
 				} `json:"result"`
 			}
-			if err := json.Unmarshal(second.request("tools/list", map[string]any{}, 10*time.Second), &tools); err != nil || len(tools.Result.Tools) < 6 {
+			if err := json.Unmarshal(second.request("tools/list", map[string]any{}, 10*time.Second), &tools); err != nil || len(tools.Result.Tools) < 12 {
 				t.Fatalf("tools/list: %v %+v", err, tools)
 			}
 			if txt, isErr := second.callTool("list_peers", nil); !isErr || !strings.Contains(txt, "another") {

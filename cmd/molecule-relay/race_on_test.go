@@ -2,6 +2,6 @@
 
 package main
 
-// raceEnabled: timings measured under the race detector are several times
-// slower; the stop-time bound is checked without it.
+// raceEnabled: under the race detector the instrumented tests load the
+// machine; the stop-time bound is checked without it.
 const raceEnabled = true

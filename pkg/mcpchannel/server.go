@@ -85,7 +85,7 @@ func NewServer(cfg ServerConfig) *Server {
 	})
 	s.mcp = server.NewMCPServer("molecule-relay", version.String(),
 		server.WithToolCapabilities(false),
-		server.WithExperimental(map[string]any{Capability: map[string]any{}}),
+		server.WithExperimental(map[string]any{Capability: map[string]any{}, CapabilityPermission: map[string]any{}}),
 		server.WithRecovery(),
 		server.WithInstructions(instructions),
 		server.WithHooks(hooks),
@@ -201,6 +201,9 @@ loop:
 				continue
 			case method == string(mcp.MethodNotificationInitialized) && stop == nil:
 				stop = s.ready(w)
+			case method == MethodPermissionRequest:
+				s.permissionRequest(ctx, line)
+				continue
 			}
 			s.handle(ctx, &wg, w, line, id)
 		}
@@ -221,7 +224,9 @@ loop:
 // first stops delivering (waiting messages fail with ErrClientGone), then
 // stops what OnReady started.
 func (s *Server) ready(w *writer) (stop func()) {
-	disconnect := s.cfg.Channel.connect(w.notify)
+	disconnect := s.cfg.Channel.connect(w.notify, func(_ context.Context, id, behavior string) error {
+		return w.write(permissionNote(id, behavior))
+	})
 	s.mu.Lock()
 	s.initialized = true
 	if s.attached && s.be.OnReady != nil {
