@@ -58,7 +58,8 @@ func runMCP(ctx context.Context, env *cliEnv, args []string) error {
 //   - the .env file in MOLECULE_STATE_DIR (default ~/.claude/channels/molecule)
 //     fills in variables the environment does not set;
 //   - MOLECULE_POLL_INTERVAL_MS stands for MOLECULE_POLL_INTERVAL;
-//   - with MOLECULE_STATE_DIR set, the store defaults to its nats folder;
+//   - the store defaults to the nats folder of that state directory, one
+//     per user rather than one per project directory;
 //   - the agent's name defaults to "Claude Code (channel)".
 //
 // A variable set in our own name wins over its alias.
@@ -94,8 +95,11 @@ func mcpEnviron(environ []string) []string {
 			add("MOLECULE_POLL_INTERVAL", ms) // refused by validation, naming the variable
 		}
 	}
-	if d := set["MOLECULE_STATE_DIR"]; d != "" {
-		add("NATS_STORE_DIR", filepath.Join(d, "nats"))
+	if stateDir != "" {
+		// One store per user, whatever project Claude Code runs in: every
+		// session shares it, so they see each other (one holds the
+		// channel, the next takes over) and messages wait in one place.
+		add("NATS_STORE_DIR", filepath.Join(stateDir, "nats"))
 	}
 	add("MOLECULE_AGENT_NAME", mcpAgentName)
 	return out
