@@ -24,7 +24,7 @@ const (
 	exitOK     = 0
 	exitFailed = 1 // something failed or was dead-lettered
 	exitUsage  = 2 // bad command line or configuration; nothing was contacted
-	exitBusy   = 3 // mcp: another instance serves one of the workspaces
+	exitBusy   = 3 // mcp --no-wait: another session serves one of the workspaces
 )
 
 // usageError is a bad command line or configuration (exit 2).
