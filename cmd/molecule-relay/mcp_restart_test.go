@@ -235,8 +235,10 @@ func TestMCPSecondSessionWaitsAndTakesOver(t *testing.T) {
 			if err := json.Unmarshal(second.request("tools/list", map[string]any{}, 10*time.Second), &tools); err != nil || len(tools.Result.Tools) < 12 {
 				t.Fatalf("tools/list: %v %+v", err, tools)
 			}
-			if txt, isErr := second.callTool("list_peers", nil); !isErr || !strings.Contains(txt, "another") {
-				t.Fatalf("a tool of the waiting session: %q (error %v), want it to say another session holds the channel", txt, isErr)
+			for _, tool := range []string{"list_peers", "reply_to_workspace", "send_message_to_user"} {
+				if txt, isErr := second.callTool(tool, map[string]any{"text": "x", "message": "x"}); !isErr || !strings.Contains(txt, "another") {
+					t.Fatalf("%s in the waiting session: %q (error %v), want it to say another session holds the channel", tool, txt, isErr)
+				}
 			}
 			if !strings.Contains(second.stderr.String(), "another session holds the channel") {
 				t.Fatalf("no log line saying another session holds the channel:\n%s", second.stderr.String())

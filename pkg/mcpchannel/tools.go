@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/mark3labs/mcp-go/mcp"
+	"github.com/mark3labs/mcp-go/server"
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/molecule-ai/molecule-relay/pkg/events"
@@ -58,11 +59,23 @@ func with(h []mcp.ToolOption, opts ...mcp.ToolOption) []mcp.ToolOption { return 
 // workspace a tool acts as.
 var asWorkspace = mcp.WithString("_as_workspace", mcp.Description("watched workspace to act as (omit when only one is watched)"))
 
+// needRelay answers with why not while no relay is attached (another
+// session holds the channel): every tool needs it.
+func (s *Server) needRelay(h server.ToolHandlerFunc) server.ToolHandlerFunc {
+	return func(ctx context.Context, req mcp.CallToolRequest) (*mcp.CallToolResult, error) {
+		if _, err := s.backend(); err != nil {
+			return toolError("%v", err), nil
+		}
+		return h(ctx, req)
+	}
+}
+
 func (s *Server) addTools() {
+	add := func(t mcp.Tool, h server.ToolHandlerFunc) { s.mcp.AddTool(t, s.needRelay(h)) }
 	activity := mcp.WithString("activity_id", mcp.Description("meta.activity_id of the message this is about"))
 	// An answer is posted once per message: a second call is refused, so
 	// repeating it changes nothing (idempotent), and it only adds a post.
-	s.mcp.AddTool(tool(ToolReply, with(hints(false, false, true),
+	add(tool(ToolReply, with(hints(false, false, true),
 		mcp.WithDescription("Answer a Molecule message shown as a channel event. Pass its activity_id (meta.activity_id). "+
 			"Without activity_id the oldest waiting message of that sender is answered: the peer peer_id, or the canvas user when peer_id is empty. "+
 			"The reply goes to /notify for a canvas user and to the peer over A2A, exactly once."),
@@ -71,21 +84,21 @@ func (s *Server) addTools() {
 		mcp.WithString("peer_id", mcp.Description("meta.peer_id for a peer_agent message; empty for a canvas_user message")),
 		mcp.WithString("workspace_id", mcp.Description("meta.workspace_id: the watched workspace that received the message")),
 	)...), s.toolReply)
-	s.mcp.AddTool(tool(ToolDismiss, with(hints(false, false, true),
+	add(tool(ToolDismiss, with(hints(false, false, true),
 		mcp.WithDescription("Mark a Molecule message handled without replying. Until it is answered or dismissed it stays waiting and is shown again in the next session."),
 		mcp.WithString("activity_id", mcp.Required(), mcp.Description("meta.activity_id of the message")),
 	)...), s.toolDismiss)
-	s.mcp.AddTool(tool(ToolPeers, with(hints(true, false, true),
+	add(tool(ToolPeers, with(hints(true, false, true),
 		mcp.WithDescription("List the peer workspaces a watched workspace may talk to (id, name, role, status)."),
 		mcp.WithString("workspace_id", mcp.Description("watched workspace (omit when only one is watched)")),
 		mcp.WithString("q", mcp.Description("case-insensitive filter on name or role")),
 	)...), s.toolPeers)
-	s.mcp.AddTool(tool(ToolDiscover, with(hints(true, false, true),
+	add(tool(ToolDiscover, with(hints(true, false, true),
 		mcp.WithDescription("Resolve one workspace by id (name and URL), as seen from a watched workspace."),
 		mcp.WithString("peer_id", mcp.Required(), mcp.Description("workspace id to resolve")),
 		mcp.WithString("workspace_id", mcp.Description("watched workspace (omit when only one is watched)")),
 	)...), s.toolDiscover)
-	s.mcp.AddTool(tool(ToolInfo, with(hints(true, false, true),
+	add(tool(ToolInfo, with(hints(true, false, true),
 		mcp.WithDescription("Get a watched workspace's own record (id, name, status, URL, runtime, agent card)."),
 		asWorkspace,
 	)...), s.toolInfo)
@@ -94,28 +107,28 @@ func (s *Server) addTools() {
 	task := mcp.WithString("task", mcp.Required(), mcp.Description("what to ask the peer"))
 	// Asking sends a message to another agent: not read-only, not
 	// destructive, and a repeat asks again (the async form is keyed).
-	s.mcp.AddTool(tool(ToolDelegate, with(hints(false, false, false),
+	add(tool(ToolDelegate, with(hints(false, false, false),
 		mcp.WithDescription("Ask a peer workspace and wait for its answer (the relay waits even when the peer answers later through its own poll loop). "+
 			"With activity_id, asked as part of answering that message (its conversation). For long work use delegate_task_async + check_task_status."),
 		target, peerAlias, task, activity, asWorkspace,
 		mcp.WithNumber("timeout_seconds", mcp.Description("how long to wait for the answer (default: the relay's MOLECULE_ASK_TIMEOUT)")),
 	)...), s.toolDelegate)
-	s.mcp.AddTool(tool(ToolDelegateAsync, with(hints(false, false, true),
+	add(tool(ToolDelegateAsync, with(hints(false, false, true),
 		mcp.WithDescription("Send a task to a peer and return at once with a task_id; poll with check_task_status. "+
 			"The same task to the same peer within an hour is the same task (one message). The status survives a restart of Claude Code and of the relay."),
 		target, peerAlias, task, asWorkspace,
 	)...), s.toolDelegateAsync)
-	s.mcp.AddTool(tool(ToolTaskStatus, with(hints(true, false, true),
+	add(tool(ToolTaskStatus, with(hints(true, false, true),
 		mcp.WithDescription("Status of a task from delegate_task_async: pending (not yet sent), sent (the peer is working), answered (with the answer), abandoned (no answer in time). Without task_id, the recent tasks."),
 		mcp.WithString("task_id", mcp.Description("task_id from delegate_task_async; omit to list recent tasks")),
 		asWorkspace,
 	)...), s.toolTaskStatus)
-	s.mcp.AddTool(tool(ToolInterim, with(hints(false, false, false),
+	add(tool(ToolInterim, with(hints(false, false, false),
 		mcp.WithDescription("While answering a message: post an interim message (\"working on it…\") to its sender now, before the final reply."),
 		mcp.WithString("text", mcp.Required(), mcp.Description("interim text")),
 		activity,
 	)...), s.toolInterim)
-	s.mcp.AddTool(tool(ToolSendToUser, with(hints(false, false, true),
+	add(tool(ToolSendToUser, with(hints(false, false, true),
 		mcp.WithDescription("Post a message to the canvas user's chat unprompted (no message needs to be waiting): an acknowledgement, progress, a result. "+
 			"Posted once: a retry with the same idempotency_key (by default the same message within 10 minutes) is not posted again."),
 		mcp.WithString("message", mcp.Required(), mcp.Description("the chat text (text is accepted too)")),
@@ -124,14 +137,14 @@ func (s *Server) addTools() {
 		mcp.WithString("idempotency_key", mcp.Description("the same key is posted once; default: the message's content within a 10-minute window")),
 		asWorkspace,
 	)...), s.toolSendToUser)
-	s.mcp.AddTool(tool(ToolCommitMemory, with(hints(false, false, false),
+	add(tool(ToolCommitMemory, with(hints(false, false, false),
 		mcp.WithDescription("Save a fact to the platform's persistent memory of the workspace (POST /workspaces/:id/memories); it survives sessions and restarts. "+
 			"Scopes: LOCAL (this workspace), TEAM (parent and siblings), GLOBAL (the org; root workspaces only)."),
 		mcp.WithString("content", mcp.Required(), mcp.Description("what to remember; be specific")),
 		mcp.WithString("scope", mcp.Enum("LOCAL", "TEAM", "GLOBAL"), mcp.Description("memory scope (default LOCAL)")),
 		asWorkspace,
 	)...), s.toolCommitMemory)
-	s.mcp.AddTool(tool(ToolRecallMemory, with(hints(true, false, true),
+	add(tool(ToolRecallMemory, with(hints(true, false, true),
 		mcp.WithDescription("Search the platform's persistent memory (GET /workspaces/:id/memories): LOCAL, TEAM and GLOBAL rows this workspace may read. An empty query returns them all."),
 		mcp.WithString("query", mcp.Description("search text (empty: everything accessible)")),
 		mcp.WithString("scope", mcp.Enum("LOCAL", "TEAM", "GLOBAL", ""), mcp.Description("only this scope (empty: all)")),
