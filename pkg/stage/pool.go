@@ -143,6 +143,9 @@ func (p *pool) pull(ctx context.Context, n int, wait time.Duration) (got int, er
 	batch, err := p.cons.Fetch(n, jetstream.FetchContext(fctx))
 	if err != nil {
 		p.release(n)
+		if fctx.Err() != nil {
+			return 0, nil // the wait (1 ms at the least) or the run ended before the pull began
+		}
 		return 0, err
 	}
 	for msg := range batch.Messages() {
