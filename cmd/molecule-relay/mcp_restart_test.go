@@ -183,26 +183,37 @@ func TestMCPBrokenStdoutEndsSessionWithoutSIGPIPE(t *testing.T) {
 }
 
 // A message shown to a session that ended without answering it is shown
-// again, once, in the next session.
+// again, once, in the next session: handed back at once by a stop, after
+// the consumer's AckWait (8 s) when the session was SIGKILLed.
 func TestMCPUnansweredMessageShownOnceInNextSession(t *testing.T) {
-	w := newMCPWorld(t)
-	p := w.session()
-	w.sendCanvas("unanswered")
-	first, _ := p.nextMessage(20 * time.Second)
-	p.stopClaudeWay()
-	next := w.session()
-	again, _ := next.nextMessage(20 * time.Second)
-	if again["activity_id"] != first["activity_id"] {
-		t.Fatalf("next session shown %s first, want the unanswered %s", again["activity_id"], first["activity_id"])
+	for _, tc := range []struct {
+		name string
+		end  func(*mcpProc)
+	}{
+		{"Claude Code stop", func(p *mcpProc) { p.stopClaudeWay() }},
+		{"SIGKILL", func(p *mcpProc) { p.kill() }},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			w := newMCPWorld(t)
+			p := w.session()
+			w.sendCanvas("unanswered")
+			first, _ := p.nextMessage(20 * time.Second)
+			tc.end(p)
+			next := w.session()
+			again, _ := next.nextMessage(30 * time.Second)
+			if again["activity_id"] != first["activity_id"] {
+				t.Fatalf("next session shown %s first, want the unanswered %s", again["activity_id"], first["activity_id"])
+			}
+			next.answer(again)
+			w.sendCanvas("after")
+			after, _ := next.nextMessage(20 * time.Second)
+			if after["activity_id"] == first["activity_id"] {
+				t.Fatalf("the answered message %s was shown a third time", first["activity_id"])
+			}
+			next.answer(after)
+			pipelinetest.Eventually(t, 10*time.Second, "two replies", func() bool { return len(w.plat.Notifications(w.ws.ID)) == 2 })
+		})
 	}
-	next.answer(again)
-	w.sendCanvas("after")
-	after, _ := next.nextMessage(20 * time.Second)
-	if after["activity_id"] == first["activity_id"] {
-		t.Fatalf("the answered message %s was shown a third time", first["activity_id"])
-	}
-	next.answer(after)
-	pipelinetest.Eventually(t, 10*time.Second, "two replies", func() bool { return len(w.plat.Notifications(w.ws.ID)) == 2 })
 }
 
 // A second session while a live one holds the channel does not fail: it

@@ -21,6 +21,13 @@ const DefaultRetryEvery = 100 * time.Millisecond
 // SIGTERM 100 ms after SIGINT and SIGKILL at 500 ms.
 const DefaultCloseWait = 40 * time.Millisecond
 
+// handBackCloseWait replaces CloseWait when the stop handed messages back:
+// the embedded server applies the hand-backs and writes its consumer state
+// only as it shuts down, and without that the next session sees the
+// messages again only after the consumer's AckWait (8 s), not after the
+// retry delay (2 s). It stays clear of Claude's SIGKILL at 500 ms.
+const handBackCloseWait = 300 * time.Millisecond
+
 // Options configures Run.
 type Options struct {
 	// Open opens the relay: it connects to NATS, starting the embedded
@@ -133,6 +140,9 @@ func Run(ctx context.Context, opts Options, in io.Reader, out io.Writer) error {
 		err = cerr
 	}
 	log.Debug("mcp: poller and replier stopped", "took", time.Since(start))
+	if srv.handedBack.Load() > 0 {
+		t.opts.CloseWait = max(t.opts.CloseWait, handBackCloseWait)
+	}
 	return err
 }
 

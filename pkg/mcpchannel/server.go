@@ -10,6 +10,7 @@ import (
 	"io"
 	"log/slog"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/mark3labs/mcp-go/mcp"
@@ -62,6 +63,9 @@ type Server struct {
 	initialized bool   // a client has initialized
 	// stopReady stops what OnReady started (nil: nothing started).
 	stopReady func()
+	// handedBack counts the messages shown and handed back unanswered
+	// when a client went.
+	handedBack atomic.Int64
 }
 
 // NewServer builds the MCP server with the claude/channel capability and
@@ -238,7 +242,9 @@ func (s *Server) ready(w *writer) (stop func()) {
 	}
 	s.mu.Unlock()
 	return func() {
-		s.log.Info("mcp: client gone; messages not answered go back to the queue", "waiting", s.cfg.Channel.Waiting())
+		waiting := s.cfg.Channel.Waiting()
+		s.handedBack.Add(int64(waiting))
+		s.log.Info("mcp: client gone; messages not answered go back to the queue", "waiting", waiting)
 		disconnect()
 		s.mu.Lock()
 		stop := s.stopReady
