@@ -287,3 +287,19 @@ func TestMCPNoWaitSecondSessionOnSharedStoreExitsBusy(t *testing.T) {
 		t.Fatalf("exit %d, want %d naming the workspace and the locked store:\n%s", code, exitBusy, msg)
 	}
 }
+
+// A waiting second session stopped the Claude way exits 0 at once, and
+// the session holding the channel keeps it.
+func TestMCPWaitingSessionStopsCleanly(t *testing.T) {
+	w := newMCPWorld(t)
+	first := w.session()
+	for range 3 {
+		second := w.session()
+		if d := second.stopClaudeWay(); second.code != 0 {
+			t.Fatalf("waiting session: exit %d after %s:\n%s", second.code, d, second.stderr.String())
+		}
+	}
+	w.sendCanvas("still the first's")
+	m, _ := first.nextMessage(20 * time.Second)
+	first.answer(m)
+}

@@ -106,10 +106,16 @@ func Run(ctx context.Context, opts Options, in io.Reader, out io.Writer) error {
 				return err
 			case <-retry.C:
 			}
+			if ctx.Err() != nil { // a signal: stop, not a failure to open
+				return <-served
+			}
 			why, err := t.try(ctx)
 			if err != nil {
 				endSession()
-				<-served
+				serr := <-served
+				if ctx.Err() != nil {
+					return serr // the signal came during the try
+				}
 				return err
 			}
 			if why != nil {
