@@ -90,6 +90,9 @@ func Run(ctx context.Context, opts Options, in io.Reader, out io.Writer) error {
 	}
 
 	srv := NewServer(ServerConfig{Channel: t.ch, Logger: log})
+	if why != nil { // before the handshake can be answered
+		srv.SetWaiting(why.Error())
+	}
 	sctx, endSession := context.WithCancel(ctx)
 	defer endSession()
 	served := make(chan error, 1)
@@ -97,7 +100,6 @@ func Run(ctx context.Context, opts Options, in io.Reader, out io.Writer) error {
 
 	if why != nil {
 		log.Warn("mcp: another session holds the channel; this one lists its tools and delivers nothing until that session ends", "why", why)
-		srv.SetWaiting(why.Error())
 		retry := time.NewTicker(opts.RetryEvery)
 		defer retry.Stop()
 		for t.r == nil {
