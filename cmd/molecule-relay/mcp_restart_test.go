@@ -303,3 +303,15 @@ func TestMCPWaitingSessionStopsCleanly(t *testing.T) {
 	m, _ := first.nextMessage(20 * time.Second)
 	first.answer(m)
 }
+
+// The session that has the channel does not say it is waiting.
+func TestMCPFirstSessionInstructionsDoNotSayWaiting(t *testing.T) {
+	w := newMCPWorld(t)
+	for range 3 {
+		p := startMCP(t, w.environ)
+		if instr, _ := p.initialize()["instructions"].(string); strings.Contains(instr, "does not receive") {
+			t.Fatalf("the only session says it waits: %q", instr)
+		}
+		p.stopClaudeWay()
+	}
+}

@@ -90,8 +90,16 @@ func Run(ctx context.Context, opts Options, in io.Reader, out io.Writer) error {
 	}
 
 	srv := NewServer(ServerConfig{Channel: t.ch, Logger: log})
-	if why != nil { // before the handshake can be answered
+	attach := func() {
+		t.r.releaseFirst = true
+		srv.Attach(t.r.backend())
+	}
+	// Before the handshake can be answered: its instructions say whether
+	// this session has the channel.
+	if why != nil {
 		srv.SetWaiting(why.Error())
+	} else {
+		attach()
 	}
 	sctx, endSession := context.WithCancel(ctx)
 	defer endSession()
@@ -126,10 +134,9 @@ func Run(ctx context.Context, opts Options, in io.Reader, out io.Writer) error {
 		}
 		retry.Stop()
 		log.Info("mcp: the other session ended; this one has the channel now")
+		attach()
 	}
 	r := t.r
-	r.releaseFirst = true
-	srv.Attach(r.backend())
 
 	select {
 	case err = <-served:
