@@ -4,6 +4,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strings"
 	"sync"
 	"testing"
 )
@@ -28,7 +29,13 @@ func relayBin(t *testing.T) string {
 			return
 		}
 		binPath = filepath.Join(binDir, "molecule-relay")
-		out, err := exec.Command("go", "build", "-o", binPath, ".").CombinedOutput()
+		build := exec.Command("go", "build", "-o", binPath, ".")
+		for _, kv := range os.Environ() {
+			if !strings.HasPrefix(kv, "GOFLAGS=") { // GOFLAGS=-race would instrument it
+				build.Env = append(build.Env, kv)
+			}
+		}
+		out, err := build.CombinedOutput()
 		if err != nil {
 			binErr = err
 			t.Logf("go build: %s", out)
