@@ -18,6 +18,50 @@ import (
 // live lease on one of the workspaces.
 var ErrAlreadyRunning = errors.New("mcpchannel: another molecule-relay mcp instance serves this workspace")
 
+// HeldError is Acquire's refusal when another instance holds a live lease;
+// it matches ErrAlreadyRunning.
+type HeldError struct {
+	Workspace, Holder string
+	// Until is when the lease expires unless its holder renews it.
+	Until time.Time
+	ttl   time.Duration
+}
+
+func (e *HeldError) Error() string {
+	return fmt.Sprintf("%v: workspace %s is held by instance %s until %s (renewed while it runs; a crashed instance's lease expires after %s)",
+		ErrAlreadyRunning, e.Workspace, e.Holder, e.Until.Format(time.RFC3339), e.ttl)
+}
+
+func (e *HeldError) Unwrap() error { return ErrAlreadyRunning }
+
+// watchReleases signals on the returned channel when a lease of one of the
+// workspaces is deleted (its holder stopped), so that a waiting instance
+// tries again at once instead of polling; stop ends the watch.
+func watchReleases(ctx context.Context, js jetstream.JetStream, workspaces []string) (released <-chan struct{}, stop func(), err error) {
+	kv, err := js.KeyValue(ctx, events.BucketMCPLeases)
+	if err != nil {
+		return nil, nil, err
+	}
+	wctx, cancel := context.WithCancel(ctx)
+	w, err := kv.WatchFiltered(wctx, workspaces, jetstream.UpdatesOnly(), jetstream.MetaOnly())
+	if err != nil {
+		cancel()
+		return nil, nil, err
+	}
+	ch := make(chan struct{}, 1)
+	go func() {
+		for e := range w.Updates() {
+			if e != nil && e.Operation() != jetstream.KeyValuePut {
+				select {
+				case ch <- struct{}{}:
+				default:
+				}
+			}
+		}
+	}()
+	return ch, func() { _ = w.Stop(); cancel() }, nil
+}
+
 // DefaultLeaseTTL is how long a lease outlives its last renewal: a crashed
 // instance blocks its workspaces at most this long (on a shared NATS; on
 // the embedded server the store's lock dies with the process, see
@@ -121,8 +165,7 @@ func (l *Lease) take(ctx context.Context, ws string) error {
 		if e, err = l.kv.Get(ctx, ws); err == nil {
 			var v leaseValue
 			if json.Unmarshal(e.Value(), &v) == nil && v.Instance != l.instance && time.Now().Before(v.Expires) && !l.exclusive {
-				return fmt.Errorf("%w: workspace %s is held by instance %s until %s (renewed while it runs; a crashed instance's lease expires after %s)",
-					ErrAlreadyRunning, ws, v.Instance, v.Expires.Format(time.RFC3339), l.ttl)
+				return &HeldError{Workspace: ws, Holder: v.Instance, Until: v.Expires, ttl: l.ttl}
 			}
 			if l.exclusive && v.Instance != l.instance && time.Now().Before(v.Expires) {
 				l.log.Info("mcp: taking over the lease of an instance that ended without releasing it", "workspace", ws, "holder", v.Instance)

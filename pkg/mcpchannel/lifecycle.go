@@ -108,18 +108,29 @@ func Run(ctx context.Context, opts Options, in io.Reader, out io.Writer) error {
 
 	if why != nil {
 		log.Warn("mcp: another session holds the channel; this one lists its tools and delivers nothing until that session ends", "why", why)
-		retry := time.NewTicker(opts.RetryEvery)
-		defer retry.Stop()
+		var released <-chan struct{}
+		stopWatch := func() {}
+		defer func() { stopWatch() }()
 		for t.r == nil {
+			if released == nil && t.rt != nil {
+				// Waiting for a lease on a shared NATS: its release wakes us.
+				if ch, stop, err := watchReleases(ctx, t.rt.Conn.JS, opts.Workspaces); err == nil {
+					released, stopWatch = ch, stop
+				}
+			}
+			retry := time.NewTimer(t.retryIn(why))
 			select {
 			case err := <-served:
+				retry.Stop()
 				return err
+			case <-released:
 			case <-retry.C:
 			}
+			retry.Stop()
 			if ctx.Err() != nil { // a signal: stop, not a failure to open
 				return <-served
 			}
-			why, err := t.try(ctx)
+			why, err = t.try(ctx)
 			if err != nil {
 				endSession()
 				serr := <-served
@@ -132,7 +143,8 @@ func Run(ctx context.Context, opts Options, in io.Reader, out io.Writer) error {
 				srv.SetWaiting(why.Error())
 			}
 		}
-		retry.Stop()
+		stopWatch()
+		stopWatch = func() {}
 		log.Info("mcp: the other session ended; this one has the channel now")
 		attach()
 	}
@@ -194,6 +206,18 @@ func (t *takeover) try(ctx context.Context) (why, err error) {
 	}
 	t.r = r
 	return nil, nil
+}
+
+// retryIn is how long to wait before the next try: RetryEvery for a
+// locked store (a local lock, cheap to try); for a live lease, until it
+// expires (its release wakes the wait earlier), so a waiting session costs
+// the shared NATS one try per lease lifetime, not ten a second.
+func (t *takeover) retryIn(why error) time.Duration {
+	var held *HeldError
+	if !errors.As(why, &held) {
+		return t.opts.RetryEvery
+	}
+	return max(time.Until(held.Until)+10*time.Millisecond, t.opts.RetryEvery)
 }
 
 // closeRT closes NATS, waiting at most CloseWait.
