@@ -205,3 +205,15 @@ func TestMemoryToolsUseThePlatformMemoryAPI(t *testing.T) {
 		t.Fatalf("get_workspace_info: %s", txt)
 	}
 }
+
+// get_workspace_info of a workspace deleted on the platform says so, with
+// the platform's hint, instead of a bare HTTP status.
+func TestWorkspaceInfoOfDeletedWorkspaceSaysSo(t *testing.T) {
+	t.Parallel()
+	w := pipelinetest.New(t, pipelinetest.Options{})
+	cl := connect(t, startRelay(t, w))
+	w.Plat.Delete(w.Agent.ID)
+	if txt, isErr := cl.call(mcpchannel.ToolInfo, nil); !isErr || !strings.Contains(txt, "was deleted on the platform") {
+		t.Fatalf("get_workspace_info of a deleted workspace: %s (error %v)", txt, isErr)
+	}
+}

@@ -67,7 +67,11 @@ func (s *Server) toolInfo(ctx context.Context, req mcp.CallToolRequest) (*mcp.Ca
 		return toolError("get_workspace_info: %v", err), nil
 	}
 	if info.Removed {
-		return toolError("workspace %s was deleted on the platform. %s", info.ID, errOr(errors.New(info.Hint), "Create a new workspace and token in the canvas.")), nil
+		hint := info.Hint
+		if hint == "" {
+			hint = "Create a new workspace and token in the canvas."
+		}
+		return toolError("workspace %s was deleted on the platform. %s", info.ID, hint), nil
 	}
 	if len(info.Raw) > 0 {
 		return mcp.NewToolResultText(string(info.Raw)), nil
