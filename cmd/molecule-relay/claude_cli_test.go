@@ -16,13 +16,18 @@ const claudeVersion = "2.1.332"
 // PATH; the test is skipped without it.
 func claudeCLI(t *testing.T) string {
 	t.Helper()
-	if p := os.Getenv("MOLECULE_CLAUDE_BIN"); p != "" {
-		return p
+	p := os.Getenv("MOLECULE_CLAUDE_BIN")
+	if p == "" {
+		var err error
+		if p, err = exec.LookPath("claude"); err != nil {
+			t.Skip("Claude Code's CLI is not installed (npm install -g @anthropic-ai/claude-code@" + claudeVersion + ", as .ci/run does): " +
+				"the health-check test runs `claude mcp list` against molecule-relay mcp")
+		}
 	}
-	p, err := exec.LookPath("claude")
-	if err != nil {
-		t.Skip("Claude Code's CLI is not installed (npm install -g @anthropic-ai/claude-code@" + claudeVersion + ", as .ci/run does): " +
-			"the health-check test runs `claude mcp list` against molecule-relay mcp")
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if out, err := exec.CommandContext(ctx, p, "--version").CombinedOutput(); err != nil {
+		t.Skipf("Claude Code's CLI %s does not run here (%v: %s); it needs Node.js 20 or later", p, err, out)
 	}
 	return p
 }
