@@ -24,7 +24,7 @@ const (
 	exitOK     = 0
 	exitFailed = 1 // something failed or was dead-lettered
 	exitUsage  = 2 // bad command line or configuration; nothing was contacted
-	exitBusy   = 3 // mcp: another instance serves one of the workspaces
+	exitBusy   = 3 // mcp --no-wait: another session serves one of the workspaces
 )
 
 // usageError is a bad command line or configuration (exit 2).
@@ -71,10 +71,11 @@ func init() {
 }
 
 func main() {
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	code := run(ctx, &cliEnv{stdin: os.Stdin, stdout: os.Stdout, stderr: os.Stderr, environ: os.Environ()}, os.Args[1:])
-	stop()
-	os.Exit(code)
+	// The handlers stay installed until the process exits: a supervisor's
+	// second signal (Claude Code: SIGTERM 100 ms after SIGINT) arriving
+	// while the command finishes must not kill it with exit 143.
+	ctx, _ := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	os.Exit(run(ctx, &cliEnv{stdin: os.Stdin, stdout: os.Stdout, stderr: os.Stderr, environ: os.Environ()}, os.Args[1:]))
 }
 
 func run(ctx context.Context, env *cliEnv, args []string) int {

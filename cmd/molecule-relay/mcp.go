@@ -1,36 +1,126 @@
 package main
 
 import (
+	"bufio"
 	"context"
-	"errors"
+	"flag"
+	"os"
+	"os/signal"
+	"path/filepath"
+	"regexp"
+	"strconv"
+	"strings"
+	"syscall"
 
 	"github.com/molecule-ai/molecule-relay/pkg/config"
 	"github.com/molecule-ai/molecule-relay/pkg/mcpchannel"
 	"github.com/molecule-ai/molecule-relay/pkg/relay"
 )
 
+// mcpAgentName is the mcp command's agent card name when
+// MOLECULE_AGENT_NAME is not set: the TypeScript channel's.
+const mcpAgentName = "Claude Code (channel)"
+
 // runMCP serves Claude Code over stdin/stdout: the poller and replier run
 // all along, the dispatcher (handler kind mcp) while the client is
 // connected. Logs go to stderr only: stdout is the protocol.
 func runMCP(ctx context.Context, env *cliEnv, args []string) error {
-	cfg, err := parseConfig(env, "mcp", args, config.NeedPlatform, nil)
+	// A client that died leaves stdout (and stderr) without a reader: a
+	// write must fail with EPIPE and end the session, not kill the process
+	// holding the lease with SIGPIPE.
+	signal.Ignore(syscall.SIGPIPE)
+	var noWait bool
+	menv := *env
+	menv.environ = mcpEnviron(env.environ)
+	cfg, err := parseConfig(&menv, "mcp", args, config.NeedPlatform, func(fs *flag.FlagSet) {
+		fs.BoolVar(&noWait, "no-wait", false, "exit 3 when another session holds the channel, instead of serving the client and taking over when that session ends")
+	})
 	if err != nil {
 		return err
 	}
 	log := cfg.NewLogger(env.stderr)
-	rt, closeAll, err := openServingMetrics(ctx, cfg, log, relay.All)
+	var ids []string
+	for _, w := range cfg.Workspaces() {
+		ids = append(ids, w.ID)
+	}
+	return mcpchannel.Run(ctx, mcpchannel.Options{
+		Open: func(ctx context.Context) (*relay.Runtime, func(), error) {
+			return openServingMetrics(ctx, cfg, log, relay.All)
+		},
+		Workspaces: ids,
+		NoWait:     noWait,
+		Logger:     log,
+	}, env.stdin, env.stdout)
+}
+
+// mcpEnviron is environ with the TypeScript channel's conventions, so a
+// user of molecule-mcp-claude-channel keeps their setup:
+//   - the .env file in MOLECULE_STATE_DIR (default ~/.claude/channels/molecule)
+//     fills in variables the environment does not set;
+//   - MOLECULE_POLL_INTERVAL_MS stands for MOLECULE_POLL_INTERVAL;
+//   - the store defaults to the nats folder of that state directory, one
+//     per user rather than one per project directory;
+//   - the agent's name defaults to "Claude Code (channel)".
+//
+// A variable set in our own name wins over its alias.
+func mcpEnviron(environ []string) []string {
+	set := map[string]string{}
+	for _, kv := range environ {
+		if k, v, ok := strings.Cut(kv, "="); ok {
+			set[k] = v
+		}
+	}
+	out := append([]string(nil), environ...)
+	add := func(k, v string) {
+		if _, ok := set[k]; !ok {
+			set[k] = v
+			out = append(out, k+"="+v)
+		}
+	}
+	stateDir := set["MOLECULE_STATE_DIR"]
+	if stateDir == "" {
+		if home := set["HOME"]; home != "" {
+			stateDir = filepath.Join(home, ".claude", "channels", "molecule")
+		}
+	}
+	if stateDir != "" {
+		for _, kv := range readDotEnv(filepath.Join(stateDir, ".env")) {
+			add(kv[0], kv[1])
+		}
+	}
+	if ms, ok := set["MOLECULE_POLL_INTERVAL_MS"]; ok {
+		if n, err := strconv.Atoi(strings.TrimSpace(ms)); err == nil {
+			add("MOLECULE_POLL_INTERVAL", strconv.Itoa(n)+"ms")
+		} else {
+			add("MOLECULE_POLL_INTERVAL", ms) // refused by validation, naming the variable
+		}
+	}
+	if stateDir != "" {
+		// One store per user, whatever project Claude Code runs in: every
+		// session shares it, so they see each other (one holds the
+		// channel, the next takes over) and messages wait in one place.
+		add("NATS_STORE_DIR", filepath.Join(stateDir, "nats"))
+	}
+	add("MOLECULE_AGENT_NAME", mcpAgentName)
+	return out
+}
+
+var dotEnvLine = regexp.MustCompile(`^([A-Z_][A-Z0-9_]*)=(.*)$`)
+
+// readDotEnv reads KEY=VALUE lines as the TypeScript channel does (no
+// quoting, no export); a missing file is no variables.
+func readDotEnv(path string) [][2]string {
+	f, err := os.Open(path)
 	if err != nil {
-		return err
+		return nil
 	}
-	defer closeAll()
-	r, err := mcpchannel.Start(ctx, rt, mcpchannel.LeaseConfig{})
-	if err != nil {
-		return err
+	defer f.Close()
+	var kvs [][2]string
+	sc := bufio.NewScanner(f)
+	for sc.Scan() {
+		if m := dotEnvLine.FindStringSubmatch(strings.TrimRight(sc.Text(), "\r")); m != nil {
+			kvs = append(kvs, [2]string{m[1], m[2]})
+		}
 	}
-	log.Info("mcp: serving Claude Code on stdin/stdout", "workspaces", len(rt.Clients), "nats", rt.Conn.URL())
-	err = r.Serve(ctx, env.stdin, env.stdout)
-	if cerr := r.Close(); err == nil && cerr != nil && !errors.Is(cerr, context.Canceled) {
-		err = cerr
-	}
-	return err
+	return kvs
 }

@@ -40,9 +40,9 @@ func (j *jsonOnly) Write(p []byte) (int, error) {
 }
 
 // molecule-relay mcp speaks MCP on stdout (nothing else is written there)
-// and a second mcp command on the same workspace exits 3 with a message
-// naming the cause, while the first keeps serving; the first exits 0 when
-// its client closes stdin.
+// and a second mcp command --no-wait on the same workspace exits 3 with a
+// message naming the cause, while the first keeps serving; the first exits
+// 0 when its client closes stdin.
 func TestMCPSecondInstanceExitsBusy(t *testing.T) {
 	t.Parallel()
 	w := pipelinetest.New(t, pipelinetest.Options{})
@@ -81,7 +81,7 @@ func TestMCPSecondInstanceExitsBusy(t *testing.T) {
 	}
 
 	var out2, err2 bytes.Buffer
-	code := run(ctx, &cliEnv{stdin: strings.NewReader(""), stdout: &out2, stderr: &err2, environ: environ}, []string{"mcp"})
+	code := run(ctx, &cliEnv{stdin: strings.NewReader(""), stdout: &out2, stderr: &err2, environ: environ}, []string{"mcp", "--no-wait"})
 	if code != exitBusy || !strings.Contains(err2.String(), "another molecule-relay mcp instance serves this workspace") || out2.Len() != 0 {
 		t.Fatalf("second instance: exit %d, stdout %q, stderr:\n%s", code, out2.String(), err2.String())
 	}

@@ -34,6 +34,10 @@ var (
 	// ErrEmbedded is matched by Connect's error when the embedded server
 	// could not be started.
 	ErrEmbedded = errors.New("broker: cannot start the embedded NATS server")
+	// ErrStoreLocked is matched, together with ErrEmbedded, when another
+	// process holds the embedded server's NATS_STORE_DIR: it is free again
+	// the moment that process ends (the mcp command waits for it).
+	ErrStoreLocked = errors.New("broker: NATS_STORE_DIR is in use by another process")
 	// ErrUnhealthy is matched by Healthy's error.
 	ErrUnhealthy = errors.New("broker: NATS connection unhealthy")
 )

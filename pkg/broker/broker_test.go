@@ -150,7 +150,7 @@ func TestEmbeddedStoreUsedByOneServerAtATime(t *testing.T) {
 	cfg := broker.Config{StoreDir: filepath.Join(t.TempDir(), "nats"), ConnectTimeout: time.Second}
 	first := connect(t, cfg, nil)
 	_, err := broker.Connect(context.Background(), cfg, nil)
-	if !errors.Is(err, broker.ErrEmbedded) || !strings.Contains(err.Error(), "is in use by another process") ||
+	if !errors.Is(err, broker.ErrEmbedded) || !errors.Is(err, broker.ErrStoreLocked) || !strings.Contains(err.Error(), "is in use by another process") ||
 		!strings.Contains(err.Error(), cfg.StoreDir) {
 		t.Fatalf("second server on one store: err = %v, want ErrEmbedded naming the store in use", err)
 	}

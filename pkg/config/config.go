@@ -81,6 +81,9 @@ type Config struct {
 	OrgIDs []string `env:"MOLECULE_ORG_IDS" envSeparator:","`
 	// AgentName is the agent card's name. If not set, "molecule-relay".
 	AgentName string `env:"MOLECULE_AGENT_NAME" envDefault:"molecule-relay"`
+	// AgentDescription is the agent card's description. If not set, the
+	// card has none.
+	AgentDescription string `env:"MOLECULE_AGENT_DESC"`
 	// PollInterval between polls in long-running mode. Default 5s.
 	PollInterval Seconds `env:"MOLECULE_POLL_INTERVAL" envDefault:"5s"`
 	// PageLimit is the activity page size (max 500). Default 100.

@@ -46,12 +46,14 @@ type Channel struct {
 	client  *client
 	pending map[string]*pending // by activity id
 	seq     uint64
+	perms   map[string]PermissionRequest // open permission prompts, by request id
 }
 
 // client is one connected, initialized MCP client.
 type client struct {
-	notify func(context.Context, Notification) error
-	gone   chan struct{}
+	notify     func(context.Context, Notification) error
+	permission func(ctx context.Context, requestID, behavior string) error
+	gone       chan struct{}
 }
 
 // pending is a message shown to the client and waiting for its answer.
@@ -89,6 +91,9 @@ func (c *Channel) Handle(ctx context.Context, req *handler.Request) (string, err
 func (c *Channel) Answer(ctx context.Context, req *handler.Request) (handler.Answer, error) {
 	if req == nil || req.Message == nil {
 		return handler.Answer{}, fmt.Errorf("%w: request without a message", handler.ErrPermanent)
+	}
+	if a, ok, err := c.verdict(ctx, req.Message); ok {
+		return a, err
 	}
 	p, cl, err := c.open(req)
 	if err != nil {
@@ -150,8 +155,8 @@ func (c *Channel) finish(p *pending) {
 // connect makes notify the client messages are shown to; it returns the
 // function that disconnects it, after which every waiting message fails
 // with ErrClientGone (and goes back to JetStream).
-func (c *Channel) connect(notify func(context.Context, Notification) error) (disconnect func()) {
-	cl := &client{notify: notify, gone: make(chan struct{})}
+func (c *Channel) connect(notify func(context.Context, Notification) error, permission func(context.Context, string, string) error) (disconnect func()) {
+	cl := &client{notify: notify, permission: permission, gone: make(chan struct{})}
 	c.mu.Lock()
 	c.client = cl
 	c.mu.Unlock()
@@ -159,6 +164,7 @@ func (c *Channel) connect(notify func(context.Context, Notification) error) (dis
 		c.mu.Lock()
 		if c.client == cl {
 			c.client = nil
+			c.perms = nil // the client's prompts closed with it
 		}
 		c.mu.Unlock()
 		close(cl.gone)

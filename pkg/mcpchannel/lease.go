@@ -18,9 +18,56 @@ import (
 // live lease on one of the workspaces.
 var ErrAlreadyRunning = errors.New("mcpchannel: another molecule-relay mcp instance serves this workspace")
 
+// HeldError is Acquire's refusal when another instance holds a live lease;
+// it matches ErrAlreadyRunning.
+type HeldError struct {
+	Workspace, Holder string
+	// Until is when the lease expires unless its holder renews it.
+	Until time.Time
+	ttl   time.Duration
+}
+
+func (e *HeldError) Error() string {
+	return fmt.Sprintf("%v: workspace %s is held by instance %s until %s (renewed while it runs; a crashed instance's lease expires after %s)",
+		ErrAlreadyRunning, e.Workspace, e.Holder, e.Until.Format(time.RFC3339), e.ttl)
+}
+
+func (e *HeldError) Unwrap() error { return ErrAlreadyRunning }
+
+// watchReleases signals on the returned channel when a lease of one of the
+// workspaces is deleted (its holder stopped), so that a waiting instance
+// tries again at once instead of polling; stop ends the watch.
+func watchReleases(ctx context.Context, js jetstream.JetStream, workspaces []string) (released <-chan struct{}, stop func(), err error) {
+	kv, err := js.KeyValue(ctx, events.BucketMCPLeases)
+	if err != nil {
+		return nil, nil, err
+	}
+	wctx, cancel := context.WithCancel(ctx)
+	w, err := kv.WatchFiltered(wctx, workspaces, jetstream.UpdatesOnly(), jetstream.MetaOnly())
+	if err != nil {
+		cancel()
+		return nil, nil, err
+	}
+	ch := make(chan struct{}, 1)
+	go func() {
+		for e := range w.Updates() {
+			if e != nil && e.Operation() != jetstream.KeyValuePut {
+				select {
+				case ch <- struct{}{}:
+				default:
+				}
+			}
+		}
+	}()
+	return ch, func() { _ = w.Stop(); cancel() }, nil
+}
+
 // DefaultLeaseTTL is how long a lease outlives its last renewal: a crashed
-// instance blocks its workspaces at most this long.
-const DefaultLeaseTTL = 30 * time.Second
+// instance blocks its workspaces at most this long (on a shared NATS; on
+// the embedded server the store's lock dies with the process, see
+// LeaseConfig.Exclusive). It is renewed every quarter of it, so a session
+// that follows a SIGKILLed one takes over within about 2 s.
+const DefaultLeaseTTL = 2 * time.Second
 
 // leaseValue is a lease key's value.
 type leaseValue struct {
@@ -30,7 +77,7 @@ type leaseValue struct {
 
 // Lease is one instance's hold on its workspaces: a key per workspace in
 // the events.BucketMCPLeases bucket, taken with create (or compare-and-set
-// over an expired lease), renewed by compare-and-set every TTL/3 and
+// over an expired lease), renewed by compare-and-set every TTL/4 and
 // deleted on Release.
 type Lease struct {
 	kv       jetstream.KeyValue
@@ -38,12 +85,15 @@ type Lease struct {
 	ttl      time.Duration
 	log      *slog.Logger
 
-	mu   sync.Mutex
-	revs map[string]uint64 // workspace → revision of our value
-	stop chan struct{}
-	done chan struct{}
-	lost chan struct{}
-	once sync.Once
+	mu       sync.Mutex
+	revs     map[string]uint64 // workspace → revision of our value
+	stop     chan struct{}
+	done     chan struct{}
+	lost     chan struct{}
+	once     sync.Once
+	stopOnce sync.Once
+	// exclusive: see LeaseConfig.Exclusive.
+	exclusive bool
 }
 
 // LeaseConfig configures Acquire.
@@ -54,7 +104,12 @@ type LeaseConfig struct {
 	TTL time.Duration
 	// Replicas of the bucket when Acquire creates it. If not set, 1.
 	Replicas int
-	Logger   *slog.Logger
+	// Exclusive says that no other live instance can hold a lease in this
+	// bucket: it lives on this process's own embedded server, whose store
+	// this process holds locked. A lease found there is a dead
+	// predecessor's and is taken over at once instead of waited out.
+	Exclusive bool
+	Logger    *slog.Logger
 }
 
 // Acquire takes a lease on every workspace, or none: if any is held by a
@@ -73,7 +128,7 @@ func Acquire(ctx context.Context, js jetstream.JetStream, workspaces []string, c
 		return nil, err
 	}
 	l := &Lease{kv: kv, instance: cfg.Instance, ttl: cfg.TTL, log: cfg.Logger, revs: map[string]uint64{},
-		stop: make(chan struct{}), done: make(chan struct{}), lost: make(chan struct{})}
+		stop: make(chan struct{}), done: make(chan struct{}), lost: make(chan struct{}), exclusive: cfg.Exclusive}
 	for _, ws := range workspaces {
 		if err := l.take(ctx, ws); err != nil {
 			l.release()
@@ -109,9 +164,11 @@ func (l *Lease) take(ctx context.Context, ws string) error {
 		var e jetstream.KeyValueEntry
 		if e, err = l.kv.Get(ctx, ws); err == nil {
 			var v leaseValue
-			if json.Unmarshal(e.Value(), &v) == nil && v.Instance != l.instance && time.Now().Before(v.Expires) {
-				return fmt.Errorf("%w: workspace %s is held by instance %s until %s (renewed while it runs; a crashed instance's lease expires after %s)",
-					ErrAlreadyRunning, ws, v.Instance, v.Expires.Format(time.RFC3339), l.ttl)
+			if json.Unmarshal(e.Value(), &v) == nil && v.Instance != l.instance && time.Now().Before(v.Expires) && !l.exclusive {
+				return &HeldError{Workspace: ws, Holder: v.Instance, Until: v.Expires, ttl: l.ttl}
+			}
+			if l.exclusive && v.Instance != l.instance && time.Now().Before(v.Expires) {
+				l.log.Info("mcp: taking over the lease of an instance that ended without releasing it", "workspace", ws, "holder", v.Instance)
 			}
 			rev, err = l.kv.Update(ctx, ws, l.value(), e.Revision())
 		}
@@ -131,12 +188,12 @@ func (l *Lease) take(ctx context.Context, ws string) error {
 // isWrongSequence: a compare-and-set lost to another writer.
 func isWrongSequence(err error) bool { return errors.Is(err, jetstream.ErrKeyRevisionMismatch) }
 
-// renew extends every key with compare-and-set every TTL/3. A key another
+// renew extends every key with compare-and-set every TTL/4. A key another
 // instance took over (our lease had expired) or that stays unrenewable
 // past its expiry closes Lost.
 func (l *Lease) renew() {
 	defer close(l.done)
-	t := time.NewTicker(l.ttl / 3)
+	t := time.NewTicker(l.ttl / 4)
 	defer t.Stop()
 	deadline := time.Now().Add(l.ttl)
 	for {
@@ -145,7 +202,7 @@ func (l *Lease) renew() {
 			return
 		case <-t.C:
 		}
-		ctx, cancel := context.WithTimeout(context.Background(), l.ttl/3)
+		ctx, cancel := context.WithTimeout(context.Background(), l.ttl/4)
 		err := l.renewAll(ctx)
 		cancel()
 		switch {
@@ -179,16 +236,16 @@ func (l *Lease) renewAll(ctx context.Context) error {
 func (l *Lease) Lost() <-chan struct{} { return l.lost }
 
 // Release stops the renewal and deletes the keys this lease still holds.
+// Safe to call more than once.
 func (l *Lease) Release() {
-	close(l.stop)
-	<-l.done
+	l.Abandon()
 	l.release()
 }
 
 // Abandon stops the renewal without deleting anything, as a crash would
 // (for tests of the expiry).
 func (l *Lease) Abandon() {
-	close(l.stop)
+	l.stopOnce.Do(func() { close(l.stop) })
 	<-l.done
 }
 

@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"sync"
 
+	"github.com/molecule-ai/molecule-relay/pkg/molecule"
 	"github.com/molecule-ai/molecule-relay/pkg/relay"
 )
 
@@ -16,14 +17,18 @@ import (
 // dispatcher, with the Channel as its handler, runs only while a client is
 // connected and initialized.
 type Relay struct {
-	rt     *relay.Runtime
-	lease  *Lease
-	ch     *Channel
-	srv    *Server
-	log    *slog.Logger
-	cancel context.CancelFunc
-	stages chan error
-	closed sync.Once
+	rt      *relay.Runtime
+	lease   *Lease
+	ch      *Channel
+	srv     *Server
+	log     *slog.Logger
+	cancel  context.CancelFunc
+	stages  chan error
+	closed  sync.Once
+	clients map[string]*molecule.Client
+	// releaseFirst: when the client goes, the lease is released before the
+	// dispatcher drains (Run: the process is ending, a successor may start).
+	releaseFirst bool
 }
 
 // Start takes the lease on rt's workspaces (an error matching
@@ -31,6 +36,11 @@ type Relay struct {
 // and the replier. It sets rt's handler timeout to MOLECULE_MCP_ANSWER_TIMEOUT,
 // so the dispatcher waits as long as Claude may take. Close it when done.
 func Start(ctx context.Context, rt *relay.Runtime, leaseCfg LeaseConfig) (*Relay, error) {
+	return start(ctx, rt, leaseCfg, NewChannel(rt.Log))
+}
+
+// start is Start with the channel messages are shown through.
+func start(ctx context.Context, rt *relay.Runtime, leaseCfg LeaseConfig, ch *Channel) (*Relay, error) {
 	var ids []string
 	for _, c := range rt.Clients {
 		ids = append(ids, c.WorkspaceID())
@@ -42,21 +52,33 @@ func Start(ctx context.Context, rt *relay.Runtime, leaseCfg LeaseConfig) (*Relay
 		leaseCfg.Replicas = rt.Cfg.Replicas
 	}
 	leaseCfg.Logger = rt.Log
+	if rt.Conn.Embedded() {
+		// The embedded server's store is locked by this process: a lease
+		// in it is a dead predecessor's (LeaseConfig.Exclusive).
+		leaseCfg.Exclusive = true
+	}
 	lease, err := Acquire(ctx, rt.Conn.JS, ids, leaseCfg)
 	if err != nil {
 		return nil, err
 	}
 	rt.Cfg.HandlerTimeout = rt.Cfg.MCPAnswerTimeout
-	sctx, cancel := context.WithCancel(ctx)
-	r := &Relay{rt: rt, lease: lease, ch: NewChannel(rt.Log), log: rt.Log, cancel: cancel, stages: make(chan error, 1)}
-	clients := rt.ClientMap()
-	r.ch.names = newPeerDirectory(clients)
-	r.srv = NewServer(ServerConfig{
-		Channel: r.ch, Handled: rt.Topo.Handled, Replies: rt.Topo.Replies,
-		Clients: clients, OnReady: r.dispatch, Logger: rt.Log,
-	})
+	// The stages stop when the relay is closed, after the lease is
+	// released and delivery stopped, not when ctx ends under them.
+	sctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
+	r := &Relay{rt: rt, lease: lease, ch: ch, log: rt.Log, cancel: cancel, stages: make(chan error, 1)}
+	r.ch.names = newPeerDirectory(r.backend().Clients)
+	r.srv = NewServer(ServerConfig{Channel: r.ch, Logger: rt.Log})
+	r.srv.Attach(r.backend())
 	go func() { r.stages <- rt.Run(sctx, relay.Stages{Poll: true, Reply: true}) }()
 	return r, nil
+}
+
+// backend is what a Server needs from r.
+func (r *Relay) backend() Backend {
+	if r.clients == nil {
+		r.clients = r.rt.ClientMap()
+	}
+	return Backend{Handled: r.rt.Topo.Handled, Replies: r.rt.Topo.Replies, Clients: r.clients, OnReady: r.dispatch, rt: r.rt}
 }
 
 // Channel is the relay's mcp handler.
@@ -100,16 +122,22 @@ func (r *Relay) dispatch() (stop func()) {
 			r.log.Error("mcp: dispatcher stopped", "error", err)
 		}
 	}()
-	return func() { cancel(); <-done }
+	return func() {
+		if r.releaseFirst {
+			r.lease.Release()
+		}
+		cancel()
+		<-done
+	}
 }
 
-// Close stops the poller and the replier and releases the lease.
+// Close releases the lease, then stops the poller and the replier.
 func (r *Relay) Close() error {
 	var err error
 	r.closed.Do(func() {
+		r.lease.Release()
 		r.cancel()
 		err = <-r.stages
-		r.lease.Release()
 	})
 	return err
 }

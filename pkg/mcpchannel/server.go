@@ -10,6 +10,7 @@ import (
 	"io"
 	"log/slog"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/mark3labs/mcp-go/mcp"
@@ -18,6 +19,7 @@ import (
 
 	"github.com/molecule-ai/molecule-relay/internal/uuid"
 	"github.com/molecule-ai/molecule-relay/pkg/molecule"
+	"github.com/molecule-ai/molecule-relay/pkg/relay"
 	"github.com/molecule-ai/molecule-relay/pkg/version"
 )
 
@@ -44,10 +46,26 @@ type ServerConfig struct {
 
 // Server is the MCP stdio server of the channel. Serve may be called again
 // after it returned (a new client); one client at a time.
+//
+// It answers the handshake and lists its tools at once, with or without
+// the relay behind it: the mcp command serves the client while another
+// session still holds the channel (SetWaiting), and attaches the relay
+// when it takes over (Attach).
 type Server struct {
 	cfg ServerConfig
 	mcp *server.MCPServer
 	log *slog.Logger
+
+	mu          sync.Mutex
+	be          Backend
+	attached    bool   // be is set
+	waiting     string // why not attached yet ("" once attached)
+	initialized bool   // a client has initialized
+	// stopReady stops what OnReady started (nil: nothing started).
+	stopReady func()
+	// handedBack counts the messages shown and handed back unanswered
+	// when a client went.
+	handedBack atomic.Int64
 }
 
 // NewServer builds the MCP server with the claude/channel capability and
@@ -59,20 +77,85 @@ func NewServer(cfg ServerConfig) *Server {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.DiscardHandler)
 	}
-	s := &Server{cfg: cfg, log: cfg.Logger}
+	s := &Server{cfg: cfg, log: cfg.Logger, waiting: "the channel is starting"}
+	if cfg.Handled != nil {
+		s.Attach(Backend{Handled: cfg.Handled, Replies: cfg.Replies, Clients: cfg.Clients, OnReady: cfg.OnReady})
+	}
+	hooks := &server.Hooks{}
+	hooks.AddAfterInitialize(func(_ context.Context, _ any, _ *mcp.InitializeRequest, res *mcp.InitializeResult) {
+		if w := s.Waiting(); w != "" {
+			res.Instructions += " " + waitingNote(w)
+		}
+	})
 	s.mcp = server.NewMCPServer("molecule-relay", version.String(),
 		server.WithToolCapabilities(false),
-		server.WithExperimental(map[string]any{Capability: map[string]any{}}),
+		server.WithExperimental(map[string]any{Capability: map[string]any{}, CapabilityPermission: map[string]any{}}),
 		server.WithRecovery(),
 		server.WithInstructions(instructions),
+		server.WithHooks(hooks),
 	)
 	s.addTools()
 	return s
 }
 
+// waitingNote tells Claude why nothing arrives yet.
+func waitingNote(why string) string {
+	return "This session does not receive Molecule messages yet: " + why +
+		". It takes over by itself when that ends; the tools answer in the meantime with what they can."
+}
+
+// Backend is what the tools and the message delivery need from the relay.
+type Backend struct {
+	Handled, Replies jetstream.KeyValue
+	Clients          map[string]*molecule.Client
+	// OnReady: see ServerConfig.OnReady.
+	OnReady func() (stop func())
+	// rt, when set, gives the tools the delegation and memory stores.
+	rt *relay.Runtime
+}
+
+// SetWaiting says why the relay is not attached yet (another session holds
+// the channel); tools and the initialize result's instructions say it.
+func (s *Server) SetWaiting(why string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if !s.attached {
+		s.waiting = why
+	}
+}
+
+// backend returns the attached relay, or an error saying why there is none.
+func (s *Server) backend() (Backend, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if !s.attached {
+		return Backend{}, errors.New(waitingNote(s.waiting))
+	}
+	return s.be, nil
+}
+
+// Waiting is why the relay is not attached, "" once it is.
+func (s *Server) Waiting() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.waiting
+}
+
+// Attach connects the relay: tools work from now on, and if a client has
+// initialized, delivery starts (b.OnReady).
+func (s *Server) Attach(b Backend) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.be, s.attached, s.waiting = b, true, ""
+	if s.initialized && s.stopReady == nil && b.OnReady != nil {
+		s.stopReady = b.OnReady()
+	}
+}
+
 const instructions = `Messages sent to your Molecule workspaces arrive as channel events from this server. ` +
 	`Answer each one with reply_to_workspace (pass its activity_id), or dismiss it when no reply is wanted: ` +
-	`a message stays waiting, and is shown again in the next session, until one of the two is called.`
+	`a message stays waiting, and is shown again in the next session, until one of the two is called. ` +
+	`send_message_to_user posts to the canvas user unprompted; delegate_task and delegate_task_async ask peer workspaces.`
 
 // Serve speaks MCP over in and out (newline-delimited JSON-RPC) until in
 // ends, ctx ends, or writing fails. Messages are shown only after the
@@ -88,7 +171,7 @@ func (s *Server) Serve(ctx context.Context, in io.Reader, out io.Writer) error {
 	}
 	defer s.mcp.UnregisterSession(context.Background(), sess.id)
 	ctx = s.mcp.WithContext(ctx, sess)
-	w := &writer{out: out}
+	w := &writer{out: out, broken: make(chan struct{})}
 	go w.drain(ctx, sess.notes)
 
 	lines := make(chan []byte)
@@ -105,6 +188,10 @@ loop:
 		select {
 		case <-ctx.Done():
 			break loop
+		case <-w.broken:
+			// The client is gone (EPIPE on stdout): as good as stdin's end.
+			s.log.Info("mcp: the client's end of stdout is closed; ending the session", "error", w.err())
+			break loop
 		case err = <-readErr:
 			break loop
 		case line := <-lines:
@@ -119,6 +206,9 @@ loop:
 				continue
 			case method == string(mcp.MethodNotificationInitialized) && stop == nil:
 				stop = s.ready(w)
+			case method == MethodPermissionRequest:
+				s.permissionRequest(ctx, line)
+				continue
 			}
 			s.handle(ctx, &wg, w, line, id)
 		}
@@ -134,18 +224,35 @@ loop:
 	return err
 }
 
-// ready connects the channel to this client and starts what OnReady starts.
+// ready connects the channel to this client and starts what OnReady
+// starts (now, or when the relay is attached). The returned function
+// first stops delivering (waiting messages fail with ErrClientGone), then
+// stops what OnReady started.
 func (s *Server) ready(w *writer) (stop func()) {
-	s.log.Info("mcp: client initialized; delivering messages")
-	disconnect := s.cfg.Channel.connect(w.notify)
-	stopReady := func() {}
-	if s.cfg.OnReady != nil {
-		stopReady = s.cfg.OnReady()
+	disconnect := s.cfg.Channel.connect(w.notify, func(_ context.Context, id, behavior string) error {
+		return w.write(permissionNote(id, behavior))
+	})
+	s.mu.Lock()
+	s.initialized = true
+	if s.attached && s.be.OnReady != nil {
+		s.log.Info("mcp: client initialized; delivering messages")
+		s.stopReady = s.be.OnReady()
+	} else {
+		s.log.Info("mcp: client initialized; nothing is delivered yet", "why", s.waiting)
 	}
+	s.mu.Unlock()
 	return func() {
-		s.log.Info("mcp: client gone; messages not answered go back to the queue", "waiting", s.cfg.Channel.Waiting())
+		waiting := s.cfg.Channel.Waiting()
+		s.handedBack.Add(int64(waiting))
+		s.log.Info("mcp: client gone; messages not answered go back to the queue", "waiting", waiting)
 		disconnect()
-		stopReady()
+		s.mu.Lock()
+		stop := s.stopReady
+		s.initialized, s.stopReady = false, nil
+		s.mu.Unlock()
+		if stop != nil {
+			stop()
+		}
 	}
 }
 
@@ -205,11 +312,19 @@ func readLines(in io.Reader, lines chan<- []byte, readErr chan<- error) {
 	}
 }
 
-// writer serialises JSON-RPC messages onto out, one per line.
+// writer serialises JSON-RPC messages onto out, one per line. The first
+// failed write closes broken: nothing more can reach the client.
 type writer struct {
 	mu     sync.Mutex
 	out    io.Writer
 	failed error
+	broken chan struct{}
+}
+
+func (w *writer) err() error {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.failed
 }
 
 func (w *writer) write(msg any) error {
@@ -224,6 +339,7 @@ func (w *writer) write(msg any) error {
 	}
 	if _, err := w.out.Write(append(b, '\n')); err != nil {
 		w.failed = err
+		close(w.broken)
 		return err
 	}
 	return nil

@@ -285,6 +285,7 @@ func (rt *Runtime) poller(batched bool) (*poller.Poller, error) {
 		OverlapWindow: rt.Cfg.OverlapWindow.D(),
 		AllowSelf:     rt.Cfg.AllowSelf,
 		AgentName:     rt.Cfg.AgentName,
+		AgentCard:     agentCard(rt.Cfg),
 		SkipRegister:  !rt.Cfg.Register,
 		SSE:           rt.Cfg.SSE,
 		Push:          rt.push,
@@ -295,6 +296,15 @@ func (rt *Runtime) poller(batched bool) (*poller.Poller, error) {
 		InstanceID:           rt.InstanceID(),
 		OwnNotify:            rt.ledger,
 	})
+}
+
+// agentCard is the card registered with a description (MOLECULE_AGENT_DESC),
+// or nil: the poller's {"name": MOLECULE_AGENT_NAME}.
+func agentCard(cfg *config.Config) any {
+	if cfg.AgentDescription == "" {
+		return nil
+	}
+	return map[string]any{"name": cfg.AgentName, "description": cfg.AgentDescription}
 }
 
 // Dispatcher builds the dispatcher stage core around h.

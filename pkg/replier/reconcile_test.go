@@ -2,6 +2,7 @@ package replier_test
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"net/http"
 	"strings"
@@ -38,6 +39,30 @@ func (e *env) fillFeed(n int) error {
 	wg.Wait()
 	close(errs)
 	return <-errs
+}
+
+// pastWindow waits until the reconciliation window of activity's crashed
+// post (its flight, widened by skew) has ended, so that rows sent from
+// then on fall after it however quickly the crashed replier stopped.
+func (e *env) pastWindow(t *testing.T, activity string, skew time.Duration) {
+	t.Helper()
+	ent, err := e.topo.Replies.Get(bg(t), events.ReplyKey(e.a.ID, activity))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var rec events.ReplyRecord
+	if err := json.Unmarshal(ent.Value(), &rec); err != nil {
+		t.Fatal(err)
+	}
+	end := rec.Deadline
+	if !rec.AnsweredAt.IsZero() {
+		end = rec.AnsweredAt
+	}
+	wait := time.Until(end.Add(skew + 10*time.Millisecond))
+	if wait > 10*time.Second {
+		t.Fatalf("the post's window ends in %s", wait)
+	}
+	time.Sleep(wait) // the clock passing the window is the point, not an event
 }
 
 // pollMode registers A in poll mode, so canvas messages to it are queued
@@ -94,13 +119,15 @@ func TestReconcileBusyFeedSettles(t *testing.T) {
 	e.crashedStage(t, func(kill func() error) *crashpoint.Replier {
 		return &crashpoint.Replier{AfterPost: func(context.Context, *events.Reply) error { return kill() }}
 	})
+	const skew = 50 * time.Millisecond
+	e.pastWindow(t, "act-1", skew)
 	if err := e.fillFeed(6000); err != nil {
 		t.Fatal(err)
 	}
 	e.plat.InjectFault(moleculetest.Fault{Method: http.MethodGet, PathPrefix: "/workspaces/" + e.a.ID + "/activity",
 		Status: 500, Body: `{"error":"internal"}`, Rate: 0.35})
 
-	st := e.runUntilAcked(t, replier.Config{ReconcileSkew: 50 * time.Millisecond}, 30*time.Second)
+	st := e.runUntilAcked(t, replier.Config{ReconcileSkew: skew}, 30*time.Second)
 	if n := len(e.plat.Notifications(e.a.ID)); n != 1 {
 		t.Fatalf("notifications = %d, want 1", n)
 	}

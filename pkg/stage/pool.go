@@ -133,13 +133,41 @@ func (p *pool) release(n int) {
 // pull fetches up to n messages (holding n slots) and starts their
 // processing; it gives back the slots it did not use. The error is the
 // fetch's or the pull's end, except a cancellation by the stop.
+//
+// A stop does not sit out the pull's wait (up to FetchWait): a stop must
+// fit a supervisor's grace (Claude Code: SIGKILL 500 ms after SIGINT).
+// pull returns at once and the rest of the pull is nak'd as it arrives,
+// until the pull ends or the connection closes (a message sent to a
+// closed connection is redelivered after AckWait).
 func (p *pool) pull(ctx context.Context, n int, wait time.Duration) (got int, err error) {
 	batch, err := p.cons.Fetch(n, jetstream.FetchMaxWait(wait))
 	if err != nil {
 		p.release(n)
 		return 0, err
 	}
-	for msg := range batch.Messages() {
+	msgs := batch.Messages()
+	for {
+		var msg jetstream.Msg
+		select {
+		case m, ok := <-msgs:
+			if !ok {
+				p.release(n - got)
+				err = batch.Error()
+				if err != nil && !errors.Is(err, nats.ErrConnectionClosed) && (ctx.Err() != nil || errors.Is(err, context.Canceled)) {
+					err = nil
+				}
+				return got, err
+			}
+			msg = m
+		case <-ctx.Done():
+			p.release(n - got)
+			go func() {
+				for m := range msgs {
+					_ = m.Nak()
+				}
+			}()
+			return got, nil
+		}
 		got++
 		if ctx.Err() != nil {
 			_ = msg.Nak()
@@ -149,12 +177,6 @@ func (p *pool) pull(ctx context.Context, n int, wait time.Duration) (got int, er
 		p.lastMsg = time.Now()
 		p.start(msg)
 	}
-	p.release(n - got)
-	err = batch.Error()
-	if err != nil && !errors.Is(err, nats.ErrConnectionClosed) && (ctx.Err() != nil || errors.Is(err, context.Canceled)) {
-		err = nil
-	}
-	return got, err
 }
 
 // start processes msg in its own goroutine, which gives back its slot.

@@ -10,6 +10,8 @@ import (
 	"strconv"
 	"strings"
 	"syscall"
+
+	"github.com/molecule-ai/molecule-relay/pkg/broker"
 )
 
 // lockName is the file in the store directory that one process holds
@@ -31,8 +33,8 @@ func lockStore(dir string) (release func(), err error) {
 		holder, _ := os.ReadFile(path)
 		f.Close()
 		if errors.Is(err, syscall.EWOULDBLOCK) {
-			return nil, fmt.Errorf("store %q is in use by another process (pid %s): stop it, or give this one its own NATS_STORE_DIR, or share one NATS server through NATS_URL",
-				dir, strings.TrimSpace(string(holder)))
+			return nil, fmt.Errorf("%w: store %q, pid %s: stop it, or give this one its own NATS_STORE_DIR, or share one NATS server through NATS_URL",
+				broker.ErrStoreLocked, dir, strings.TrimSpace(string(holder)))
 		}
 		return nil, fmt.Errorf("lock %q: %w", path, err)
 	}

@@ -382,6 +382,7 @@ func (s *Server) routeWorkspace(w http.ResponseWriter, r *http.Request, body []b
 		sub == "resume" && m == http.MethodPost,
 		sub == "events/stream" && m == http.MethodGet,
 		sub == "tokens" && m == http.MethodPost,
+		sub == "memories" && (m == http.MethodGet || m == http.MethodPost),
 		isUploadRoute(rest, m):
 		known = true
 	}
@@ -424,6 +425,8 @@ func (s *Server) routeWorkspace(w http.ResponseWriter, r *http.Request, body []b
 		s.handleSSE(w, r, id)
 	case sub == "tokens":
 		s.handleMintToken(w, id)
+	case sub == "memories":
+		s.handleMemories(w, r, id, body)
 	case isUploadRoute(rest, m) && rest[2] == "content":
 		s.handleUploadContent(w, id, rest[1])
 	default:

@@ -144,6 +144,8 @@ type Server struct {
 
 	rl rateLimiter
 
+	// mems is the agent memory store (memories.go).
+	mems memories
 	// mu guards the workspace registry, tokens and workspace fields.
 	mu         sync.RWMutex
 	workspaces map[string]*workspace
