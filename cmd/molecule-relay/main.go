@@ -65,11 +65,17 @@ func init() {
 	}
 }
 
-func main() {
+func main() { os.Exit(runProcess(os.Args[1:])) }
+
+// runProcess runs args as the process: SIGINT or SIGTERM ends the
+// command's context, which begins a graceful stop (MOLECULE_STOP_GRACE).
+// The signals are then released, so a second one ends the process at
+// once (Ctrl-C twice).
+func runProcess(args []string) int {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	code := run(ctx, &cliEnv{stdin: os.Stdin, stdout: os.Stdout, stderr: os.Stderr, environ: os.Environ()}, os.Args[1:])
-	stop()
-	os.Exit(code)
+	defer stop()
+	context.AfterFunc(ctx, stop)
+	return run(ctx, &cliEnv{stdin: os.Stdin, stdout: os.Stdout, stderr: os.Stderr, environ: os.Environ()}, args)
 }
 
 func run(ctx context.Context, env *cliEnv, args []string) int {

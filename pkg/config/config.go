@@ -109,6 +109,14 @@ type Config struct {
 	Handler string `env:"MOLECULE_HANDLER" envDefault:"echo"`
 	// HandlerTimeout bounds one handler call. Default 5m.
 	HandlerTimeout Seconds `env:"MOLECULE_HANDLER_TIMEOUT" envDefault:"5m"`
+	// StopGrace is how long a long-running command (connect, poll,
+	// dispatch, reply, mcp, the workers) takes to stop after SIGTERM or
+	// SIGINT: it takes no new work, lets the handlers in flight finish,
+	// posts their replies and exits inside it; a handler still running
+	// near its end is cut and its message handed back. Keep it below the
+	// supervisor's own grace (Kubernetes' terminationGracePeriodSeconds,
+	// 30 s by default). Default 25s; 1s..1h.
+	StopGrace Seconds `env:"MOLECULE_STOP_GRACE" envDefault:"25s"`
 	// MCPAnswerTimeout is how long the mcp command waits for Claude to
 	// answer or dismiss one message before it is shown again (it is the
 	// mcp dispatcher's handler timeout). Default 1h.
@@ -353,6 +361,8 @@ func (c *Config) validateLimits() error {
 		return bad("MOLECULE_OVERLAP_WINDOW", "%s is outside 0..30m (it must stay inside the stream's duplicate window)", c.OverlapWindow)
 	case c.HandlerTimeout.D() < time.Second:
 		return bad("MOLECULE_HANDLER_TIMEOUT", "%s is below 1s", c.HandlerTimeout)
+	case c.StopGrace.D() < time.Second || c.StopGrace.D() > time.Hour:
+		return bad("MOLECULE_STOP_GRACE", "%s is outside 1s..1h", c.StopGrace)
 	case c.MCPAnswerTimeout.D() < time.Second:
 		return bad("MOLECULE_MCP_ANSWER_TIMEOUT", "%s is below 1s", c.MCPAnswerTimeout)
 	case c.Concurrency < 1 || c.Concurrency > 4096:

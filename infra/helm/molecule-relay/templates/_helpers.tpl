@@ -38,6 +38,7 @@ app.kubernetes.io/component: {{ .component }}
 - {name: MOLECULE_STREAM_REPLICAS, value: {{ .root.Values.nats.streamReplicas | quote }}}
 - {name: MOLECULE_TOPOLOGY, value: {{ .root.Values.nats.topology | quote }}}
 - {name: MOLECULE_LOG_FORMAT, value: {{ .root.Values.logFormat | quote }}}
+- {name: MOLECULE_STOP_GRACE, value: {{ printf "%vs" .root.Values.stopGraceSeconds | quote }}}
 {{- if ne .component "dispatcher" }}
 - {name: MOLECULE_PLATFORM_URL, value: {{ .root.Values.platform.url | quote }}}
 - {name: MOLECULE_WORKSPACE_IDS, value: {{ join "," .root.Values.platform.workspaceIds | quote }}}
