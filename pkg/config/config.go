@@ -45,6 +45,16 @@ func (s *Seconds) UnmarshalText(b []byte) error {
 // D returns the value as a time.Duration.
 func (s Seconds) D() time.Duration { return time.Duration(s) }
 
+// Durations converts a list of Seconds; an empty list gives an empty,
+// non-nil slice (a setting turned off, not left to its default).
+func Durations(ss []Seconds) []time.Duration {
+	out := make([]time.Duration, len(ss))
+	for i, s := range ss {
+		out[i] = s.D()
+	}
+	return out
+}
+
 // String formats the duration.
 func (s Seconds) String() string { return time.Duration(s).String() }
 
@@ -91,6 +101,15 @@ type Config struct {
 	// OverlapWindow is the recent window re-read to catch late-committed
 	// rows. Default 2m.
 	OverlapWindow Seconds `env:"MOLECULE_OVERLAP_WINDOW" envDefault:"2m"`
+	// OverlapEvery is how often the whole overlap window is re-read.
+	// Default 30s; shorter than OverlapWindow.
+	OverlapEvery Seconds `env:"MOLECULE_OVERLAP_EVERY" envDefault:"30s"`
+	// OverlapFollowUps are quick re-reads of the few seconds around a
+	// poll that published messages, this long after it (comma
+	// separated), so a row committed behind the cursor is delivered
+	// within about a second; an idle workspace gets none. 0 turns them
+	// off. Default 250ms,1s,3s.
+	OverlapFollowUps []Seconds `env:"MOLECULE_OVERLAP_FOLLOW_UPS" envSeparator:"," envDefault:"250ms,1s,3s"`
 	// AllowSelf delivers messages the agent sent itself. Default false.
 	AllowSelf bool `env:"MOLECULE_ALLOW_SELF"`
 	// Register registers each workspace once at first start. Default true.
@@ -359,6 +378,10 @@ func (c *Config) validateLimits() error {
 		return bad("MOLECULE_BACKLOG_WINDOW", "negative")
 	case c.OverlapWindow.D() < 0 || c.OverlapWindow.D() > 30*time.Minute:
 		return bad("MOLECULE_OVERLAP_WINDOW", "%s is outside 0..30m (it must stay inside the stream's duplicate window)", c.OverlapWindow)
+	case c.OverlapEvery.D() < time.Second || (c.OverlapWindow.D() > 0 && c.OverlapEvery.D() >= c.OverlapWindow.D()):
+		return bad("MOLECULE_OVERLAP_EVERY", "%s must be at least 1s and shorter than MOLECULE_OVERLAP_WINDOW (%s)", c.OverlapEvery, c.OverlapWindow)
+	case len(c.OverlapFollowUps) > 8:
+		return bad("MOLECULE_OVERLAP_FOLLOW_UPS", "%d entries; at most 8", len(c.OverlapFollowUps))
 	case c.HandlerTimeout.D() < time.Second:
 		return bad("MOLECULE_HANDLER_TIMEOUT", "%s is below 1s", c.HandlerTimeout)
 	case c.StopGrace.D() < time.Second || c.StopGrace.D() > time.Hour:
