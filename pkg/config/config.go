@@ -128,6 +128,13 @@ type Config struct {
 	Handler string `env:"MOLECULE_HANDLER" envDefault:"echo"`
 	// HandlerTimeout bounds one handler call. Default 5m.
 	HandlerTimeout Seconds `env:"MOLECULE_HANDLER_TIMEOUT" envDefault:"5m"`
+	// Singleton is what a relay does when it finds a reply on a
+	// workspace's feed that it did not post (another relay answers the
+	// same workspace): "warn" logs it once; "refuse" also stops polling
+	// that workspace (the relay exits when it polls no other), so a
+	// message is never answered twice, at the price of none being
+	// answered by this relay until an operator acts. Default warn.
+	Singleton string `env:"MOLECULE_SINGLETON" envDefault:"warn"`
 	// StopGrace is how long a long-running command (connect, poll,
 	// dispatch, reply, mcp, the workers) takes to stop after SIGTERM or
 	// SIGINT: it takes no new work, lets the handlers in flight finish,
@@ -384,6 +391,8 @@ func (c *Config) validateLimits() error {
 		return bad("MOLECULE_OVERLAP_FOLLOW_UPS", "%d entries; at most 8", len(c.OverlapFollowUps))
 	case c.HandlerTimeout.D() < time.Second:
 		return bad("MOLECULE_HANDLER_TIMEOUT", "%s is below 1s", c.HandlerTimeout)
+	case c.Singleton != "warn" && c.Singleton != "refuse":
+		return bad("MOLECULE_SINGLETON", "%q; use warn or refuse", c.Singleton)
 	case c.StopGrace.D() < time.Second || c.StopGrace.D() > time.Hour:
 		return bad("MOLECULE_STOP_GRACE", "%s is outside 1s..1h", c.StopGrace)
 	case c.MCPAnswerTimeout.D() < time.Second:

@@ -18,6 +18,10 @@ import (
 // ErrInvalidConfig is matched by every error Config.Validate returns.
 var ErrInvalidConfig = errors.New("poller: invalid configuration")
 
+// ErrSecondRelay: another relay answers the same workspace and
+// Config.RefuseSecondRelay is set, so this one stopped polling it.
+var ErrSecondRelay = errors.New("poller: another relay answers this workspace (MOLECULE_SINGLETON=refuse)")
+
 // Defaults and limits of Config.
 const (
 	DefaultPollInterval      = 5 * time.Second
@@ -146,6 +150,11 @@ type Config struct {
 	// second relay is probably answering the same workspace. If nil, no
 	// check.
 	OwnNotify *NotifyLedger
+	// RefuseSecondRelay (MOLECULE_SINGLETON=refuse) stops polling a
+	// workspace, in Run, once OwnNotify found a reply on its feed that this
+	// relay did not post: better no answer than two. Run then returns
+	// ErrSecondRelay for it. If false, the relay only warns.
+	RefuseSecondRelay bool
 	// Logger receives the poller's events. If nil, slog.Default().
 	Logger *slog.Logger
 	// OnPublished, when set, is called by Run after a poll cycle of one

@@ -78,6 +78,10 @@ func (p *Poller) runWorkspace(ctx context.Context, w *workspace) error {
 		if ctx.Err() != nil {
 			return nil
 		}
+		if p.cfg.RefuseSecondRelay && w.warnedForeign.Load() {
+			w.log.Error("poller: stopped polling this workspace: another relay answers it (MOLECULE_SINGLETON=refuse)")
+			return ErrSecondRelay
+		}
 		if !heartbeating && w.isReady() {
 			heartbeating = true
 			bg.Add(1)

@@ -297,6 +297,7 @@ func (rt *Runtime) poller(batched bool) (*poller.Poller, error) {
 		ResumeFromCheckpoint: rt.Cfg.Checkpoint,
 		InstanceID:           rt.InstanceID(),
 		OwnNotify:            rt.ledger,
+		RefuseSecondRelay:    rt.Cfg.Singleton == "refuse",
 	})
 }
 
