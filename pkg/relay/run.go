@@ -20,12 +20,15 @@ type Stages struct {
 var All = Stages{Poll: true, Dispatch: true, Reply: true}
 
 // Run runs the selected stages long-running until ctx ends, then stops
-// gracefully inside Cfg.StopGrace (see stopper): no new work is taken, the
-// handlers in flight finish, and, when this run dispatches, the replier
-// posts their replies before Run returns nil. The first stage that fails
-// stops the others and its error is returned. With the poll stage and
-// MOLECULE_PUSH_LISTEN set, Run also serves the push ingress (ServePush)
-// and the poller registers the workspaces in push mode.
+// gracefully inside Cfg.StopGrace (see stopper): no new work is taken,
+// the handlers in flight finish, and, when this run dispatches, the
+// replier posts their replies before Run returns nil. Run returns by the
+// end of the grace even when a stage has not (a handler that ignores its
+// context): that work is left to the next start, and the log says so.
+// The first stage that fails stops the others and its error is returned.
+// With the poll stage and MOLECULE_PUSH_LISTEN set, Run also serves the
+// push ingress (ServePush) and the poller registers the workspaces in
+// push mode.
 func (rt *Runtime) Run(ctx context.Context, s Stages) error {
 	st := rt.newStopper(ctx)
 	defer st.close()
