@@ -469,6 +469,11 @@ func (p *Poller) poll(ctx context.Context, w *workspace, rec *statusRecord, res 
 			now := time.Now().UTC()
 			set(func(r *statusRecord) { r.LastOverlapAt = now })
 		}
+	case o.quick > 0 && w.c.BudgetWait(2*p.cfg.RateReserve) > 0:
+		// A follow-up is a bonus: never at the expense of the polls and
+		// heartbeats sharing the token's rate budget. The slow cadence
+		// (or a later follow-up) covers its window.
+		w.log.Debug("poller: quick overlap re-read skipped; the rate budget is low")
 	case o.quick > 0:
 		err = p.overlap(ctx, w, min(o.quick, p.cfg.OverlapWindow), res)
 	case o.woken && res.Published == 0 && len(p.cfg.OverlapFollowUps) > 0:
