@@ -70,12 +70,21 @@ func init() {
 	}
 }
 
-func main() {
-	// The handlers stay installed until the process exits: a supervisor's
-	// second signal (Claude Code: SIGTERM 100 ms after SIGINT) arriving
-	// while the command finishes must not kill it with exit 143.
-	ctx, _ := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	os.Exit(run(ctx, &cliEnv{stdin: os.Stdin, stdout: os.Stdout, stderr: os.Stderr, environ: os.Environ()}, os.Args[1:]))
+func main() { os.Exit(runProcess(os.Args[1:])) }
+
+// runProcess runs args as the process: SIGINT or SIGTERM ends the
+// command's context, which begins a graceful stop (MOLECULE_STOP_GRACE).
+// The signals are then released, so a second one ends the process at
+// once (Ctrl-C twice). mcp keeps them until it exits: Claude Code stops a
+// server with SIGINT and then SIGTERM 100 ms later as one stop, and that
+// SIGTERM must not turn mcp's clean exit 0 into 143.
+func runProcess(args []string) int {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	if len(args) == 0 || args[0] != "mcp" {
+		context.AfterFunc(ctx, stop)
+	}
+	return run(ctx, &cliEnv{stdin: os.Stdin, stdout: os.Stdout, stderr: os.Stderr, environ: os.Environ()}, args)
 }
 
 func run(ctx context.Context, env *cliEnv, args []string) int {

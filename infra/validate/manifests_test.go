@@ -9,6 +9,7 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	appsv1 "k8s.io/api/apps/v1"
 )
@@ -36,6 +37,40 @@ func checkAll(t *testing.T, objs []Object) {
 	t.Helper()
 	for _, err := range Check(objs) {
 		t.Error(err)
+	}
+	checkStopGrace(t, objs)
+}
+
+// checkStopGrace: a long-running stage's MOLECULE_STOP_GRACE ends before
+// Kubernetes' SIGKILL (terminationGracePeriodSeconds, default 30 s), so
+// the stop it promises is never cut.
+func checkStopGrace(t *testing.T, objs []Object) {
+	t.Helper()
+	for _, o := range objs {
+		d, ok := o.Value.(*appsv1.Deployment)
+		if !ok {
+			continue
+		}
+		kill := 30 * time.Second
+		if p := d.Spec.Template.Spec.TerminationGracePeriodSeconds; p != nil {
+			kill = time.Duration(*p) * time.Second
+		}
+		found := false
+		for _, c := range d.Spec.Template.Spec.Containers {
+			for _, e := range c.Env {
+				if e.Name != "MOLECULE_STOP_GRACE" {
+					continue
+				}
+				found = true
+				g, err := time.ParseDuration(e.Value)
+				if err != nil || g >= kill {
+					t.Errorf("Deployment %s: MOLECULE_STOP_GRACE %q must be a duration below its terminationGracePeriodSeconds (%s)", d.Name, e.Value, kill)
+				}
+			}
+		}
+		if !found {
+			t.Errorf("Deployment %s sets no MOLECULE_STOP_GRACE: the relay's default (25s) must then stay below %s", d.Name, kill)
+		}
 	}
 }
 
@@ -180,7 +215,7 @@ func TestStrictDecodeAndCheckRefuseBadManifests(t *testing.T) {
 		decodeErr      bool
 	}{
 		{"misspelt field", "livenessProbe:", "livenesProbe:", true},
-		{"duplicate field", "terminationGracePeriodSeconds: 90", "terminationGracePeriodSeconds: 90\n      terminationGracePeriodSeconds: 60", true},
+		{"duplicate field", "terminationGracePeriodSeconds: 30", "terminationGracePeriodSeconds: 30\n      terminationGracePeriodSeconds: 60", true},
 		{"liveness on /metrics", "{path: /livez,", "{path: /metrics,", false},
 		{"latest image", "molecule-relay:v0.1.0", "molecule-relay:latest", false},
 		{"untagged image", "molecule-relay:v0.1.0", "molecule-relay", false},

@@ -45,6 +45,16 @@ func (s *Seconds) UnmarshalText(b []byte) error {
 // D returns the value as a time.Duration.
 func (s Seconds) D() time.Duration { return time.Duration(s) }
 
+// Durations converts a list of Seconds; an empty list gives an empty,
+// non-nil slice (a setting turned off, not left to its default).
+func Durations(ss []Seconds) []time.Duration {
+	out := make([]time.Duration, len(ss))
+	for i, s := range ss {
+		out[i] = s.D()
+	}
+	return out
+}
+
 // String formats the duration.
 func (s Seconds) String() string { return time.Duration(s).String() }
 
@@ -94,6 +104,15 @@ type Config struct {
 	// OverlapWindow is the recent window re-read to catch late-committed
 	// rows. Default 2m.
 	OverlapWindow Seconds `env:"MOLECULE_OVERLAP_WINDOW" envDefault:"2m"`
+	// OverlapEvery is how often the whole overlap window is re-read.
+	// Default 30s; shorter than OverlapWindow.
+	OverlapEvery Seconds `env:"MOLECULE_OVERLAP_EVERY" envDefault:"30s"`
+	// OverlapFollowUps are quick re-reads of the few seconds around a
+	// poll that published messages, this long after it (comma
+	// separated), so a row committed behind the cursor is delivered
+	// within about a second; an idle workspace gets none. 0 turns them
+	// off. Default 250ms,1s,3s.
+	OverlapFollowUps []Seconds `env:"MOLECULE_OVERLAP_FOLLOW_UPS" envSeparator:"," envDefault:"250ms,1s,3s"`
 	// AllowSelf delivers messages the agent sent itself. Default false.
 	AllowSelf bool `env:"MOLECULE_ALLOW_SELF"`
 	// Register registers each workspace once at first start. Default true.
@@ -112,6 +131,21 @@ type Config struct {
 	Handler string `env:"MOLECULE_HANDLER" envDefault:"echo"`
 	// HandlerTimeout bounds one handler call. Default 5m.
 	HandlerTimeout Seconds `env:"MOLECULE_HANDLER_TIMEOUT" envDefault:"5m"`
+	// Singleton is what a relay does when it finds a reply on a
+	// workspace's feed that it did not post (another relay answers the
+	// same workspace): "warn" logs it once; "refuse" also stops polling
+	// that workspace (the relay exits when it polls no other), so a
+	// message is never answered twice, at the price of none being
+	// answered by this relay until an operator acts. Default warn.
+	Singleton string `env:"MOLECULE_SINGLETON" envDefault:"warn"`
+	// StopGrace is how long a long-running command (connect, poll,
+	// dispatch, reply, mcp, the workers) takes to stop after SIGTERM or
+	// SIGINT: it takes no new work, lets the handlers in flight finish,
+	// posts their replies and exits inside it; a handler still running
+	// near its end is cut and its message handed back. Keep it below the
+	// supervisor's own grace (Kubernetes' terminationGracePeriodSeconds,
+	// 30 s by default). Default 25s; 1s..1h.
+	StopGrace Seconds `env:"MOLECULE_STOP_GRACE" envDefault:"25s"`
 	// MCPAnswerTimeout is how long the mcp command waits for Claude to
 	// answer or dismiss one message before it is shown again (it is the
 	// mcp dispatcher's handler timeout). Default 1h.
@@ -355,8 +389,16 @@ func (c *Config) validateLimits() error {
 		return bad("MOLECULE_BACKLOG_WINDOW", "negative")
 	case c.OverlapWindow.D() < 0 || c.OverlapWindow.D() > 30*time.Minute:
 		return bad("MOLECULE_OVERLAP_WINDOW", "%s is outside 0..30m (it must stay inside the stream's duplicate window)", c.OverlapWindow)
+	case c.OverlapEvery.D() < time.Second || (c.OverlapWindow.D() > 0 && c.OverlapEvery.D() >= c.OverlapWindow.D()):
+		return bad("MOLECULE_OVERLAP_EVERY", "%s must be at least 1s and shorter than MOLECULE_OVERLAP_WINDOW (%s)", c.OverlapEvery, c.OverlapWindow)
+	case len(c.OverlapFollowUps) > 8:
+		return bad("MOLECULE_OVERLAP_FOLLOW_UPS", "%d entries; at most 8", len(c.OverlapFollowUps))
 	case c.HandlerTimeout.D() < time.Second:
 		return bad("MOLECULE_HANDLER_TIMEOUT", "%s is below 1s", c.HandlerTimeout)
+	case c.Singleton != "warn" && c.Singleton != "refuse":
+		return bad("MOLECULE_SINGLETON", "%q; use warn or refuse", c.Singleton)
+	case c.StopGrace.D() < time.Second || c.StopGrace.D() > time.Hour:
+		return bad("MOLECULE_STOP_GRACE", "%s is outside 1s..1h", c.StopGrace)
 	case c.MCPAnswerTimeout.D() < time.Second:
 		return bad("MOLECULE_MCP_ANSWER_TIMEOUT", "%s is below 1s", c.MCPAnswerTimeout)
 	case c.Concurrency < 1 || c.Concurrency > 4096:

@@ -37,6 +37,10 @@ import (
 // ErrPanic wraps a handler panic; it is retried like any other error.
 var ErrPanic = errors.New("dispatcher: handler panicked")
 
+// errStopGraceOver marks a handler error caused by the end of a graceful
+// stop's grace (stage.ErrStopGraceOver), not by the handler.
+var errStopGraceOver = stage.ErrStopGraceOver
+
 // Dispatcher runs a handler on inbound messages. It holds no state between
 // runs beyond counters: every decision is made from the streams and the
 // handled-record bucket, so any number of Dispatchers in any number of
@@ -77,6 +81,9 @@ func New(js jetstream.JetStream, topo *events.Topology, h handler.Handler, cfg C
 
 // Config returns the effective configuration (defaults applied).
 func (d *Dispatcher) Config() Config { return d.cfg }
+
+// InFlight is how many messages this Dispatcher is working on now.
+func (d *Dispatcher) InFlight() int { return d.run.InFlight() }
 
 // Stats returns the counters since New.
 func (d *Dispatcher) Stats() Stats { return d.stats.snapshot(d.run.Stats()) }
@@ -160,7 +167,9 @@ func (d *Dispatcher) process(runCtx context.Context, m *stage.Delivery) {
 		return
 	}
 	if herr != nil {
-		d.stats.handlerErrors.Add(1)
+		if !errors.Is(herr, errStopGraceOver) {
+			d.stats.handlerErrors.Add(1)
+		}
 		d.handlerFailed(runCtx, m, herr, log)
 		return
 	}
@@ -190,10 +199,15 @@ func (d *Dispatcher) runHandler(runCtx context.Context, del *stage.Delivery, in 
 	if dl, ok := runCtx.Deadline(); ok && dl.Before(deadline) {
 		deadline = dl
 	}
-	// The handler outlives a cancelled run context (a clean stop lets it
-	// finish), bounded by HandlerTimeout.
-	hctx, cancel := context.WithDeadline(context.WithoutCancel(runCtx), deadline)
+	// The handler outlives a cancelled run context (a graceful stop lets
+	// it finish), bounded by HandlerTimeout and the stop's grace.
+	hctx, cancel := stage.Detach(runCtx, deadline)
 	defer cancel()
+	defer func() {
+		if err != nil && stage.StopGraceOver(hctx) {
+			err = fmt.Errorf("%w: %w", errStopGraceOver, err)
+		}
+	}()
 	// A wait for a peer's answer gives the slot back (pkg/delegate).
 	hctx = stage.WithParking(hctx, del)
 	m := *in // the handler gets its own copy
@@ -230,6 +244,12 @@ func (d *Dispatcher) handlerFailed(runCtx context.Context, m *stage.Delivery, he
 	log.Debug("dispatcher: handler error in full", "error", herr)
 	brief := handler.Brief(herr)
 	switch {
+	case errors.Is(herr, errStopGraceOver):
+		// Not the handler's fault: hand it back at once, for another
+		// dispatcher or the next start.
+		log.Info("dispatcher: handler cut by the end of the stop's grace; the message is handed back")
+		d.stats.cutByStop.Add(1)
+		d.run.Defer(m, 0)
 	case errors.Is(herr, handler.ErrPermanent):
 		log.Warn("dispatcher: handler failed permanently", "error", brief)
 		d.run.DeadLetter(runCtx, m, events.ReasonPermanent, herr)

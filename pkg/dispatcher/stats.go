@@ -33,6 +33,9 @@ type Stats struct {
 	// HandlerErrors counts handler runs that returned an error (or
 	// panicked).
 	HandlerErrors uint64
+	// CutByStop counts handler runs cut by the end of a graceful stop's
+	// grace (their messages were handed back, not counted as errors).
+	CutByStop uint64
 	// MemoryErrors counts conversation-memory reads and writes that
 	// failed (best-effort: the message went on without them).
 	MemoryErrors uint64
@@ -62,6 +65,7 @@ func (s Stats) sub(prev Stats) Stats {
 		Duplicates:     s.Duplicates - prev.Duplicates,
 		PeerDuplicates: s.PeerDuplicates - prev.PeerDuplicates,
 		HandlerErrors:  s.HandlerErrors - prev.HandlerErrors,
+		CutByStop:      s.CutByStop - prev.CutByStop,
 		MemoryErrors:   s.MemoryErrors - prev.MemoryErrors,
 		HandlerRuns:    s.HandlerRuns - prev.HandlerRuns,
 		HandlerTime:    s.HandlerTime - prev.HandlerTime,
@@ -74,6 +78,7 @@ func (s Stats) sub(prev Stats) Stats {
 type counters struct {
 	handled, replied, noReply, skipped, duplicates atomic.Uint64
 	peerDuplicates, handlerErrors, memoryErrors    atomic.Uint64
+	cutByStop                                      atomic.Uint64
 	handler                                        stage.Durations
 }
 
@@ -88,6 +93,7 @@ func (c *counters) snapshot(shared stage.Stats) Stats {
 		Duplicates:     c.duplicates.Load(),
 		PeerDuplicates: c.peerDuplicates.Load(),
 		HandlerErrors:  c.handlerErrors.Load(),
+		CutByStop:      c.cutByStop.Load(),
 		MemoryErrors:   c.memoryErrors.Load(),
 		HandlerRuns:    runs,
 		HandlerTime:    total,

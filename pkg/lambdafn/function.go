@@ -364,6 +364,9 @@ func (f *Function) poll(ctx context.Context, res *Result) error {
 func (f *Function) Close() {
 	f.mu.Lock()
 	defer f.mu.Unlock()
+	// The runtime sends SIGTERM only between invocations: no work is in
+	// flight here; every invocation finished (or handed back) its own.
+	f.log.Info("SIGTERM: the execution environment ends; closing the NATS connection", "connected", f.rt != nil)
 	if f.rt != nil {
 		f.rt.Close()
 		f.rt = nil

@@ -57,6 +57,18 @@ type Checkpoint struct {
 	RegisteredAt time.Time `json:"registered_at,omitzero"`
 }
 
+// CheckpointSummary is the summary of a checkpoint row: the line a person
+// reads in the canvas Activity tab ("all" filter, shown as a LOG row). It
+// says who wrote it, what it means and that nothing is to be done.
+func CheckpointSummary(cp Checkpoint) string {
+	upTo := "an empty feed"
+	if !cp.CursorCreatedAt.IsZero() {
+		upTo = "every message up to " + cp.CursorCreatedAt.UTC().Format("2006-01-02 15:04:05 UTC")
+	}
+	return "Molecule Relay bookmark (connect --once): " + upTo +
+		" is answered; the next run starts after it. Not a message, nothing to do."
+}
+
 // WriteCheckpoints writes the stored cursor of each workspace in ids as a
 // checkpoint row on its feed and reads it back; one request each, paced
 // like a fetch, plus the read-back. The caller decides when every message
@@ -96,7 +108,7 @@ func (p *Poller) writeCheckpoint(ctx context.Context, w *workspace) error {
 		return err
 	}
 	err = w.c.ReportActivity(ctx, molecule.ActivityReport{ActivityType: checkpointType, Method: checkpointMethod,
-		Summary: "molecule-relay checkpoint", RequestBody: body, Status: "ok"})
+		Summary: CheckpointSummary(cp), RequestBody: body, Status: "ok"})
 	if err != nil {
 		return fmt.Errorf("poller: write checkpoint: %w", err)
 	}

@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"net/url"
 	"regexp"
+	"slices"
 	"time"
 
 	"github.com/molecule-ai/molecule-relay/pkg/events"
@@ -16,6 +17,10 @@ import (
 
 // ErrInvalidConfig is matched by every error Config.Validate returns.
 var ErrInvalidConfig = errors.New("poller: invalid configuration")
+
+// ErrSecondRelay: another relay answers the same workspace and
+// Config.RefuseSecondRelay is set, so this one stopped polling it.
+var ErrSecondRelay = errors.New("poller: another relay answers this workspace (MOLECULE_SINGLETON=refuse)")
 
 // Defaults and limits of Config.
 const (
@@ -31,6 +36,10 @@ const (
 	DefaultPublishTimeout    = 30 * time.Second
 	DefaultReprobeEvery      = 10 * time.Minute
 )
+
+// DefaultOverlapFollowUps are Config.OverlapFollowUps' default: quick
+// re-reads 250 ms, 1 s and 3 s after a poll that published messages.
+var DefaultOverlapFollowUps = []time.Duration{250 * time.Millisecond, time.Second, 3 * time.Second}
 
 // Config configures a Poller. Zero values take the defaults SetDefaults
 // documents.
@@ -60,6 +69,16 @@ type Config struct {
 	// last one is kept in the status bucket, so one-shot runs share it. If
 	// not set, 30 seconds. It must be shorter than OverlapWindow.
 	OverlapEvery time.Duration
+	// OverlapFollowUps are quick overlap re-reads scheduled, in Run, after
+	// a poll that published messages: one this long after it, for each
+	// entry. They read only the few seconds around the activity, so a row
+	// committed behind the cursor by a concurrent sender is delivered
+	// within about a second instead of at the next OverlapEvery; an idle
+	// workspace never gets one. With SSE, a wake-up whose poll publishes
+	// nothing (the announced row is behind the cursor) re-reads at once.
+	// If not set, DefaultOverlapFollowUps (250ms, 1s, 3s); an entry <= 0
+	// turns them off.
+	OverlapFollowUps []time.Duration
 	// HeartbeatInterval is the period of the heartbeat in Run. If not set,
 	// 30 seconds, which is also the maximum (the platform marks a workspace
 	// offline after about 90 s without one). RunOnce sends one per run.
@@ -131,6 +150,11 @@ type Config struct {
 	// second relay is probably answering the same workspace. If nil, no
 	// check.
 	OwnNotify *NotifyLedger
+	// RefuseSecondRelay (MOLECULE_SINGLETON=refuse) stops polling a
+	// workspace, in Run, once OwnNotify found a reply on its feed that this
+	// relay did not post: better no answer than two. Run then returns
+	// ErrSecondRelay for it. If false, the relay only warns.
+	RefuseSecondRelay bool
 	// Logger receives the poller's events. If nil, slog.Default().
 	Logger *slog.Logger
 	// OnPublished, when set, is called by Run after a poll cycle of one
@@ -157,6 +181,13 @@ func (c *Config) SetDefaults() {
 	if c.OverlapEvery == 0 {
 		c.OverlapEvery = DefaultOverlapEvery
 	}
+	if c.OverlapFollowUps == nil {
+		c.OverlapFollowUps = DefaultOverlapFollowUps
+	}
+	if slices.ContainsFunc(c.OverlapFollowUps, func(d time.Duration) bool { return d <= 0 }) {
+		c.OverlapFollowUps = []time.Duration{}
+	}
+	c.OverlapFollowUps = slices.Sorted(slices.Values(c.OverlapFollowUps))
 	if c.HeartbeatInterval == 0 {
 		c.HeartbeatInterval = DefaultHeartbeatInterval
 	}

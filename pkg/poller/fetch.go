@@ -362,11 +362,11 @@ func (p *Poller) window(ctx context.Context, w *workspace, d time.Duration, res 
 	return rows, nil
 }
 
-// overlap re-reads the last OverlapWindow and publishes it again: rows the
-// platform committed behind the cursor are delivered, the ones already
-// published are dropped by the inbound stream's de-duplication. The cursor
-// is not moved.
-func (p *Poller) overlap(ctx context.Context, w *workspace, res *WorkspaceResult) error {
+// overlap re-reads the last d (OverlapWindow, or a quick follow-up's few
+// seconds) and publishes it again: rows the platform committed behind the
+// cursor are delivered, the ones already published are dropped by the
+// inbound stream's de-duplication. The cursor is not moved.
+func (p *Poller) overlap(ctx context.Context, w *workspace, d time.Duration, res *WorkspaceResult) error {
 	cur, err := p.loadCursor(ctx, w.id)
 	if err != nil {
 		return err
@@ -374,7 +374,7 @@ func (p *Poller) overlap(ctx context.Context, w *workspace, res *WorkspaceResult
 	if cur.UpdatedAt.IsZero() {
 		return nil // not seeded yet: nothing is ours to re-read
 	}
-	rows, err := p.window(ctx, w, p.cfg.OverlapWindow, res)
+	rows, err := p.window(ctx, w, d, res)
 	if err != nil {
 		return err
 	}

@@ -302,6 +302,13 @@ func (p *Poller) FetchMore(ctx context.Context, prev Result) (Result, error) {
 type cycleOpts struct {
 	heartbeat  bool // send a heartbeat in this cycle (RunOnce)
 	checkState bool // read /state (else trust the last observation)
+	// quick, when positive, re-reads this recent window after the fetch
+	// (a follow-up after activity; see followUps).
+	quick time.Duration
+	// woken: an SSE wake-up started this cycle; if its fetch publishes
+	// nothing, the announced row is behind the cursor and the recent
+	// window is re-read at once.
+	woken bool
 }
 
 // cycle is one poll of one workspace; every path records what it saw in
@@ -365,7 +372,7 @@ func (p *Poller) cycle(ctx context.Context, w *workspace, o cycleOpts) (res Work
 	if w.pushURL != "" {
 		return res // push mode: messages arrive through the ingress, not the feed
 	}
-	p.poll(ctx, w, &rec, &res, set)
+	p.poll(ctx, w, &rec, &res, set, o)
 	return res
 }
 
@@ -454,15 +461,29 @@ func (p *Poller) registerIfNeeded(ctx context.Context, w *workspace, rec *status
 // poll reads the feed (and, when due, the overlap window) and records how
 // it went: a refused token, a platform without poll mode (stop), or the
 // error.
-func (p *Poller) poll(ctx context.Context, w *workspace, rec *statusRecord, res *WorkspaceResult, set func(func(*statusRecord))) {
+func (p *Poller) poll(ctx context.Context, w *workspace, rec *statusRecord, res *WorkspaceResult, set func(func(*statusRecord)), o cycleOpts) {
 	ctx, span := tracing.Start(ctx, "poll", trace.SpanKindInternal, attribute.String("molecule.workspace_id", w.id))
 	defer span.End()
 	err := p.fetch(ctx, w, res)
-	if err == nil && p.cfg.OverlapWindow > 0 && time.Since(rec.LastOverlapAt) >= p.cfg.OverlapEvery {
-		if err = p.overlap(ctx, w, res); err == nil {
+	switch {
+	case err != nil || p.cfg.OverlapWindow <= 0:
+	case time.Since(rec.LastOverlapAt) >= p.cfg.OverlapEvery:
+		if err = p.overlap(ctx, w, p.cfg.OverlapWindow, res); err == nil {
 			now := time.Now().UTC()
 			set(func(r *statusRecord) { r.LastOverlapAt = now })
 		}
+	case o.quick > 0 && w.c.BudgetWait(2*p.cfg.RateReserve) > 0:
+		// A follow-up is a bonus: never at the expense of the polls and
+		// heartbeats sharing the token's rate budget. The slow cadence
+		// (or a later follow-up) covers its window.
+		w.log.Debug("poller: quick overlap re-read skipped; the rate budget is low")
+	case o.quick > 0:
+		err = p.overlap(ctx, w, min(o.quick, p.cfg.OverlapWindow), res)
+	case o.woken && res.Published == 0 && len(p.cfg.OverlapFollowUps) > 0:
+		// The event stream announces a row once it is visible (PROTOCOL
+		// §8); a fetch after the cursor that does not find it means it
+		// committed behind the cursor.
+		err = p.overlap(ctx, w, min(wakeRereadWindow, p.cfg.OverlapWindow), res)
 	}
 	switch {
 	case err == nil:

@@ -52,13 +52,22 @@ func (p *Poller) runWorkspace(ctx context.Context, w *workspace) error {
 	}
 	ticker := time.NewTicker(p.cfg.PollInterval)
 	defer ticker.Stop()
-	heartbeating := false
+	// Quick overlap re-reads after activity (Config.OverlapFollowUps).
+	var fu followUps
+	fuTimer := time.NewTimer(time.Hour)
+	fuTimer.Stop()
+	defer fuTimer.Stop()
+	heartbeating, woken := false, false
 	for {
 		// State is read at most once per poll interval: an SSE wake-up goes
 		// straight to the fetch.
-		res := p.cycle(ctx, w, cycleOpts{checkState: w.stateAge() >= p.cfg.PollInterval})
-		if res.Published > 0 && p.cfg.OnPublished != nil {
-			p.cfg.OnPublished(res.Published)
+		o := cycleOpts{checkState: w.stateAge() >= p.cfg.PollInterval, woken: woken, quick: fu.take(time.Now())}
+		res := p.cycle(ctx, w, o)
+		if res.Published > 0 {
+			fu.schedule(time.Now(), p.cfg.OverlapFollowUps)
+			if p.cfg.OnPublished != nil {
+				p.cfg.OnPublished(res.Published)
+			}
 		}
 		// A stop is reported even when ctx ended meanwhile: the status
 		// already says so, and the caller must learn why.
@@ -69,17 +78,30 @@ func (p *Poller) runWorkspace(ctx context.Context, w *workspace) error {
 		if ctx.Err() != nil {
 			return nil
 		}
+		if p.cfg.RefuseSecondRelay && w.warnedForeign.Load() {
+			w.log.Error("poller: stopped polling this workspace: another relay answers it (MOLECULE_SINGLETON=refuse)")
+			return ErrSecondRelay
+		}
 		if !heartbeating && w.isReady() {
 			heartbeating = true
 			bg.Add(1)
 			go func() { defer bg.Done(); p.heartbeatLoop(ctx, w) }()
 		}
+		var fuC <-chan time.Time
+		if due, ok := fu.next(); ok {
+			fuTimer.Reset(time.Until(due))
+			fuC = fuTimer.C
+		}
+		woken = false
 		select {
 		case <-ctx.Done():
 			return nil
 		case <-ticker.C:
 		case <-wake:
+			woken = true
+		case <-fuC:
 		}
+		fuTimer.Stop()
 	}
 }
 

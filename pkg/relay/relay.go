@@ -277,24 +277,27 @@ func (rt *Runtime) poller(batched bool) (*poller.Poller, error) {
 		batch = CheckpointBatch
 	}
 	return poller.New(rt.Conn.JS, rt.Topo, poller.Config{
-		BatchRows:     batch,
-		Workspaces:    rt.Clients,
-		PollInterval:  rt.Cfg.PollInterval.D(),
-		PageLimit:     rt.Cfg.PageLimit,
-		BacklogWindow: rt.Cfg.BacklogWindow.D(),
-		OverlapWindow: rt.Cfg.OverlapWindow.D(),
-		AllowSelf:     rt.Cfg.AllowSelf,
-		AgentName:     rt.Cfg.AgentName,
-		AgentCard:     agentCard(rt.Cfg),
-		SkipRegister:  !rt.Cfg.Register,
-		SSE:           rt.Cfg.SSE,
-		Push:          rt.push,
-		Logger:        rt.Log.With("stage", events.StagePoller),
-		OnPublished:   rt.Hooks.OnPublished,
+		BatchRows:        batch,
+		Workspaces:       rt.Clients,
+		PollInterval:     rt.Cfg.PollInterval.D(),
+		PageLimit:        rt.Cfg.PageLimit,
+		BacklogWindow:    rt.Cfg.BacklogWindow.D(),
+		OverlapWindow:    rt.Cfg.OverlapWindow.D(),
+		OverlapEvery:     rt.Cfg.OverlapEvery.D(),
+		AllowSelf:        rt.Cfg.AllowSelf,
+		OverlapFollowUps: config.Durations(rt.Cfg.OverlapFollowUps),
+		AgentName:        rt.Cfg.AgentName,
+		AgentCard:        agentCard(rt.Cfg),
+		SkipRegister:     !rt.Cfg.Register,
+		SSE:              rt.Cfg.SSE,
+		Push:             rt.push,
+		Logger:           rt.Log.With("stage", events.StagePoller),
+		OnPublished:      rt.Hooks.OnPublished,
 
 		ResumeFromCheckpoint: rt.Cfg.Checkpoint,
 		InstanceID:           rt.InstanceID(),
 		OwnNotify:            rt.ledger,
+		RefuseSecondRelay:    rt.Cfg.Singleton == "refuse",
 	})
 }
 

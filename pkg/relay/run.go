@@ -2,12 +2,12 @@ package relay
 
 import (
 	"context"
-	"errors"
 	"fmt"
-	"sync"
 	"time"
 
+	"github.com/molecule-ai/molecule-relay/pkg/dispatcher"
 	"github.com/molecule-ai/molecule-relay/pkg/poller"
+	"github.com/molecule-ai/molecule-relay/pkg/replier"
 	"github.com/nats-io/nats.go/jetstream"
 )
 
@@ -19,67 +19,78 @@ type Stages struct {
 // All is every stage: the connect command.
 var All = Stages{Poll: true, Dispatch: true, Reply: true}
 
-// Run runs the selected stages long-running until ctx ends, then lets the
-// dispatcher and replier finish what they hold and returns nil. The first
-// stage that fails stops the others and its error is returned. With the
-// poll stage and MOLECULE_PUSH_LISTEN set, Run also serves the push ingress
-// (ServePush) and the poller registers the workspaces in push mode.
+// Run runs the selected stages long-running until ctx ends, then stops
+// gracefully inside Cfg.StopGrace (see stopper): no new work is taken,
+// the handlers in flight finish, and, when this run dispatches, the
+// replier posts their replies before Run returns nil. Run returns by the
+// end of the grace even when a stage has not (a handler that ignores its
+// context): that work is left to the next start, and the log says so.
+// The first stage that fails stops the others and its error is returned.
+// With the poll stage and MOLECULE_PUSH_LISTEN set, Run also serves the
+// push ingress (ServePush) and the poller registers the workspaces in
+// push mode.
 func (rt *Runtime) Run(ctx context.Context, s Stages) error {
-	ctx, cancel := context.WithCancelCause(ctx)
-	defer cancel(nil)
+	st := rt.newStopper(ctx)
+	defer st.close()
 	rt.shareLedger(s)
 	if s.Poll && rt.Cfg.PushListen != "" {
-		urls, stop, err := rt.ServePush(ctx)
+		urls, stop, err := rt.ServePush(st.take)
 		if err != nil {
 			return err
 		}
 		defer stop() // after the stages returned
 		rt.push = urls
 	}
-	var wg sync.WaitGroup
-	start := func(name string, run func(context.Context) error) {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			if err := run(ctx); err != nil && !errors.Is(err, context.Canceled) {
-				rt.Log.Error("stage stopped", "stage", name, "err", err)
-				cancel(fmt.Errorf("%s: %w", name, err))
-			}
-		}()
-	}
+	var (
+		d *dispatcher.Dispatcher
+		r *replier.Replier
+	)
 	if s.Dispatch {
 		h, err := rt.Handler()
 		if err != nil {
 			return err
 		}
-		d, err := rt.Dispatcher(h)
-		if err != nil {
+		if d, err = rt.Dispatcher(h); err != nil {
 			return err
 		}
 		rt.stages.set(d, nil)
-		start("dispatcher", d.Run)
 	}
 	if s.Reply {
-		r, err := rt.Replier()
-		if err != nil {
+		var err error
+		if r, err = rt.Replier(); err != nil {
 			return err
 		}
 		rt.stages.set(nil, r)
-		start("replier", r.Run)
+	}
+	st.watch(d, r)
+	if d != nil {
+		st.start("dispatcher", func() error {
+			err := d.Run(st.take)
+			st.dispatched()
+			return err
+		})
+	}
+	if r != nil {
+		st.start("replier", func() error {
+			if err := r.Run(st.reply); err != nil {
+				return err
+			}
+			if d == nil || st.failed() {
+				return nil
+			}
+			// This process's handlers are done: post their replies.
+			return st.drainReplies(r)
+		})
 	}
 	if s.Poll {
 		p, err := rt.Poller()
 		if err != nil {
-			cancel(err)
+			st.fail(err)
 		} else {
-			start("poller", p.Run)
+			st.start("poller", func() error { return p.Run(st.take) })
 		}
 	}
-	wg.Wait()
-	if err := context.Cause(ctx); err != nil && !errors.Is(err, context.Canceled) {
-		return err
-	}
-	return nil
+	return st.wait()
 }
 
 // OnceReport is what a one-shot run did.

@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/molecule-ai/molecule-relay/internal/natstest"
 	"github.com/molecule-ai/molecule-relay/internal/pipelinetest"
 	"github.com/molecule-ai/molecule-relay/pkg/relay"
 )
@@ -59,5 +60,58 @@ func TestSecondInstanceNoticed(t *testing.T) {
 	}
 	if !found {
 		t.Fatal("no heartbeat carried runtime_metadata.relay_instance")
+	}
+}
+
+// Two relays with identical handlers on one workspace (separate stores)
+// answer every message twice with identical texts; each notices within
+// seconds of the first duplicate, although the texts match its own: the
+// feed holds the text twice, and it posted it once. Before, 5 of 5
+// duplicated messages brought 0 warnings (the ledger keyed on the text).
+// With MOLECULE_SINGLETON=refuse a relay stops instead.
+func TestTwinRelaysWithIdenticalHandlersEachWarn(t *testing.T) {
+	t.Parallel()
+	w := pipelinetest.New(t, pipelinetest.Options{})
+	const warning = "was not posted by this relay"
+	type twin struct {
+		logs pipelinetest.LogBuffer
+		rt   *relay.Runtime
+		run  *pipelinetest.Running
+	}
+	start := func(natsURL string, extra ...string) *twin {
+		tw := &twin{}
+		tw.rt = openRelay(t, slog.New(slog.NewTextHandler(&tw.logs, nil)), append([]string{
+			"MOLECULE_PLATFORM_URL=" + w.Plat.URL(), "MOLECULE_WORKSPACE_ID=" + w.Agent.ID, "MOLECULE_WORKSPACE_TOKEN=" + w.Agent.Token,
+			"MOLECULE_HANDLER=echo", "NATS_URL=" + natsURL}, extra...)...)
+		tw.run = pipelinetest.Start(t, func(ctx context.Context) error { return tw.rt.Run(ctx, relay.All) })
+		return tw
+	}
+	a := start(w.NATSURL())
+	w.WaitSeeded(w.Agent.ID)
+	b := start(natstest.Start(t).ClientURL(), "MOLECULE_SINGLETON=refuse")
+	// Both relays hold a cursor before the message, so both answer it.
+	seeded := func(tw *twin) bool {
+		_, err := tw.rt.Topo.Cursors.Get(pipelinetest.Ctx(t), w.Agent.ID)
+		return err == nil
+	}
+	pipelinetest.Eventually(t, 15*time.Second, "both relays seeded", func() bool { return seeded(a) && seeded(b) })
+
+	w.SendCanvas("answered twice")
+	pipelinetest.Eventually(t, 10*time.Second, "two identical replies", func() bool { return len(w.Plat.Notifications(w.Agent.ID)) == 2 })
+	second := w.Plat.Notifications(w.Agent.ID)[1].At
+	for name, tw := range map[string]*twin{"warn": a, "refuse": b} {
+		pipelinetest.Eventually(t, 10*time.Second, name+" relay's warning", func() bool { return strings.Contains(tw.logs.String(), warning) })
+		t.Logf("%s relay warned %s after the duplicate reply", name, time.Since(second).Round(time.Millisecond))
+	}
+	select {
+	case <-b.run.Done():
+		if err := b.run.Err(); err == nil || !strings.Contains(err.Error(), "MOLECULE_SINGLETON=refuse") {
+			t.Fatalf("the refusing relay ended with %v, want ErrSecondRelay", err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("MOLECULE_SINGLETON=refuse: the relay did not stop")
+	}
+	if err := a.run.Stop(); err != nil {
+		t.Fatal(err)
 	}
 }

@@ -96,6 +96,9 @@ func New(js jetstream.JetStream, topo *events.Topology, clients map[string]*mole
 // Config returns the effective configuration (defaults applied).
 func (r *Replier) Config() Config { return r.cfg }
 
+// InFlight is how many replies this Replier is working on now.
+func (r *Replier) InFlight() int { return r.run.InFlight() }
+
 // Stats returns the counters since New.
 func (r *Replier) Stats() Stats { return r.stats.snapshot(r.run.Stats()) }
 

@@ -28,6 +28,10 @@ const (
 // return. A stage wraps it in its own sentinel as well.
 var ErrInvalidConfig = errors.New("stage: invalid config")
 
+// ErrStopGraceOver is the cause of a Detach context ended by its run's
+// stop limit: a graceful stop's grace ran out before the work finished.
+var ErrStopGraceOver = errors.New("stage: the stop's grace ran out")
+
 // Config is what every stage configures the same way: how much it works
 // on at once, how it pulls, how it retries and how long its writes may
 // take. The zero value is valid: SetDefaults (and New) fill every unset

@@ -6,6 +6,8 @@ import "context"
 func (r *Runner) counting(next Process) Process {
 	return func(ctx context.Context, d *Delivery) {
 		r.stats.received.Add(1)
+		r.stats.inFlight.Add(1)
+		defer r.stats.inFlight.Add(-1)
 		next(ctx, d)
 	}
 }

@@ -126,6 +126,10 @@ func Open(js jetstream.JetStream, target Target, cfg *Config, ackWait time.Durat
 // Config returns the effective configuration (defaults applied).
 func (r *Runner) Config() Config { return r.cfg }
 
+// InFlight is how many deliveries this Runner is working on now, across
+// its runs and drains.
+func (r *Runner) InFlight() int { return int(r.stats.inFlight.Load()) }
+
 // Logger is the stage's logger (with its "stage" attribute).
 func (r *Runner) Logger() *slog.Logger { return r.log }
 

@@ -34,6 +34,7 @@ func (s Stats) Sub(prev Stats) Stats {
 
 type counters struct {
 	received, retried, deferred, deadLettered, terminated atomic.Uint64
+	inFlight                                              atomic.Int64
 }
 
 func (c *counters) snapshot() Stats {

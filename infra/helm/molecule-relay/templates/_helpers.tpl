@@ -38,6 +38,7 @@ app.kubernetes.io/component: {{ .component }}
 - {name: MOLECULE_STREAM_REPLICAS, value: {{ .root.Values.nats.streamReplicas | quote }}}
 - {name: MOLECULE_TOPOLOGY, value: {{ .root.Values.nats.topology | quote }}}
 - {name: MOLECULE_LOG_FORMAT, value: {{ .root.Values.logFormat | quote }}}
+- {name: MOLECULE_STOP_GRACE, value: {{ printf "%vs" .root.Values.stopGraceSeconds | quote }}}
 {{- /* The dispatcher needs the platform only for the agent API (interim
 messages, peers, asking a peer): without the tokens those answer 503. */ -}}
 {{- if or (ne .component "dispatcher") .root.Values.dispatcher.agentApi }}
