@@ -13,6 +13,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats.go/jetstream"
+
 	"github.com/molecule-ai/molecule-relay/internal/chaos"
 	"github.com/molecule-ai/molecule-relay/internal/clustertest"
 	"github.com/molecule-ai/molecule-relay/pkg/events"
@@ -99,9 +101,21 @@ func TestChaosCluster(t *testing.T) {
 
 	ctx, stopChaos := context.WithCancel(context.Background())
 	defer stopChaos()
+	// The supervisor outlives the traffic: a stage that exits during the
+	// drain is restarted too, as Kubernetes would.
+	superCtx, stopSupervisor := context.WithCancel(context.Background())
+	superDone := make(chan struct{})
+	defer func() {
+		stopSupervisor()
+		<-superDone
+	}()
+	go func() {
+		defer close(superDone)
+		restartCrashed(superCtx, t, stages)
+	}()
 	var kills, nodeKills atomic.Int64
 	var wg sync.WaitGroup
-	wg.Add(3)
+	wg.Add(2)
 	go func() {
 		defer wg.Done()
 		rollNodes(ctx, t, c, &nodeKills)
@@ -111,10 +125,6 @@ func TestChaosCluster(t *testing.T) {
 		if *flagStageKills {
 			killStages(ctx, t, rand.New(rand.NewPCG(seed+1, seed)), stages, &kills)
 		}
-	}()
-	go func() {
-		defer wg.Done()
-		restartCrashed(ctx, t, stages)
 	}()
 
 	start := time.Now()
@@ -134,7 +144,10 @@ func TestChaosCluster(t *testing.T) {
 	t.Logf("traffic: %d messages in %s, %d stage kills, %d node kills", len(ledger), time.Since(start).Round(time.Millisecond), kills.Load(), nodeKills.Load())
 
 	waitAnswered(t, plat, agent, peers, ledger, *flagDrain)
-	waitQueuesEmpty(t, topo, 90*time.Second)
+	if !queuesEmpty(topo, 90*time.Second) {
+		// Reported, not fatal: the counts below say what is missing.
+		t.Errorf("the inbound and reply queues did not empty within 90 s")
+	}
 	res := check(t, plat, agent, peers, ledger, hs, js)
 	res.kills, res.natsKills, res.seed = kills.Load(), nodeKills.Load(), seed
 	res.report(t)
@@ -251,6 +264,29 @@ func restartCrashed(ctx context.Context, t *testing.T, stages []*chaos.Process) 
 				}
 			}
 		}
+	}
+}
+
+// queuesEmpty is waitQueuesEmpty that reports instead of failing.
+func queuesEmpty(topo *events.Topology, within time.Duration) bool {
+	deadline := time.Now().Add(within)
+	for {
+		empty := true
+		for _, c := range []jetstream.Consumer{topo.Dispatcher, topo.Replier} {
+			ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+			info, err := c.Info(ctx)
+			cancel()
+			if err != nil || info.NumPending+uint64(info.NumAckPending)+uint64(info.NumRedelivered) > 0 {
+				empty = false
+			}
+		}
+		if empty {
+			return true
+		}
+		if time.Now().After(deadline) {
+			return false
+		}
+		pause(context.Background(), 100*time.Millisecond)
 	}
 }
 
