@@ -8,6 +8,8 @@ import (
 	"math/rand/v2"
 	"os"
 	"path/filepath"
+	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -26,6 +28,7 @@ var (
 	flagNodeEvery  = flag.Duration("chaos.node-every", 12*time.Second, "cluster: a node is SIGKILLed this often, in rotation")
 	flagNodeDown   = flag.Duration("chaos.node-down", 3*time.Second, "cluster: how long a killed node stays down")
 	flagStageKills = flag.Bool("chaos.stage-kills", true, "cluster: SIGKILL a random stage every 2-5 s as well")
+	flagLogDir     = flag.String("chaos.log-dir", "", "cluster: write the stages' logs here and keep them (default: a temporary directory)")
 )
 
 // crashLoopBackOff is how long the harness waits before it restarts a
@@ -88,7 +91,14 @@ func TestChaosCluster(t *testing.T) {
 		// stages' info lines.
 		"MOLECULE_LOG_LEVEL=info",
 	}
-	stages := startStagesEnv(t, dir, relayBin, c.URLs(), plat.URL(), agent, hs.url, env)
+	logDir := dir
+	if *flagLogDir != "" {
+		logDir = *flagLogDir
+		if err := os.MkdirAll(logDir, 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	stages := startStagesEnv(t, logDir, relayBin, c.URLs(), plat.URL(), agent, hs.url, env)
 	t.Cleanup(func() {
 		if t.Failed() {
 			for _, s := range stages {
@@ -157,9 +167,10 @@ func TestChaosCluster(t *testing.T) {
 		n, _ := s.SelfExits()
 		selfExits += n
 	}
-	handledAgain := countInLogs(t, dir, "dispatch-", "redelivery of a handled message")
-	sentAgain := countInLogs(t, dir, "reply", "reply already sent; acking the redelivery")
-	pullFailed := countInLogs(t, dir, "", "stage: pull failed")
+	handledAgain := countInLogs(t, logDir, "dispatch-", "redelivery of a handled message")
+	sentAgain := countInLogs(t, logDir, "reply", "reply already sent; acking the redelivery")
+	pullFailed := countInLogs(t, logDir, "", "stage: pull failed")
+	splitLatency(plat, agent, peers, ledger, hs)
 	fmt.Printf("CHAOS cluster: 3 nodes, R3, a node SIGKILLed every %s for %s, stage kills %v; stages that exited by themselves=%d\n",
 		*flagNodeEvery, *flagNodeDown, *flagStageKills, selfExits)
 	fmt.Printf("CHAOS redeliveries: inbound redelivered after being handled=%d, replies redelivered after being sent=%d, failed pulls logged=%d\n",
@@ -265,6 +276,61 @@ func restartCrashed(ctx context.Context, t *testing.T, stages []*chaos.Process) 
 			}
 		}
 	}
+}
+
+// splitLatency prints where the send-to-reply time went: from the send to
+// the handler's answer (poll, inbound stream, dispatcher pull), and from
+// the answer to the reply on the platform (handled record, reply stream,
+// replier).
+func splitLatency(plat *moleculetest.Server, agent moleculetest.Workspace, peers []moleculetest.Workspace, ledger []*sent, hs *handlerServer) {
+	first := map[string]time.Time{}
+	for _, r := range replies(plat, agent, peers) {
+		text := strings.TrimPrefix(r.text, "re: ")
+		if at, ok := first[text]; !ok || r.at.Before(at) {
+			first[text] = r.at
+		}
+	}
+	runs := hs.snapshot()
+	var toHandler, toReply []time.Duration
+	type slow struct {
+		text             string
+		handler, reply   time.Duration
+		deliveries, runs int
+	}
+	var slowest []slow
+	for _, s := range ledger {
+		rs, ok := runs[s.text]
+		at, answered := first[s.text]
+		if !ok || len(rs) == 0 || !answered {
+			continue
+		}
+		h := rs[0].at
+		for _, r := range rs[1:] {
+			if r.at.Before(h) {
+				h = r.at
+			}
+		}
+		toHandler = append(toHandler, h.Sub(s.postedAt))
+		toReply = append(toReply, at.Sub(h))
+		slowest = append(slowest, slow{s.text, h.Sub(s.postedAt), at.Sub(h), int(rs[len(rs)-1].delivery), len(rs)})
+	}
+	fmt.Printf("CHAOS latency send->handler answered: %s; handler answered->reply on the platform: %s\n", pcts(toHandler), pcts(toReply))
+	slices.SortFunc(slowest, func(a, b slow) int { return int((b.handler + b.reply) - (a.handler + a.reply)) })
+	for _, x := range slowest[:min(5, len(slowest))] {
+		fmt.Printf("CHAOS slow: %s send->handler %s, handler->reply %s (handler runs %d, last delivery %d)\n",
+			x.text, x.handler.Round(time.Millisecond), x.reply.Round(time.Millisecond), x.runs, x.deliveries)
+	}
+}
+
+func pcts(d []time.Duration) string {
+	if len(d) == 0 {
+		return "none"
+	}
+	slices.Sort(d)
+	at := func(p float64) time.Duration {
+		return d[min(max(int(p*float64(len(d))+0.5)-1, 0), len(d)-1)].Round(time.Millisecond)
+	}
+	return fmt.Sprintf("p50=%s p95=%s max=%s", at(0.5), at(0.95), at(1))
 }
 
 // queuesEmpty is waitQueuesEmpty that reports instead of failing.

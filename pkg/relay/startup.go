@@ -20,9 +20,12 @@ const DefaultStartupTimeout = 3 * time.Minute
 var ErrStartupTimeout = errors.New("relay: JetStream not ready within MOLECULE_STARTUP_TIMEOUT")
 
 // startupAttempt bounds one try of the start-up's JetStream requests. A
-// request to a server or a stream leader that dies meanwhile is never
-// answered; the next try reaches the new one.
-const startupAttempt = 10 * time.Second
+// request to a stream without a leader, or to a server or leader that dies
+// meanwhile, is never answered; the next try reaches the new one. A try
+// that creates part of the topology and then times out is not lost: the
+// next one finds what it created. (At 10 s, a stage restarted during a
+// node's restart spent 10 s on its first try alone.)
+const startupAttempt = 4 * time.Second
 
 // waitJetStream runs attempt until it succeeds, fails for good (an answer
 // no wait can change: see startupPermanent), ctx ends, or timeout passes.
