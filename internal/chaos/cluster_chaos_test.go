@@ -293,7 +293,7 @@ func splitLatency(plat *moleculetest.Server, agent moleculetest.Workspace, peers
 	runs := hs.snapshot()
 	var toHandler, toReply []time.Duration
 	type slow struct {
-		text             string
+		text, activity   string
 		handler, reply   time.Duration
 		deliveries, runs int
 	}
@@ -312,13 +312,13 @@ func splitLatency(plat *moleculetest.Server, agent moleculetest.Workspace, peers
 		}
 		toHandler = append(toHandler, h.Sub(s.postedAt))
 		toReply = append(toReply, at.Sub(h))
-		slowest = append(slowest, slow{s.text, h.Sub(s.postedAt), at.Sub(h), int(rs[len(rs)-1].delivery), len(rs)})
+		slowest = append(slowest, slow{s.text, rs[0].activityID, h.Sub(s.postedAt), at.Sub(h), int(rs[len(rs)-1].delivery), len(rs)})
 	}
 	fmt.Printf("CHAOS latency send->handler answered: %s; handler answered->reply on the platform: %s\n", pcts(toHandler), pcts(toReply))
 	slices.SortFunc(slowest, func(a, b slow) int { return int((b.handler + b.reply) - (a.handler + a.reply)) })
 	for _, x := range slowest[:min(5, len(slowest))] {
-		fmt.Printf("CHAOS slow: %s send->handler %s, handler->reply %s (handler runs %d, last delivery %d)\n",
-			x.text, x.handler.Round(time.Millisecond), x.reply.Round(time.Millisecond), x.runs, x.deliveries)
+		fmt.Printf("CHAOS slow: %s (activity %s) send->handler %s, handler->reply %s (handler runs %d, last delivery %d)\n",
+			x.text, x.activity, x.handler.Round(time.Millisecond), x.reply.Round(time.Millisecond), x.runs, x.deliveries)
 	}
 }
 
