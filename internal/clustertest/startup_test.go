@@ -32,15 +32,21 @@ func (s *syncBuffer) String() string {
 	return s.b.String()
 }
 
-// stageConfig is the configuration of a poll stage on the cluster as its
-// admin, R3, with the given start-up timeout.
-func stageConfig(t *testing.T, c *clustertest.Cluster, startupTimeout string) *config.Config {
+// stageConfig is the configuration of a poll stage on the cluster, R3,
+// with the given start-up timeout: as the admin creating the topology
+// (ensure), or as the poller's own user finding it (lookup).
+func stageConfig(t *testing.T, c *clustertest.Cluster, topology, startupTimeout string) *config.Config {
 	t.Helper()
+	user := clustertest.UserAdmin
+	if topology == "lookup" {
+		user = clustertest.UserPoller
+	}
 	cfg, err := config.Load(nil, []string{
 		"NATS_URL=" + c.URLs(),
-		"NATS_USER=" + clustertest.UserAdmin,
-		"NATS_PASSWORD=" + clustertest.Password(clustertest.UserAdmin),
+		"NATS_USER=" + user,
+		"NATS_PASSWORD=" + clustertest.Password(user),
 		"MOLECULE_STREAM_REPLICAS=3",
+		"MOLECULE_TOPOLOGY=" + topology,
 		"MOLECULE_STARTUP_TIMEOUT=" + startupTimeout,
 	})
 	if err != nil {
@@ -66,8 +72,16 @@ func withoutQuorum(t *testing.T) *clustertest.Cluster {
 
 // TestStageStartingWithoutQuorumWaitsForIt: a stage that starts while the
 // cluster has no JetStream quorum does not exit. It says at warn level
-// what it waits for, and starts once a majority of the nodes is back.
+// what it waits for, and starts once a majority of the nodes is back;
+// whether it creates the topology (ensure) or only finds it (lookup, a
+// least-privilege stage user).
 func TestStageStartingWithoutQuorumWaitsForIt(t *testing.T) {
+	for _, topology := range []string{"ensure", "lookup"} {
+		t.Run(topology, func(t *testing.T) { stageWaitsForQuorum(t, topology) })
+	}
+}
+
+func stageWaitsForQuorum(t *testing.T, topology string) {
 	c := withoutQuorum(t)
 	var logs syncBuffer
 	log := slog.New(slog.NewTextHandler(&logs, &slog.HandlerOptions{Level: slog.LevelInfo}))
@@ -75,7 +89,7 @@ func TestStageStartingWithoutQuorumWaitsForIt(t *testing.T) {
 	defer cancel()
 	done := make(chan error, 1)
 	go func() {
-		rt, err := relay.OpenStages(ctx, stageConfig(t, c, "2m"), log, relay.Stages{Poll: true})
+		rt, err := relay.OpenStages(ctx, stageConfig(t, c, topology, "2m"), log, relay.Stages{Poll: true})
 		if err == nil {
 			rt.Close()
 		}
@@ -125,7 +139,7 @@ func TestStageStartingWithoutQuorumGivesUpAfterStartupTimeout(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	start := time.Now()
-	rt, err := relay.OpenStages(ctx, stageConfig(t, c, "4s"), log, relay.Stages{Poll: true})
+	rt, err := relay.OpenStages(ctx, stageConfig(t, c, "ensure", "4s"), log, relay.Stages{Poll: true})
 	took := time.Since(start)
 	if err == nil {
 		rt.Close()
