@@ -24,7 +24,7 @@ IMAGE_REPO    ?= ghcr.io/molecule-ai/molecule-relay
 # but no registry; release: the distroless base of .ko.yaml.
 KO_BASE       ?= local
 
-.PHONY: help build dev test test-short chaos chaos-long lint bench fuzz cover clean validate-infra image release-check
+.PHONY: help build dev test test-short chaos chaos-long chaos-cluster lint bench fuzz cover clean validate-infra image release-check
 
 include Makefile.deploy
 
@@ -53,6 +53,9 @@ chaos-long: ## chaos test, long: 10,000 messages at 40/s (CHAOS_RUNS=3 runs it t
 		echo "== chaos-long run $$i"; \
 		$(GO) test -count=1 -v -timeout 60m -run '^TestChaos$$' ./internal/chaos -args -chaos.msgs=$(or $(CHAOS_MSGS),10000) -chaos.rate=$(or $(CHAOS_RATE),40) $(CHAOS_FLAGS) || exit 1; \
 	done
+
+chaos-cluster: ## chaos test on a 3-node R3 nats-server cluster: a node SIGKILLed every 12 s (back after 3 s), random stage SIGKILLs; 2,000 messages at 33/s (CHAOS_RELAY_BIN: measure another build)
+	$(GO) test -count=1 -v -timeout 20m -run '^TestChaosCluster$$' ./internal/chaos -args -chaos.msgs=$(or $(CHAOS_MSGS),2000) -chaos.rate=$(or $(CHAOS_RATE),33) $(if $(CHAOS_RELAY_BIN),-chaos.relay-bin=$(CHAOS_RELAY_BIN)) $(CHAOS_FLAGS)
 
 test-short: ## tests without the race detector (faster local loop)
 	$(GO) test -count=1 $(PKGS)

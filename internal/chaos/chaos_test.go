@@ -409,6 +409,7 @@ type handlerServer struct {
 type handlerRun struct {
 	activityID, sender, messageID string
 	delivery                      uint64
+	at                            time.Time // when the run answered
 }
 
 func newHandlerServer(t *testing.T) *handlerServer {
@@ -438,7 +439,7 @@ func (hs *handlerServer) serve(w http.ResponseWriter, r *http.Request) {
 		pause(r.Context(), time.Duration(rand.Int64N(int64(2**flagWork))))
 	}
 	hs.mu.Lock()
-	hs.runs[m.Text] = append(hs.runs[m.Text], handlerRun{activityID: m.ActivityID, sender: m.SourceWorkspaceID, messageID: m.MessageID, delivery: p.Delivery})
+	hs.runs[m.Text] = append(hs.runs[m.Text], handlerRun{activityID: m.ActivityID, sender: m.SourceWorkspaceID, messageID: m.MessageID, delivery: p.Delivery, at: time.Now()})
 	hs.mu.Unlock()
 	w.Header().Set("Content-Type", "application/json")
 	_ = json.NewEncoder(w).Encode(map[string]string{"reply": "re: " + m.Text})

@@ -15,6 +15,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 )
@@ -31,8 +32,13 @@ type Process struct {
 	mu      sync.Mutex
 	cmd     *exec.Cmd
 	exited  chan struct{}
+	killed  *atomic.Bool // of the current run: Kill or Stop ended it
 	starts  int
 	stopped bool
+	// selfExits counts runs that ended without Kill or Stop (the process
+	// exited by itself); lastSelfExit is when the latest one did.
+	selfExits    atomic.Int64
+	lastSelfExit atomic.Int64 // unix nanoseconds
 }
 
 // NewProcess describes a process; Start runs it. Its output is appended to
@@ -61,10 +67,15 @@ func (p *Process) Start() error {
 		return fmt.Errorf("start %s: %w", p.Name, err)
 	}
 	exited := make(chan struct{})
-	p.cmd, p.exited = cmd, exited
+	killed := &atomic.Bool{}
+	p.cmd, p.exited, p.killed = cmd, exited, killed
 	p.starts++
 	go func() {
 		err := cmd.Wait()
+		if !killed.Load() {
+			p.lastSelfExit.Store(time.Now().UnixNano())
+			p.selfExits.Add(1)
+		}
 		fmt.Fprintf(out, "--- chaos: %s exited: %v ---\n", p.Name, err)
 		out.Close()
 		close(exited)
@@ -95,12 +106,13 @@ func (p *Process) Running() bool {
 // whether a running process was killed.
 func (p *Process) Kill() bool {
 	p.mu.Lock()
-	cmd, exited := p.cmd, p.exited
+	cmd, exited, killed := p.cmd, p.exited, p.killed
 	running := p.runningLocked()
 	p.mu.Unlock()
 	if !running {
 		return false
 	}
+	killed.Store(true)
 	_ = cmd.Process.Signal(syscall.SIGKILL)
 	<-exited
 	return true
@@ -112,6 +124,16 @@ func (p *Process) Stop() {
 	p.stopped = true
 	p.mu.Unlock()
 	p.Kill()
+}
+
+// SelfExits is how many runs of the process ended by themselves (not by
+// Kill or Stop), and when the latest one did (zero if none).
+func (p *Process) SelfExits() (int64, time.Time) {
+	n := p.selfExits.Load()
+	if n == 0 {
+		return 0, time.Time{}
+	}
+	return n, time.Unix(0, p.lastSelfExit.Load())
 }
 
 // Exited is closed when the current run of the process ends (nil before

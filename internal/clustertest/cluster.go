@@ -312,6 +312,17 @@ func (n *Node) Restart(t testing.TB) {
 	}
 }
 
+// Start starts a stopped or killed node again on the same ports and store
+// directory and waits until it is healthy: Restart for a goroutine other
+// than the test's (which may not call t.Fatal). Starting a running node is
+// an error.
+func (n *Node) Start() error {
+	if n.Running() {
+		return fmt.Errorf("clustertest: start %s: still running", n.Name)
+	}
+	return n.start()
+}
+
 // Output returns the node's log.
 func (n *Node) Output() string { return n.out.String() }
 

@@ -206,6 +206,13 @@ type Config struct {
 	// least-privilege cluster that may not create anything (an admin ran
 	// `molecule-relay status` first). Default ensure.
 	Topology string `env:"MOLECULE_TOPOLOGY" envDefault:"ensure"`
+	// StartupTimeout is how long a starting stage waits for JetStream to
+	// answer for its topology (streams, consumers, buckets): a cluster
+	// without quorum, or electing leaders after a node was lost, answers
+	// nothing for seconds. The stage logs what it waits for and retries;
+	// only after StartupTimeout does it exit, naming what is missing.
+	// Default 3m.
+	StartupTimeout Seconds `env:"MOLECULE_STARTUP_TIMEOUT" envDefault:"3m"`
 
 	// LogLevel: debug, info, warn, error. Default info.
 	LogLevel string `env:"MOLECULE_LOG_LEVEL" envDefault:"info"`
@@ -419,6 +426,8 @@ func (c *Config) validateLimits() error {
 		return bad("MOLECULE_HISTORY_TTL", "%s is below 1m", c.HistoryTTL)
 	case c.Replicas < 1 || c.Replicas > 5:
 		return bad("MOLECULE_STREAM_REPLICAS", "%d is outside 1..5", c.Replicas)
+	case c.StartupTimeout.D() < 0:
+		return bad("MOLECULE_STARTUP_TIMEOUT", "%s; must not be negative (0 waits the default 3m)", c.StartupTimeout)
 	}
 	return nil
 }

@@ -133,7 +133,9 @@ func (d *Dispatcher) process(runCtx context.Context, m *stage.Delivery) {
 	}
 	key := events.HandledKey(in.WorkspaceID, in.ActivityID)
 	ctx, cancel := d.run.OpContext(runCtx)
-	entry, err := d.topo.Handled.Get(ctx, key)
+	// Retried in place: a read meeting a bucket without a leader would
+	// otherwise wait out StoreTimeout, then spend a delivery.
+	entry, err := stage.RetryGet(ctx, d.topo.Handled, key)
 	cancel()
 	switch {
 	case err == nil:
@@ -322,7 +324,7 @@ func (d *Dispatcher) complete(runCtx context.Context, m *stage.Delivery, in *eve
 	if errors.Is(err, jetstream.ErrKeyExists) {
 		// Another delivery of the same message finished first (it was
 		// redelivered while this one ran): its record wins.
-		entry, gerr := d.topo.Handled.Get(ctx, key)
+		entry, gerr := stage.RetryGet(ctx, d.topo.Handled, key)
 		if gerr != nil {
 			d.run.Retry(m, 0)
 			return
@@ -395,7 +397,7 @@ func (d *Dispatcher) publishReply(ctx context.Context, in *events.Inbound, data 
 	ctx, span := tracing.Start(ctx, "reply-publish", trace.SpanKindProducer)
 	defer span.End()
 	tracing.Inject(ctx, m.Header)
-	err := stage.RetryWrite(ctx, func() error {
+	err := stage.RetryRequest(ctx, func(ctx context.Context) error {
 		_, err := d.js.PublishMsg(ctx, m)
 		return err
 	})

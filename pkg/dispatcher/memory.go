@@ -7,6 +7,7 @@ import (
 	"github.com/molecule-ai/molecule-relay/pkg/events"
 	"github.com/molecule-ai/molecule-relay/pkg/handler"
 	"github.com/molecule-ai/molecule-relay/pkg/memory"
+	"github.com/molecule-ai/molecule-relay/pkg/stage"
 )
 
 // Conversation memory (pkg/memory) in the dispatcher: the handler gets the
@@ -28,10 +29,19 @@ func (d *Dispatcher) recall(runCtx context.Context, req *handler.Request, in *ev
 	}
 	ctx, cancel := d.run.OpContext(runCtx)
 	defer cancel()
-	turns, err := mem.Load(ctx, in.WorkspaceID, req.Conversation)
-	if err == nil && len(turns) == 0 {
-		turns, err = mem.Seed(ctx, in.WorkspaceID, req.Conversation, memory.SeedTurns(in))
-	}
+	// Tried again in place, each try bounded (stage.AttemptTimeout): a read
+	// sent to a history leader that died is never answered, and the
+	// handler waited out the whole StoreTimeout for it. The seed is
+	// create-only, so a try that was applied makes the next one a no-op.
+	var turns []handler.Turn
+	err := stage.RetryRequest(ctx, func(ctx context.Context) error {
+		var err error
+		turns, err = mem.Load(ctx, in.WorkspaceID, req.Conversation)
+		if err == nil && len(turns) == 0 {
+			turns, err = mem.Seed(ctx, in.WorkspaceID, req.Conversation, memory.SeedTurns(in))
+		}
+		return err
+	})
 	if err != nil {
 		d.stats.memoryErrors.Add(1)
 		log.Warn("dispatcher: conversation history not read; the handler runs without it", "conversation", req.Conversation, "error", err)
@@ -61,7 +71,12 @@ func (d *Dispatcher) rememberUnanswered(runCtx context.Context, in *events.Inbou
 	ctx, cancel := d.run.OpContext(runCtx)
 	defer cancel()
 	conv := events.ConversationOf(in)
-	if _, err := d.cfg.Memory.Record(ctx, in.WorkspaceID, conv, memory.UserTurn(in)); err != nil {
+	// Record skips turns the conversation holds: a try that was applied
+	// makes the next one a no-op.
+	if err := stage.RetryRequest(ctx, func(ctx context.Context) error {
+		_, err := d.cfg.Memory.Record(ctx, in.WorkspaceID, conv, memory.UserTurn(in))
+		return err
+	}); err != nil {
 		d.stats.memoryErrors.Add(1)
 		log.Warn("dispatcher: turn not recorded in the conversation's memory", "conversation", conv, "error", err)
 	}

@@ -46,7 +46,7 @@ func (d *Dispatcher) claimPeerMessage(runCtx context.Context, in *events.Inbound
 	ctx, cancel := d.run.OpContext(runCtx)
 	defer cancel()
 	claimed := false
-	err = stage.RetryWrite(ctx, func() error {
+	err = stage.RetryRequest(ctx, func(ctx context.Context) error {
 		_, err := d.topo.Handled.Create(ctx, key, data)
 		if errors.Is(err, jetstream.ErrKeyExists) {
 			return nil
@@ -62,7 +62,7 @@ func (d *Dispatcher) claimPeerMessage(runCtx context.Context, in *events.Inbound
 	}
 	// Claimed before: by another row, by an earlier delivery of this one,
 	// or by a retried write of ours whose first answer was lost.
-	entry, err := d.topo.Handled.Get(ctx, key)
+	entry, err := stage.RetryGet(ctx, d.topo.Handled, key)
 	if err != nil {
 		return false, "", fmt.Errorf("dispatcher: read peer messageId claim: %w", err)
 	}

@@ -33,8 +33,14 @@ const (
 	MaxHeartbeatInterval     = 30 * time.Second
 	DefaultRateReserve       = 10
 	DefaultConcurrency       = 8
-	DefaultPublishTimeout    = 30 * time.Second
-	DefaultReprobeEvery      = 10 * time.Minute
+	// DefaultPublishTimeout is short because a publish whose stream leader
+	// dies before it answers is never acknowledged (a new leader does not
+	// answer its predecessor's publishes): the whole batch then waited this
+	// long before the next cycle published it again, which the stream's
+	// de-duplication makes harmless. A batch on a live leader is
+	// acknowledged in milliseconds.
+	DefaultPublishTimeout = 5 * time.Second
+	DefaultReprobeEvery   = 10 * time.Minute
 )
 
 // DefaultOverlapFollowUps are Config.OverlapFollowUps' default: quick
@@ -115,7 +121,7 @@ type Config struct {
 	// set, 8.
 	Concurrency int
 	// PublishTimeout bounds the wait for JetStream's acknowledgements of
-	// one batch. If not set, 30 seconds.
+	// one batch. If not set, DefaultPublishTimeout (5 seconds).
 	PublishTimeout time.Duration
 	// ReprobeEvery is how long an OLD or inconclusive generation probe is
 	// trusted before it is repeated (a NEW answer is kept for good). If not

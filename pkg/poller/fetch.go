@@ -432,7 +432,10 @@ func (p *Poller) deliver(ctx context.Context, w *workspace, rows []molecule.Acti
 	if len(futures) == 0 {
 		return nil
 	}
-	return p.awaitAcks(ctx, futures, res)
+	mark := len(res.published)
+	err := p.awaitAcks(ctx, futures, res)
+	w.sent.add(res.published[mark:], p.recentKeep(), time.Now())
+	return err
 }
 
 // pendingPublish is a publish of deliver whose acknowledgement is awaited.
@@ -452,7 +455,7 @@ func (p *Poller) publishRow(ctx context.Context, w *workspace, row molecule.Acti
 		res.Skipped[SkipBeforeSeed]++
 		return nil, nil
 	}
-	if floor.alreadyPublished(row) {
+	if floor.alreadyPublished(row) || w.sent.has(row) {
 		res.Skipped[SkipPublished]++
 		return nil, nil
 	}

@@ -88,6 +88,10 @@ type workspace struct {
 	cp     *Checkpoint
 	cpRead bool
 
+	// sent is what this process published to the inbound stream and saw
+	// acknowledged, for the overlap window (recent.go sentSet).
+	sent sentSet
+
 	mu          sync.Mutex
 	notBefore   time.Time // no activity request before this (429, budget)
 	outcomes    []bool    // recent poll outcomes, true = failed

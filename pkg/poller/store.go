@@ -8,10 +8,12 @@ import (
 	"sort"
 	"time"
 
+	"github.com/cenkalti/backoff/v4"
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/molecule-ai/molecule-relay/pkg/events"
 	"github.com/molecule-ai/molecule-relay/pkg/molecule"
+	"github.com/molecule-ai/molecule-relay/pkg/stage"
 )
 
 // errCursorMoved: the cursor's revision changed under us; another poller
@@ -54,8 +56,17 @@ type cursorEntry struct {
 	Revision uint64
 }
 
+// storeTimeout bounds one cursor or status operation, its tries included
+// (stage.RetryRequest: each try is bounded by stage.AttemptTimeout). A
+// read sent to a server or bucket leader that died is never answered: the
+// cursor read waited the connection's default 10 s, once per node kill,
+// while no message was polled; the next try reaches the new leader.
+const storeTimeout = 20 * time.Second
+
 func (p *Poller) loadCursor(ctx context.Context, ws string) (*cursorEntry, error) {
-	e, err := p.topo.Cursors.Get(ctx, ws)
+	ctx, cancel := context.WithTimeout(ctx, storeTimeout)
+	defer cancel()
+	e, err := stage.RetryGet(ctx, p.topo.Cursors, ws)
 	if errors.Is(err, jetstream.ErrKeyNotFound) {
 		return &cursorEntry{}, nil
 	}
@@ -85,11 +96,23 @@ func (p *Poller) saveCursor(ctx context.Context, ws string, cur *cursorEntry, v 
 		return nil, err
 	}
 	var rev uint64
-	if cur.Revision == 0 {
-		rev, err = p.topo.Cursors.Create(ctx, ws, data)
-	} else {
-		rev, err = p.topo.Cursors.Update(ctx, ws, data, cur.Revision)
-	}
+	// A try that timed out but was applied makes the next one conflict:
+	// the cursor is then reloaded (errCursorMoved), as after another
+	// poller's write.
+	sctx, cancel := context.WithTimeout(ctx, storeTimeout)
+	defer cancel()
+	err = stage.RetryRequest(sctx, func(ctx context.Context) error {
+		var err error
+		if cur.Revision == 0 {
+			rev, err = p.topo.Cursors.Create(ctx, ws, data)
+		} else {
+			rev, err = p.topo.Cursors.Update(ctx, ws, data, cur.Revision)
+		}
+		if errors.Is(err, jetstream.ErrKeyExists) || errors.Is(err, jetstream.ErrKeyRevisionMismatch) {
+			return backoff.Permanent(err)
+		}
+		return err
+	})
 	if errors.Is(err, jetstream.ErrKeyExists) || errors.Is(err, jetstream.ErrKeyRevisionMismatch) {
 		return nil, errCursorMoved
 	}
@@ -139,7 +162,9 @@ func (r *statusRecord) heartbeating() bool {
 
 func loadStatus(ctx context.Context, kv jetstream.KeyValue, ws string) (statusRecord, uint64, error) {
 	var r statusRecord
-	e, err := kv.Get(ctx, ws)
+	ctx, cancel := context.WithTimeout(ctx, storeTimeout)
+	defer cancel()
+	e, err := stage.RetryGet(ctx, kv, ws)
 	if errors.Is(err, jetstream.ErrKeyNotFound) {
 		return r, 0, nil
 	}
@@ -168,11 +193,15 @@ func (p *Poller) updateStatus(ctx context.Context, ws string, fn func(*statusRec
 		if err != nil {
 			return r, err
 		}
+		// One bounded try: a conflict (also after a try that timed out
+		// but was applied) goes round this loop.
+		wctx, cancel := context.WithTimeout(ctx, stage.AttemptTimeout)
 		if rev == 0 {
-			_, err = p.topo.Status.Create(ctx, ws, data)
+			_, err = p.topo.Status.Create(wctx, ws, data)
 		} else {
-			_, err = p.topo.Status.Update(ctx, ws, data, rev)
+			_, err = p.topo.Status.Update(wctx, ws, data, rev)
 		}
+		cancel()
 		if err == nil {
 			return r, nil
 		}

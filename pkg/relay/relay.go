@@ -184,10 +184,9 @@ func (b budgetsByBucket) of(w config.Workspace) *molecule.RateBudget {
 }
 
 // ensureTopology creates (or looks up) the streams, consumers and buckets
-// the stages s use.
+// the stages s use, waiting up to MOLECULE_STARTUP_TIMEOUT for a cluster
+// that has no quorum or is electing leaders (waitJetStream).
 func (rt *Runtime) ensureTopology(ctx context.Context, s Stages) error {
-	tctx, cancel := context.WithTimeout(ctx, 30*time.Second)
-	defer cancel()
 	tc := events.TopologyConfig{Replicas: rt.Cfg.Replicas, HistoryTTL: rt.Cfg.HistoryTTL.D(), HistoryTurns: rt.Cfg.HistoryTurns}
 	if rt.Cfg.Topology == "lookup" {
 		var names []string
@@ -202,19 +201,20 @@ func (rt *Runtime) ensureTopology(ctx context.Context, s Stages) error {
 				names = append(names, events.StageReplier)
 			}
 		}
-		topo, err := events.LookupTopology(tctx, rt.Conn.JS, tc, names...)
-		if err != nil {
+		return waitJetStream(ctx, rt.Log, rt.Cfg.StartupTimeout.D(), "JetStream topology (lookup) on "+rt.Conn.URL(), func(ctx context.Context) error {
+			topo, err := events.LookupTopology(ctx, rt.Conn.JS, tc, names...)
+			rt.Topo = topo
 			return err
+		})
+	}
+	return waitJetStream(ctx, rt.Log, rt.Cfg.StartupTimeout.D(), "JetStream topology on "+rt.Conn.URL(), func(ctx context.Context) error {
+		topo, err := events.EnsureTopology(ctx, rt.Conn.JS, tc)
+		if err != nil {
+			return fmt.Errorf("JetStream topology on %s: %w (is JetStream enabled on the server, and may this user create streams?)", rt.Conn.URL(), err)
 		}
 		rt.Topo = topo
 		return nil
-	}
-	topo, err := events.EnsureTopology(tctx, rt.Conn.JS, tc)
-	if err != nil {
-		return fmt.Errorf("JetStream topology on %s: %w (is JetStream enabled on the server, and may this user create streams?)", rt.Conn.URL(), err)
-	}
-	rt.Topo = topo
-	return nil
+	})
 }
 
 // Close drains the NATS connection and stops an embedded server.

@@ -5,6 +5,7 @@ import (
 	"time"
 
 	"github.com/molecule-ai/molecule-relay/pkg/memory"
+	"github.com/molecule-ai/molecule-relay/pkg/stage"
 )
 
 // remember records a sent reply's two turns (the message answered and the
@@ -24,7 +25,14 @@ func (r *Replier) remember(runCtx context.Context, j *job) {
 	}
 	ctx, cancel := r.run.OpContext(runCtx)
 	defer cancel()
-	if _, err := r.cfg.Memory.Record(ctx, j.rep.WorkspaceID, j.rep.Conversation, memory.TurnsOf(j.rep, sent)...); err != nil {
+	// Tried again in place, each try bounded: a write sent to a history
+	// leader that died is never answered and held the message (and its
+	// ack) for the whole StoreTimeout. Record skips the turns the
+	// conversation holds, so a try that was applied makes the next a no-op.
+	if err := stage.RetryRequest(ctx, func(ctx context.Context) error {
+		_, err := r.cfg.Memory.Record(ctx, j.rep.WorkspaceID, j.rep.Conversation, memory.TurnsOf(j.rep, sent)...)
+		return err
+	}); err != nil {
 		r.stats.memoryErrors.Add(1)
 		j.log.Warn("replier: reply sent but not recorded in the conversation's memory", "conversation", j.rep.Conversation, "error", err)
 	}

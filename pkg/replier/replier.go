@@ -554,7 +554,7 @@ func (r *Replier) markSent(runCtx context.Context, j *job, rec events.ReplyRecor
 	defer cancel()
 	data, err := rec.Marshal()
 	if err == nil {
-		err = stage.RetryWrite(ctx, func() error {
+		err = stage.RetryRequest(ctx, func(ctx context.Context) error {
 			_, err := r.topo.Replies.Update(ctx, j.key, data, rev)
 			if err != nil && isWrongRevision(err) {
 				// Someone else wrote the record meanwhile; we know the
@@ -583,7 +583,7 @@ func (r *Replier) ack(runCtx context.Context, j *job) {
 
 func (r *Replier) getRecord(ctx context.Context, key string) (events.ReplyRecord, uint64, bool, error) {
 	var rec events.ReplyRecord
-	entry, err := r.topo.Replies.Get(ctx, key)
+	entry, err := stage.RetryGet(ctx, r.topo.Replies, key)
 	if errors.Is(err, jetstream.ErrKeyNotFound) {
 		return rec, 0, false, nil
 	}
@@ -611,7 +611,7 @@ func (r *Replier) updateRecord(ctx context.Context, key string, rec events.Reply
 		return 0, err
 	}
 	var newRev uint64
-	err = stage.RetryWrite(ctx, func() error {
+	err = stage.RetryRequest(ctx, func(ctx context.Context) error {
 		var err error
 		newRev, err = r.topo.Replies.Update(ctx, key, data, rev)
 		if err != nil && isWrongRevision(err) {

@@ -90,11 +90,23 @@ func (p *pool) loop(ctx context.Context) error {
 		}
 		if err != nil {
 			p.failures++
-			p.log.Warn("stage: pull failed", "error", err, "failures", p.failures)
+			// While a cluster elects the consumer's leader, every pull
+			// fails ("no responders available for request", or a pull
+			// that times out at a leader that died) for the seconds the
+			// election takes; the next pull goes to the same subject and
+			// reaches the new leader. Said once at the start of an outage
+			// and then every tenth failure, not every 100 ms.
+			if p.failures == 1 || p.failures%10 == 0 {
+				p.log.Warn("stage: pull failed; retrying (a consumer without a leader, during a NATS failover, answers nothing until one is elected)",
+					"error", err, "failures", p.failures)
+			}
 			if !sleep(ctx, backoffDelay(p.failures)) {
 				return nil
 			}
 			continue
+		}
+		if p.failures > 0 {
+			p.log.Info("stage: pulls work again", "failed_pulls", p.failures)
 		}
 		p.failures = 0
 		if p.opts.idle > 0 && got == 0 && p.inflight.Load() == 0 && time.Since(p.lastMsg) >= p.opts.idle {
@@ -228,9 +240,14 @@ func pullWait(ctx context.Context, cfg Config, opts poolOptions) (time.Duration,
 	return max(wait, time.Millisecond), true
 }
 
+// backoffDelay is the pause after failed pulls: 200 ms, 400 ms, then
+// 500 ms. A failed pull is a request the server answers at once or a pull
+// that already waited FetchWait, so a short pause costs little, and it is
+// what bounds the delay between a new consumer leader and the first pull
+// that reaches it (it was up to 5 s).
 func backoffDelay(failures int) time.Duration {
 	d := 100 * time.Millisecond << min(failures, 6)
-	return min(d, 5*time.Second)
+	return min(d, 500*time.Millisecond)
 }
 
 func sleep(ctx context.Context, d time.Duration) bool {

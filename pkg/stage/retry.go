@@ -68,11 +68,65 @@ func tryWrite(op func() error) error {
 	return err
 }
 
-// RetryCreate creates key in kv with RetryWrite: a transient failure is
+// AttemptTimeout bounds one try of RetryRequest.
+//
+// A JetStream request whose server or stream/consumer leader dies before
+// it answers is never answered: nats.go does not fail the requests in
+// flight when it reconnects, and a new leader does not answer what its
+// predecessor received. Bounded only by the operation's context
+// (StoreTimeout, 30 s), such a request held a message for half a minute
+// after a node was killed, while the new leader, elected within seconds,
+// would have answered a second try at once. The requests retried this way
+// are idempotent (a create, a publish with a message id, an ack, a read),
+// so a try that timed out but was applied only makes the next one find
+// its own result.
+const AttemptTimeout = 2 * time.Second
+
+// RetryRequest is RetryWrite for an operation that takes its context:
+// each try runs with its own AttemptTimeout inside ctx, and the wait
+// between tries grows from 50 ms to at most 500 ms, so that a group whose
+// leader is being elected (4–9 s after a crash, nats-server raft.go
+// minElectionTimeoutDefault/maxElectionTimeoutDefault) is written to
+// within half a second of having one; a try against a group without a
+// leader is answered at once ("no responders") or times out, and costs
+// the cluster nothing else.
+func RetryRequest(ctx context.Context, op func(ctx context.Context) error) error {
+	try := func() error {
+		actx, cancel := context.WithTimeout(ctx, AttemptTimeout)
+		defer cancel()
+		return tryWrite(func() error { return op(actx) })
+	}
+	err := try()
+	if err == nil {
+		return nil
+	}
+	if permanent, ok := errors.AsType[*backoff.PermanentError](err); ok {
+		return permanent.Err
+	}
+	b := backoff.NewExponentialBackOff()
+	b.InitialInterval = 50 * time.Millisecond
+	b.MaxInterval = 500 * time.Millisecond
+	b.MaxElapsedTime = 0
+	first := err
+	err = backoff.Retry(func() error {
+		if first != nil {
+			err, first = first, nil
+			return err
+		}
+		return try()
+	}, backoff.WithContext(b, ctx))
+	if permanent, ok := errors.AsType[*backoff.PermanentError](err); ok {
+		return permanent.Err
+	}
+	return err
+}
+
+// RetryCreate creates key in kv with RetryRequest: a transient failure is
 // retried, a key that exists is not (jetstream.ErrKeyExists is returned
-// at once, for the caller to read the record that won).
+// at once, for the caller to read the record that won; after a try that
+// timed out but was applied, that is this caller's own record).
 func RetryCreate(ctx context.Context, kv jetstream.KeyValue, key string, data []byte) (rev uint64, err error) {
-	err = RetryWrite(ctx, func() error {
+	err = RetryRequest(ctx, func(ctx context.Context) error {
 		var err error
 		rev, err = kv.Create(ctx, key, data)
 		if errors.Is(err, jetstream.ErrKeyExists) {
@@ -81,4 +135,20 @@ func RetryCreate(ctx context.Context, kv jetstream.KeyValue, key string, data []
 		return err
 	})
 	return rev, err
+}
+
+// RetryGet reads key from kv with RetryRequest: a read that fails or
+// meets no answer (a bucket whose leader is being elected) is tried again
+// until ctx ends; jetstream.ErrKeyNotFound is an answer and returned at
+// once.
+func RetryGet(ctx context.Context, kv jetstream.KeyValue, key string) (entry jetstream.KeyValueEntry, err error) {
+	err = RetryRequest(ctx, func(ctx context.Context) error {
+		var err error
+		entry, err = kv.Get(ctx, key)
+		if errors.Is(err, jetstream.ErrKeyNotFound) {
+			return backoff.Permanent(err)
+		}
+		return err
+	})
+	return entry, err
 }

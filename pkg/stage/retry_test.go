@@ -70,3 +70,45 @@ func TestRetryWriteSucceedsWithoutAllocating(t *testing.T) {
 		t.Errorf("RetryWrite of a write that succeeds: %v allocations, want 0", n)
 	}
 }
+
+// TestRetryRequestTriesAgainAfterAnUnansweredTry: a request that is never
+// answered (sent to a leader that died) costs one AttemptTimeout, not the
+// whole operation's context; the next try, answered, ends it.
+func TestRetryRequestTriesAgainAfterAnUnansweredTry(t *testing.T) {
+	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
+	defer cancel()
+	tries := 0
+	start := time.Now()
+	err := stage.RetryRequest(ctx, func(ctx context.Context) error {
+		tries++
+		if tries == 1 {
+			<-ctx.Done() // no answer: the try's own bound ends it
+			return ctx.Err()
+		}
+		return nil
+	})
+	took := time.Since(start)
+	if err != nil || tries != 2 {
+		t.Fatalf("RetryRequest = %v after %d tries, want success on the second", err, tries)
+	}
+	if took < stage.AttemptTimeout || took > stage.AttemptTimeout+5*time.Second {
+		t.Errorf("took %s, want about one AttemptTimeout (%s)", took, stage.AttemptTimeout)
+	}
+}
+
+// TestRetryRequestReturnsPermanentErrorsUnwrapped: an answer that ends the
+// retries (backoff.Permanent) comes back as the caller's sentinel.
+func TestRetryRequestReturnsPermanentErrorsUnwrapped(t *testing.T) {
+	errExists := errors.New("exists")
+	tries := 0
+	err := stage.RetryRequest(t.Context(), func(context.Context) error {
+		tries++
+		if tries == 1 {
+			return errors.New("no responders")
+		}
+		return backoff.Permanent(errExists)
+	})
+	if err != errExists || tries != 2 {
+		t.Errorf("RetryRequest = %v after %d tries, want %v after 2", err, tries, errExists)
+	}
+}

@@ -1,0 +1,95 @@
+package relay
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+)
+
+// DefaultStartupTimeout is how long a stage waits at start-up for
+// JetStream when MOLECULE_STARTUP_TIMEOUT is not set.
+const DefaultStartupTimeout = 3 * time.Minute
+
+// ErrStartupTimeout is matched by the error of a start-up that gave up
+// waiting for JetStream (MOLECULE_STARTUP_TIMEOUT).
+var ErrStartupTimeout = errors.New("relay: JetStream not ready within MOLECULE_STARTUP_TIMEOUT")
+
+// startupAttempt bounds one try of the start-up's JetStream requests. A
+// request to a stream without a leader, or to a server or leader that dies
+// meanwhile, is never answered; the next try reaches the new one. A try
+// that creates part of the topology and then times out is not lost: the
+// next one finds what it created. (At 10 s, a stage restarted during a
+// node's restart spent 10 s on its first try alone.)
+const startupAttempt = 4 * time.Second
+
+// waitJetStream runs attempt until it succeeds, fails for good (an answer
+// no wait can change: see startupPermanent), ctx ends, or timeout passes.
+// While the cluster has no quorum or elects leaders (after a node was
+// lost: 4–9 s per group, nats-server raft.go minElectionTimeoutDefault and
+// maxElectionTimeoutDefault) the JetStream API answers nothing, "no
+// responders" or "temporarily unavailable"; a stage that exited then
+// stayed down (under Kubernetes, CrashLoopBackOff added 10 s to 5 min per
+// exit). So it waits, and says at warn level what for and why.
+func waitJetStream(ctx context.Context, log *slog.Logger, timeout time.Duration, what string, attempt func(context.Context) error) error {
+	if timeout <= 0 {
+		timeout = DefaultStartupTimeout
+	}
+	start := time.Now()
+	deadline := start.Add(timeout)
+	pause := 250 * time.Millisecond
+	for n := 1; ; n++ {
+		actx, cancel := context.WithTimeout(ctx, min(startupAttempt, max(time.Until(deadline), time.Second)))
+		err := attempt(actx)
+		cancel()
+		if err == nil {
+			if n > 1 {
+				log.Info("nats: JetStream ready; starting", "ready", what, "waited", time.Since(start).Round(time.Millisecond), "attempts", n)
+			}
+			return nil
+		}
+		switch {
+		case ctx.Err() != nil:
+			return fmt.Errorf("stopped while waiting for %s: %w", what, err)
+		case startupPermanent(err):
+			return err
+		case time.Now().Add(pause).After(deadline):
+			return fmt.Errorf("%w (%s): still no %s after %d attempts: %w; the NATS cluster has no JetStream quorum or no leader for it: check that a majority of its nodes runs and that they see each other (nats server report jetstream)",
+				ErrStartupTimeout, timeout, what, n, err)
+		}
+		log.Warn("nats: waiting for JetStream (a cluster without quorum, or electing leaders, answers nothing); retrying",
+			"waiting_for", what, "error", err, "attempt", n, "gives_up_in", time.Until(deadline).Round(time.Second), "setting", "MOLECULE_STARTUP_TIMEOUT")
+		t := time.NewTimer(pause)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return fmt.Errorf("stopped while waiting for %s: %w", what, err)
+		case <-t.C:
+		}
+		pause = min(2*pause, 2*time.Second)
+	}
+}
+
+// startupPermanent says whether err is an answer that waiting cannot
+// change: a topology that does not exist in lookup mode (an admin must
+// create it), a user that may not do what it asked, or a closed
+// connection. Timeouts, "no responders" (which nats.go reports as
+// jetstream.ErrJetStreamNotEnabled), "JetStream system temporarily
+// unavailable", and "not enabled for account" (a node that restarted
+// answers so until its JetStream is up) are what a failover looks like,
+// and are waited out.
+func startupPermanent(err error) bool {
+	for _, target := range []error{
+		jetstream.ErrStreamNotFound, jetstream.ErrConsumerNotFound, jetstream.ErrBucketNotFound,
+		nats.ErrAuthorization, nats.ErrPermissionViolation, nats.ErrConnectionClosed,
+	} {
+		if errors.Is(err, target) {
+			return true
+		}
+	}
+	return false
+}
