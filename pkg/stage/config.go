@@ -69,6 +69,13 @@ type Config struct {
 	// their deliveries unacknowledged (dlq.SweepMaxDeliveries). If not
 	// set, 1 minute.
 	SweepInterval time.Duration
+	// ConfirmAcks makes every ack wait for the server's confirmation and
+	// retry it to a new consumer leader (see Runner.Ack). Set it on a
+	// replicated cluster, where a plain ack can be lost in a leader change;
+	// on one server an ack is lost only with the connection, and the
+	// outcome record already makes that redelivery a no-op, so the round
+	// trip is not spent there. If not set, acks are not confirmed.
+	ConfirmAcks bool
 	// Logger receives the stage's events; never message bodies above
 	// debug level. If nil, slog.Default().
 	Logger *slog.Logger

@@ -52,8 +52,8 @@ func (r *Runner) Defer(d *Delivery, delay time.Duration) {
 	_ = d.Msg.NakWithDelay(delay)
 }
 
-// Ack acknowledges d and waits for the server to confirm it (a double
-// ack), trying again (RetryRequest) until it is confirmed or StoreTimeout
+// Ack acknowledges d. With ConfirmAcks (a replicated cluster) it waits for
+// the server to confirm it (a double ack), trying again (RetryRequest) until it is confirmed or StoreTimeout
 // passes; the message is kept alive meanwhile.
 //
 // A plain ack is fire-and-forget. On a cluster, an ack that reaches a
@@ -68,6 +68,12 @@ func (r *Runner) Defer(d *Delivery, delay time.Duration) {
 // ack that still fails only brings a redelivery that the record turns into
 // a no-op; lost says what that redelivery will find.
 func (r *Runner) Ack(runCtx context.Context, d *Delivery, log *slog.Logger, lost string) {
+	if !r.cfg.ConfirmAcks {
+		if err := d.Msg.Ack(); err != nil {
+			log.Warn(r.target.Stage+": ack not sent; a redelivery will find "+lost, "error", err)
+		}
+		return
+	}
 	ctx, cancel := r.OpContext(runCtx)
 	defer cancel()
 	err := RetryRequest(ctx, func(ctx context.Context) error {
