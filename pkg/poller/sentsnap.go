@@ -23,15 +23,15 @@ import (
 // cluster node had forgotten them too (work-queue retention), so 600 to
 // 1,036 handled messages went through the pipeline a second time.
 //
-// So, while the window holds more rows than the cursor record keeps, the
-// poller also writes the whole time-bounded set, compactly (about 19 bytes
-// a row), to the status bucket under "<workspace>.published", at most every
-// sentSnapshotEvery, or sooner once sentSnapshotRows rows were added since
-// the last one. The rows published after the last snapshot are the newest
+// So, while the window holds more than half of what the cursor record
+// keeps, the poller also writes the whole time-bounded set, compactly (about 19 bytes
+// a row), to the status bucket under "<workspace>.published": once soon
+// after a process starts (loadSent), then at most every sentSnapshotEvery,
+// or sooner once sentSnapshotRows rows were added since the last one. The rows published after the last snapshot are the newest
 // ones, which the cursor record holds as long as fewer than maxRecent
 // arrive between two snapshots. A restarted poller reads the snapshot
-// before its first re-read. An idle or quiet workspace (fewer than
-// maxRecent rows in the window) writes nothing.
+// before its first re-read. An idle or quiet workspace (at most 500 rows
+// in the window) writes nothing.
 //
 // Nothing here can hide a late row: a row is recognised only by its own
 // activity id, which a row that was never published cannot have.
@@ -72,13 +72,15 @@ func (s *sentSet) snapshot(keep time.Duration, now time.Time) []recentID {
 	return out
 }
 
-// snapshotDue reports whether the set should be written now: it holds more
-// than the cursor record keeps, and either sentSnapshotEvery passed since
-// the last write or sentSnapshotRows rows were added since.
+// snapshotDue reports whether the set should be written now: it holds
+// more than half of what the cursor record keeps (rows the cursor will
+// soon drop; fewer are all in the cursor), rows were added since the last
+// write, and either sentSnapshotEvery passed since it or sentSnapshotRows
+// rows were added.
 func (s *sentSet) snapshotDue(now time.Time) bool {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	return len(s.ids) > maxRecent && (now.Sub(s.savedAt) >= sentSnapshotEvery || s.added >= sentSnapshotRows)
+	return len(s.ids) > sentSnapshotRows && s.added > 0 && (now.Sub(s.savedAt) >= sentSnapshotEvery || s.added >= sentSnapshotRows)
 }
 
 // saveSent writes w's snapshot when due. It is a cache of what was
@@ -106,9 +108,17 @@ func (p *Poller) saveSent(ctx context.Context, w *workspace) {
 }
 
 // loadSent reads w's snapshot into its sent set, once per process, before
-// the first re-read. A missing key is an empty snapshot; a failed read is
-// tried again before the next re-read.
-func (p *Poller) loadSent(ctx context.Context, w *workspace) {
+// the first re-read, together with the cursor record's recent ids
+// (recent). A missing key is an empty snapshot; a failed read is tried
+// again before the next re-read.
+//
+// The cursor's ids count as new to the snapshot, and the first save of a
+// process is due at once: a poller restarted every few seconds publishes
+// fewer rows in its life than the cursor keeps, so without them no
+// process would ever hold enough to write a snapshot, and the rows older than the cursor's 1,000 would be known to
+// none of them (make chaos-cluster with stage SIGKILLs: 1,036 rows
+// republished by a poller that was the sixth in a minute).
+func (p *Poller) loadSent(ctx context.Context, w *workspace, recent map[string]int64) {
 	if w.sentLoaded {
 		return
 	}
@@ -133,6 +143,11 @@ func (p *Poller) loadSent(ctx context.Context, w *workspace) {
 		w.sent.added = added // the snapshot's rows are saved already
 		w.sent.mu.Unlock()
 	}
+	rows := make([]recentID, 0, len(recent))
+	for id, at := range recent {
+		rows = append(rows, recentID{id: id, createdAt: time.UnixMicro(at)})
+	}
+	w.sent.add(rows, p.recentKeep(), time.Now())
 	w.sentLoaded = true
 }
 
