@@ -156,4 +156,8 @@ func TestPollerRestartedEveryFewHundredRowsRereadRepublishesNothing(t *testing.T
 		t.Fatalf("the last poller's re-read published %d, sent %d duplicates and recognised %d; want 0, 0 and %d",
 			got.Published, got.Duplicates, got.Skipped[poller.SkipPublished], lives*each)
 	}
+	// The snapshot shares the status bucket; status lists workspaces only.
+	if st, err := poller.ReadStatus(ctx(t), e.topo); err != nil || len(st) != 1 || st[0].WorkspaceID != e.ws.ID {
+		t.Fatalf("status of every workspace: %+v, %v; want only %s", st, err, e.ws.ID)
+	}
 }
