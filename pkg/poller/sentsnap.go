@@ -24,14 +24,15 @@ import (
 // 1,036 handled messages went through the pipeline a second time.
 //
 // So, while the window holds more than half of what the cursor record
-// keeps, the poller also writes the whole time-bounded set, compactly (about 19 bytes
-// a row), to the status bucket under "<workspace>.published": once soon
-// after a process starts (loadSent), then at most every sentSnapshotEvery,
-// or sooner once sentSnapshotRows rows were added since the last one. The rows published after the last snapshot are the newest
-// ones, which the cursor record holds as long as fewer than maxRecent
-// arrive between two snapshots. A restarted poller reads the snapshot
-// before its first re-read. An idle or quiet workspace (at most 500 rows
-// in the window) writes nothing.
+// keeps, the poller also writes the whole time-bounded set, compactly
+// (about 19 bytes a row), to the status bucket under
+// "<workspace>.published": once soon after a process starts (loadSent),
+// then at most every sentSnapshotEvery, or sooner once sentSnapshotRows
+// rows were added since the last one. The rows published after the last
+// snapshot are the newest ones, which the cursor record holds as long as
+// fewer than maxRecent arrive between two snapshots. A restarted poller
+// reads the snapshot before its first re-read. An idle or quiet workspace
+// (at most 500 rows in the window) writes nothing.
 //
 // Nothing here can hide a late row: a row is recognised only by its own
 // activity id, which a row that was never published cannot have.
