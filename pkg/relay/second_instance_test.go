@@ -68,7 +68,10 @@ func TestSecondInstanceNoticed(t *testing.T) {
 // seconds of the first duplicate, although the texts match its own: the
 // feed holds the text twice, and it posted it once. Before, 5 of 5
 // duplicated messages brought 0 warnings (the ledger keyed on the text).
-// With MOLECULE_SINGLETON=refuse a relay stops instead.
+// A third relay with MOLECULE_SINGLETON=refuse then stops instead. (It
+// may see the others' reply before it posts its own and stop without
+// answering, which is why it is not one of the two twins: the twins must
+// both answer for each to see the other's reply.)
 func TestTwinRelaysWithIdenticalHandlersEachWarn(t *testing.T) {
 	t.Parallel()
 	w := pipelinetest.New(t, pipelinetest.Options{})
@@ -86,32 +89,38 @@ func TestTwinRelaysWithIdenticalHandlersEachWarn(t *testing.T) {
 		tw.run = pipelinetest.Start(t, func(ctx context.Context) error { return tw.rt.Run(ctx, relay.All) })
 		return tw
 	}
-	a := start(w.NATSURL())
-	w.WaitSeeded(w.Agent.ID)
-	b := start(natstest.Start(t).ClientURL(), "MOLECULE_SINGLETON=refuse")
-	// Both relays hold a cursor before the message, so both answer it.
 	seeded := func(tw *twin) bool {
 		_, err := tw.rt.Topo.Cursors.Get(pipelinetest.Ctx(t), w.Agent.ID)
 		return err == nil
 	}
+	a := start(w.NATSURL())
+	w.WaitSeeded(w.Agent.ID)
+	b := start(natstest.Start(t).ClientURL())
+	// Both relays hold a cursor before the message, so both answer it.
 	pipelinetest.Eventually(t, 15*time.Second, "both relays seeded", func() bool { return seeded(a) && seeded(b) })
 
 	w.SendCanvas("answered twice")
 	pipelinetest.Eventually(t, 10*time.Second, "two identical replies", func() bool { return len(w.Plat.Notifications(w.Agent.ID)) == 2 })
 	second := w.Plat.Notifications(w.Agent.ID)[1].At
-	for name, tw := range map[string]*twin{"warn": a, "refuse": b} {
+	for name, tw := range map[string]*twin{"a": a, "b": b} {
 		pipelinetest.Eventually(t, 10*time.Second, name+" relay's warning", func() bool { return strings.Contains(tw.logs.String(), warning) })
-		t.Logf("%s relay warned %s after the duplicate reply", name, time.Since(second).Round(time.Millisecond))
+		t.Logf("relay %s warned %s after the duplicate reply", name, time.Since(second).Round(time.Millisecond))
 	}
+
+	c := start(natstest.Start(t).ClientURL(), "MOLECULE_SINGLETON=refuse")
+	pipelinetest.Eventually(t, 15*time.Second, "the refusing relay seeded", func() bool { return seeded(c) })
+	w.SendCanvas("answered by three")
 	select {
-	case <-b.run.Done():
-		if err := b.run.Err(); err == nil || !strings.Contains(err.Error(), "MOLECULE_SINGLETON=refuse") {
+	case <-c.run.Done():
+		if err := c.run.Err(); err == nil || !strings.Contains(err.Error(), "MOLECULE_SINGLETON=refuse") {
 			t.Fatalf("the refusing relay ended with %v, want ErrSecondRelay", err)
 		}
 	case <-time.After(10 * time.Second):
 		t.Fatal("MOLECULE_SINGLETON=refuse: the relay did not stop")
 	}
-	if err := a.run.Stop(); err != nil {
-		t.Fatal(err)
+	for _, tw := range []*twin{a, b} {
+		if err := tw.run.Stop(); err != nil {
+			t.Fatal(err)
+		}
 	}
 }
