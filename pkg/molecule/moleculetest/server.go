@@ -19,9 +19,11 @@ import (
 	"context"
 	"encoding/json"
 	"math/rand/v2"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"sync"
+	"sync/atomic"
 	"time"
 )
 
@@ -161,6 +163,9 @@ type Server struct {
 	faultMu sync.Mutex
 	faults  []*faultState
 
+	// accepted counts the TCP connections the server accepted (Accepted).
+	accepted atomic.Int64
+
 	randMu  sync.Mutex
 	rand    *rand.Rand
 	queuedN uint64 // guarded by randMu
@@ -192,10 +197,20 @@ func NewServer(opts ...Option) *Server {
 	s.ctx, s.cancel = context.WithCancel(context.Background())
 	s.client = &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 64}}
 	s.pushClient = &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 64}}
-	s.ts = httptest.NewServer(http.HandlerFunc(s.serveHTTP))
+	s.ts = httptest.NewUnstartedServer(http.HandlerFunc(s.serveHTTP))
+	s.ts.Config.ConnState = func(_ net.Conn, st http.ConnState) {
+		if st == http.StateNew {
+			s.accepted.Add(1)
+		}
+	}
+	s.ts.Start()
 	s.url = s.ts.URL
 	return s
 }
+
+// Accepted returns how many TCP connections the double has accepted since
+// it started: a client that keeps its connections alive opens few.
+func (s *Server) Accepted() int64 { return s.accepted.Load() }
 
 // URL is the platform base URL, e.g. http://127.0.0.1:43127.
 func (s *Server) URL() string { return s.url }
