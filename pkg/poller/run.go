@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"math/rand/v2"
 	"sync"
 	"time"
 
@@ -17,6 +18,8 @@ import (
 // every PollInterval (the source of truth) and, with Config.SSE, at once
 // when the workspace's event stream announces an inbound message; and a
 // heartbeat every HeartbeatInterval that never waits for the rate budget.
+// With SSE, while the stream is proven healthy and the workspace quiet,
+// the poll is a safety net run every SafetyNetInterval instead (cadence.go).
 // A workspace that cannot be polled any more (deleted, token rejected, OLD
 // platform; a push workspace, Config.Push, is not stopped by OLD) is
 // stopped with an error log while the others go on. Run
@@ -50,16 +53,26 @@ func (p *Poller) runWorkspace(ctx context.Context, w *workspace) error {
 		bg.Add(1)
 		go func() { defer bg.Done(); p.sseLoop(ctx, w, wake) }()
 	}
-	ticker := time.NewTicker(p.cfg.PollInterval)
-	defer ticker.Stop()
+	// Run's start counts as inbound activity: the first overlap re-read
+	// must run before the cadence may slow (cadence.go).
+	w.cad.noteActivity(time.Now())
+	// Timers of Go 1.23+ (go.mod) need no drain after Stop: Reset starts
+	// each wait afresh.
+	next := time.NewTimer(p.cfg.PollInterval)
+	defer next.Stop()
 	heartbeating := false
 	for {
-		// State is read at most once per poll interval: an SSE wake-up goes
+		// State is read at most once per poll interval (once per one and a
+		// half safety-net intervals while settled): an SSE wake-up goes
 		// straight to the fetch.
-		res := p.cycle(ctx, w, cycleOpts{checkState: w.stateAge() >= p.cfg.PollInterval})
-		if res.Published > 0 && p.cfg.OnPublished != nil {
-			p.cfg.OnPublished(res.Published)
+		res := p.cycle(ctx, w, cycleOpts{checkState: p.stateDue(w, time.Now())})
+		if res.Published > 0 {
+			w.cad.noteActivity(time.Now())
+			if p.cfg.OnPublished != nil {
+				p.cfg.OnPublished(res.Published)
+			}
 		}
+		w.cad.noteCycle(res.Err != nil)
 		// A stop is reported even when ctx ended meanwhile: the status
 		// already says so, and the caller must learn why.
 		if res.Stopped {
@@ -74,23 +87,36 @@ func (p *Poller) runWorkspace(ctx context.Context, w *workspace) error {
 			bg.Add(1)
 			go func() { defer bg.Done(); p.heartbeatLoop(ctx, w) }()
 		}
+		next.Reset(p.nextPoll(w, time.Now()))
 		select {
 		case <-ctx.Done():
 			return nil
-		case <-ticker.C:
+		case <-next.C:
 		case <-wake:
 		}
 	}
 }
 
 // heartbeatLoop sends a heartbeat now and then every HeartbeatInterval.
+// The second one comes after a random part of the interval (half to all
+// of it), so that a fleet started together does not heartbeat together
+// (bursts of a thousand requests open a connection each). Before each
+// heartbeat it reopens an event stream that stayed silent after the last
+// one (cadence.go).
 func (p *Poller) heartbeatLoop(ctx context.Context, w *workspace) {
-	t := time.NewTicker(p.cfg.HeartbeatInterval)
+	t := time.NewTimer(p.cfg.HeartbeatInterval/2 + time.Duration(rand.Int64N(int64(p.cfg.HeartbeatInterval/2)+1)))
 	defer t.Stop()
 	for {
+		if w.cad.reopenIfSilent(time.Now(), p.echoGrace()) {
+			w.log.Warn("poller: the event stream delivered nothing since the last heartbeat (the platform echoes each one); reopening it and polling every poll interval meanwhile")
+		}
+		sent := time.Now()
 		_, status, err := p.heartbeat(ctx, w)
 		if ctx.Err() != nil {
 			return
+		}
+		if err == nil {
+			w.cad.noteHeartbeat(sent)
 		}
 		// A 401 here is left to the poll loop: after a delete the platform
 		// still answers heartbeats 200, and state/activity decide.
@@ -100,7 +126,7 @@ func (p *Poller) heartbeatLoop(ctx context.Context, w *workspace) {
 		// A refused heartbeat is sent again after the platform's
 		// Retry-After rather than a whole interval later: a workspace
 		// without heartbeats goes offline.
-		next := t.C
+		var retry <-chan time.Time
 		if errors.Is(err, molecule.ErrRateLimited) {
 			d := molecule.RetryAfterOf(err)
 			if d <= 0 {
@@ -108,13 +134,15 @@ func (p *Poller) heartbeatLoop(ctx context.Context, w *workspace) {
 			}
 			if d < p.cfg.HeartbeatInterval {
 				w.log.Warn("poller: heartbeat rate-limited; sending it again after the platform's Retry-After", "retry_after", d)
-				next = time.After(d)
+				retry = time.After(d)
 			}
 		}
 		select {
 		case <-ctx.Done():
 			return
-		case <-next:
+		case <-t.C:
+			t.Reset(p.cfg.HeartbeatInterval)
+		case <-retry:
 		}
 	}
 }
@@ -152,18 +180,25 @@ func (p *Poller) sseLoop(ctx context.Context, w *workspace, wake chan<- struct{}
 			return
 		}
 		connected := time.Now()
-		err := w.c.StreamEvents(ctx, func(ev molecule.Event) {
+		sctx, reopen := context.WithCancel(ctx)
+		w.cad.streamOpening(connected, reopen)
+		err := w.c.StreamEvents(sctx, func(ev molecule.Event) {
+			now := time.Now()
+			w.cad.noteEvent(now)
 			// A wake-up already pending covers this event: skip its parse.
 			if len(wake) == cap(wake) {
 				return
 			}
 			if wakeOn(ev) {
+				w.cad.noteActivity(now)
 				select {
 				case wake <- struct{}{}:
 				default:
 				}
 			}
 		})
+		w.cad.streamClosed()
+		reopen()
 		if ctx.Err() != nil {
 			return
 		}
@@ -176,8 +211,8 @@ func (p *Poller) sseLoop(ctx context.Context, w *workspace, wake chan<- struct{}
 			return
 		}
 		w.log.Debug("poller: event stream ended; reconnecting", "error", err, "wait", d)
-		// Polls continue on the timer meanwhile; poll once now in case the
-		// stream missed an event.
+		// Polls continue on the timer meanwhile, every poll interval (the
+		// stream is not healthy); poll once now in case it missed an event.
 		select {
 		case wake <- struct{}{}:
 		default:
