@@ -27,10 +27,11 @@ import (
 
 var (
 	flagFleet       = flag.String("fleet", "", "BenchmarkFleet: comma-separated fleet sizes (make bench-fleet: 100,1000); empty skips it")
-	flagFleetWarmup = flag.Duration("fleet-warmup", 60*time.Second, "BenchmarkFleet: time between the last workspace's first heartbeat and the idle window")
-	flagFleetIdle   = flag.Duration("fleet-idle", 60*time.Second, "BenchmarkFleet: the measured idle window")
-	flagFleetMsgs   = flag.Int("fleet-msgs", 200, "BenchmarkFleet: messages sent to random workspaces after the idle window, for the answer latency")
-	flagFleetRelay  = flag.String("fleet-relay", "", "BenchmarkFleet: the molecule-relay binary to measure; empty builds ../cmd/molecule-relay")
+	flagFleetWarmup = flag.Duration("fleet-warmup", 100*time.Second, "BenchmarkFleet: time between the last workspace's first heartbeat and the idle window "+
+		"(long enough for the start's burst of connections to pass their 90 s idle timeout)")
+	flagFleetIdle  = flag.Duration("fleet-idle", 2*time.Minute, "BenchmarkFleet: the measured idle window (at least the relay's safety-net interval)")
+	flagFleetMsgs  = flag.Int("fleet-msgs", 200, "BenchmarkFleet: messages sent to random workspaces after the idle window, for the answer latency")
+	flagFleetRelay = flag.String("fleet-relay", "", "BenchmarkFleet: the molecule-relay binary to measure; empty builds ../cmd/molecule-relay")
 )
 
 // BenchmarkFleet measures what an idle fleet costs: one `molecule-relay
@@ -71,7 +72,7 @@ func BenchmarkFleet(b *testing.B) {
 // fleetFigures is one fleet run's result.
 type fleetFigures struct {
 	n                                   int
-	rssMB, heapMB, cpuPct               float64
+	rssMB, heapMB, stackMB, cpuPct      float64
 	goroutines                          int
 	reqPerWsMin                         float64
 	byKind                              map[string]float64 // requests per workspace per minute
@@ -101,6 +102,9 @@ func runFleet(b *testing.B, bin string, n int) {
 		"MOLECULE_METRICS_ADDR="+metricsAddr,
 		"NATS_STORE_DIR="+filepath.Join(cmd.Dir, "nats"),
 	)
+	if a := os.Getenv("FLEET_PPROF_ADDR"); a != "" { // a relay built with net/http/pprof on PPROF_ADDR
+		cmd.Env = append(cmd.Env, "PPROF_ADDR="+a)
+	}
 	var stderr capped
 	cmd.Stderr = &stderr
 	if err := cmd.Start(); err != nil {
@@ -152,8 +156,8 @@ func runFleet(b *testing.B, bin string, n int) {
 	f.rssMB = float64(procRSS(b, pid)) / (1 << 20)
 	f.accepted = int(acc1 - acc0)
 	f.timeWait = timeWait(b, srv.URL())
-	gor, heap := scrapeGo(metricsAddr)
-	f.goroutines, f.heapMB = gor, heap/(1<<20)
+	gor, heap, stack := scrapeGo(metricsAddr)
+	f.goroutines, f.heapMB, f.stackMB = gor, heap/(1<<20), stack/(1<<20)
 	perWsMin := 1 / (float64(n) * win.Minutes())
 	for _, r := range srv.Requests() {
 		if r.At.Before(t0) || r.At.After(t1) {
@@ -214,9 +218,9 @@ func runFleet(b *testing.B, bin string, n int) {
 	for _, k := range kinds {
 		parts = append(parts, fmt.Sprintf("%s %.2f", k, f.byKind[k]))
 	}
-	fmt.Printf("fleet ws=%d ready=%s idle=%s: rss %.0f MB (heap %.0f MB, %d goroutines), cpu %.2f%% of a core, %.2f requests/ws/min (%s), "+
+	fmt.Printf("fleet ws=%d ready=%s idle=%s: rss %.0f MB (heap %.0f MB, stacks %.0f MB, %d goroutines), cpu %.2f%% of a core, %.2f requests/ws/min (%s), "+
 		"%d new connections, %d TIME_WAIT; answered %d/%d (duplicated %d, missing %d) p50 %s p99 %s max %s; load %s\n",
-		n, ready.Round(time.Second), win.Round(time.Second), f.rssMB, f.heapMB, f.goroutines, f.cpuPct, f.reqPerWsMin, strings.Join(parts, ", "),
+		n, ready.Round(time.Second), win.Round(time.Second), f.rssMB, f.heapMB, f.stackMB, f.goroutines, f.cpuPct, f.reqPerWsMin, strings.Join(parts, ", "),
 		f.accepted, f.timeWait, f.answered, f.sent, f.duplicated, f.missing,
 		f.p50.Round(time.Millisecond), f.p99.Round(time.Millisecond), f.max.Round(time.Millisecond), loadAvg())
 	b.ReportMetric(f.rssMB, "rss_MB")
@@ -326,12 +330,12 @@ func timeWait(b *testing.B, base string) int {
 	return n
 }
 
-// scrapeGo reads go_goroutines and go_memstats_heap_inuse_bytes from the
-// relay's /metrics.
-func scrapeGo(addr string) (goroutines int, heap float64) {
+// scrapeGo reads go_goroutines, go_memstats_heap_inuse_bytes and
+// go_memstats_stack_inuse_bytes from the relay's /metrics.
+func scrapeGo(addr string) (goroutines int, heap, stack float64) {
 	resp, err := http.Get("http://" + addr + "/metrics")
 	if err != nil {
-		return 0, 0
+		return 0, 0, 0
 	}
 	defer resp.Body.Close()
 	sc := bufio.NewScanner(resp.Body)
@@ -344,8 +348,11 @@ func scrapeGo(addr string) (goroutines int, heap float64) {
 		if v, ok := strings.CutPrefix(line, "go_memstats_heap_inuse_bytes "); ok {
 			heap, _ = strconv.ParseFloat(v, 64)
 		}
+		if v, ok := strings.CutPrefix(line, "go_memstats_stack_inuse_bytes "); ok {
+			stack, _ = strconv.ParseFloat(v, 64)
+		}
 	}
-	return goroutines, heap
+	return goroutines, heap, stack
 }
 
 func freeAddr(b *testing.B) string {

@@ -17,7 +17,7 @@ import (
 const maxSSELine = 4 << 20
 
 // sseInitialBuffer is the first size of an event stream's line buffer.
-const sseInitialBuffer = 4 << 10
+const sseInitialBuffer = 1 << 10
 
 // StreamEvents holds GET /workspaces/:self/events/stream and calls fn for
 // each event until ctx ends or the stream breaks; it returns the reason.
@@ -63,10 +63,11 @@ func (c *Client) StreamEvents(ctx context.Context, fn func(Event)) error {
 // and fields other than data are ignored. It returns nil at EOF.
 func readSSE(r io.Reader, maxLine int64, emit func([]byte)) error {
 	sc := bufio.NewScanner(r)
-	// The scanner doubles its buffer for a longer line, up to maxLine: most
-	// frames (heartbeat echoes, a message's ACTIVITY_LOGGED) fit in a few
-	// KiB, and a relay holds one stream per workspace, so a 64 KiB start
-	// cost 64 MB at a thousand workspaces (issue 27).
+	// The scanner doubles its buffer for a longer line, up to maxLine: an
+	// idle stream carries only heartbeat echoes (about 100 bytes), a
+	// message's ACTIVITY_LOGGED grows the buffer once to its size, and a
+	// relay holds one stream per workspace, so a 64 KiB start cost 64 MB
+	// at a thousand workspaces (issue 27).
 	sc.Buffer(make([]byte, 0, min(sseInitialBuffer, maxLine)), int(maxLine))
 	var (
 		data    []byte

@@ -65,6 +65,8 @@ type cadence struct {
 	// process's last overlap re-read; failedAt its last failed cycle.
 	activityAt, overlapAt time.Time
 	failed                bool
+	// slow: Run's last wait was a safety-net one (nextPoll).
+	slow bool
 	// reopen ends the current stream so that sseLoop opens a new one.
 	reopen func()
 }
@@ -171,10 +173,23 @@ func (p *Poller) isSettled(w *workspace, now time.Time) bool {
 
 func (p *Poller) echoGrace() time.Duration { return min(heartbeatEchoGrace, p.cfg.HeartbeatInterval/2) }
 
-// nextPoll is the wait before Run's next cycle of w.
+// nextPoll is the wait before Run's next cycle of w. The first wait of a
+// slow spell is drawn from the whole safety-net interval, so that a fleet
+// that settled together (started together) spreads its safety-net polls
+// over the interval instead of polling in bursts; later ones are the
+// interval ±10 %. Fast waits are 90–100 % of the poll interval, never
+// longer, which spreads a fleet's fast polls too.
 func (p *Poller) nextPoll(w *workspace, now time.Time) time.Duration {
-	if !p.isSettled(w, now) {
-		return p.cfg.PollInterval
+	settled := p.isSettled(w, now)
+	w.cad.mu.Lock()
+	wasSlow := w.cad.slow
+	w.cad.slow = settled
+	w.cad.mu.Unlock()
+	switch {
+	case !settled:
+		return time.Duration(float64(p.cfg.PollInterval) * (1 - safetyNetJitter*rand.Float64()))
+	case !wasSlow:
+		return p.cfg.PollInterval + time.Duration(rand.Int64N(int64(p.cfg.SafetyNetInterval-p.cfg.PollInterval)+1))
 	}
 	return jitter(p.cfg.SafetyNetInterval, safetyNetJitter)
 }

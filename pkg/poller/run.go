@@ -84,8 +84,7 @@ func (p *Poller) runWorkspace(ctx context.Context, w *workspace) error {
 		}
 		if !heartbeating && w.isReady() {
 			heartbeating = true
-			bg.Add(1)
-			go func() { defer bg.Done(); p.heartbeatLoop(ctx, w) }()
+			p.startHeartbeats(ctx, w, &bg)
 		}
 		next.Reset(p.nextPoll(w, time.Now()))
 		select {
@@ -97,54 +96,92 @@ func (p *Poller) runWorkspace(ctx context.Context, w *workspace) error {
 	}
 }
 
-// heartbeatLoop sends a heartbeat now and then every HeartbeatInterval.
-// The second one comes after a random part of the interval (half to all
-// of it), so that a fleet started together does not heartbeat together
-// (bursts of a thousand requests open a connection each). Before each
-// heartbeat it reopens an event stream that stayed silent after the last
-// one (cadence.go).
-func (p *Poller) heartbeatLoop(ctx context.Context, w *workspace) {
-	t := time.NewTimer(p.cfg.HeartbeatInterval/2 + time.Duration(rand.Int64N(int64(p.cfg.HeartbeatInterval/2)+1)))
-	defer t.Stop()
-	for {
-		if w.cad.reopenIfSilent(time.Now(), p.echoGrace()) {
-			w.log.Warn("poller: the event stream delivered nothing since the last heartbeat (the platform echoes each one); reopening it and polling every poll interval meanwhile")
+// startHeartbeats sends a heartbeat now and then every HeartbeatInterval
+// until ctx ends, each from a timer (time.AfterFunc): between heartbeats no
+// goroutine waits, which at a thousand workspaces is a thousand stacks
+// fewer. bg counts a heartbeat in flight or scheduled, so that Run returns
+// only after the last one. The second heartbeat comes after a random part
+// of the interval (half to all of it), so that a fleet started together
+// does not heartbeat together (bursts of a thousand requests open a
+// connection each). Before each heartbeat it reopens an event stream that
+// stayed silent after the last one (cadence.go).
+func (p *Poller) startHeartbeats(ctx context.Context, w *workspace, bg *sync.WaitGroup) {
+	var (
+		mu      sync.Mutex
+		timer   *time.Timer
+		stopped bool
+		due     = time.Now().Add(p.cfg.HeartbeatInterval/2 + time.Duration(rand.Int64N(int64(p.cfg.HeartbeatInterval/2)+1)))
+		beat    func()
+	)
+	schedule := func(d time.Duration) {
+		mu.Lock()
+		defer mu.Unlock()
+		if stopped {
+			return
 		}
-		sent := time.Now()
-		_, status, err := p.heartbeat(ctx, w)
+		bg.Add(1)
+		timer = time.AfterFunc(d, func() { defer bg.Done(); beat() })
+	}
+	context.AfterFunc(ctx, func() {
+		mu.Lock()
+		defer mu.Unlock()
+		stopped = true
+		if timer != nil && timer.Stop() {
+			bg.Done() // its function will not run
+		}
+	})
+	beat = func() {
 		if ctx.Err() != nil {
 			return
 		}
-		if err == nil {
-			w.cad.noteHeartbeat(sent)
-		}
-		// A 401 here is left to the poll loop: after a delete the platform
-		// still answers heartbeats 200, and state/activity decide.
-		if _, serr := p.updateStatus(ctx, w.id, heartbeatSetter(status, err)); serr != nil && ctx.Err() == nil {
-			w.log.Warn("poller: could not record the heartbeat", "error", serr)
-		}
-		// A refused heartbeat is sent again after the platform's
-		// Retry-After rather than a whole interval later: a workspace
-		// without heartbeats goes offline.
-		var retry <-chan time.Time
-		if errors.Is(err, molecule.ErrRateLimited) {
-			d := molecule.RetryAfterOf(err)
-			if d <= 0 {
-				d = defaultRetryAfter
-			}
-			if d < p.cfg.HeartbeatInterval {
-				w.log.Warn("poller: heartbeat rate-limited; sending it again after the platform's Retry-After", "retry_after", d)
-				retry = time.After(d)
-			}
-		}
-		select {
-		case <-ctx.Done():
+		if d, ok := p.heartbeatOnce(ctx, w); ok {
+			schedule(d) // a rate-limited heartbeat, sent again sooner
 			return
-		case <-t.C:
-			t.Reset(p.cfg.HeartbeatInterval)
-		case <-retry:
+		}
+		// As a ticker: the next regular heartbeat, skipping any missed.
+		now := time.Now()
+		for !due.After(now) {
+			due = due.Add(p.cfg.HeartbeatInterval)
+		}
+		schedule(due.Sub(now))
+	}
+	bg.Add(1)
+	go func() { defer bg.Done(); beat() }()
+}
+
+// heartbeatOnce sends one heartbeat and records it; retry > 0 (ok) asks
+// for the next one after retry instead of a whole interval later.
+func (p *Poller) heartbeatOnce(ctx context.Context, w *workspace) (retry time.Duration, ok bool) {
+	if w.cad.reopenIfSilent(time.Now(), p.echoGrace()) {
+		w.log.Warn("poller: the event stream delivered nothing since the last heartbeat (the platform echoes each one); reopening it and polling every poll interval meanwhile")
+	}
+	sent := time.Now()
+	_, status, err := p.heartbeat(ctx, w)
+	if ctx.Err() != nil {
+		return 0, false
+	}
+	if err == nil {
+		w.cad.noteHeartbeat(sent)
+	}
+	// A 401 here is left to the poll loop: after a delete the platform
+	// still answers heartbeats 200, and state/activity decide.
+	if _, serr := p.updateStatus(ctx, w.id, heartbeatSetter(status, err)); serr != nil && ctx.Err() == nil {
+		w.log.Warn("poller: could not record the heartbeat", "error", serr)
+	}
+	// A refused heartbeat is sent again after the platform's Retry-After
+	// rather than a whole interval later: a workspace without heartbeats
+	// goes offline.
+	if errors.Is(err, molecule.ErrRateLimited) {
+		d := molecule.RetryAfterOf(err)
+		if d <= 0 {
+			d = defaultRetryAfter
+		}
+		if d < p.cfg.HeartbeatInterval {
+			w.log.Warn("poller: heartbeat rate-limited; sending it again after the platform's Retry-After", "retry_after", d)
+			return d, true
 		}
 	}
+	return 0, false
 }
 
 // activityEvent is the part of an ACTIVITY_LOGGED event's data we read.

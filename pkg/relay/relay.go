@@ -246,6 +246,10 @@ func platformHTTPClient(cfg *config.Config) *http.Client {
 	t := http.DefaultTransport.(*http.Transport).Clone()
 	idle := max(cfg.ReplyConcurrency+cfg.Concurrency, 32, len(cfg.Workspaces()))
 	t.MaxIdleConns, t.MaxIdleConnsPerHost = 2*idle, idle
+	// Request bodies are small JSON (a heartbeat is 400 bytes; a larger
+	// notify is written through in pieces), and every event stream holds a
+	// connection with its own write buffer for its whole life.
+	t.WriteBufferSize = 1 << 10
 	t.IdleConnTimeout = 90 * time.Second
 	return &http.Client{Transport: tracing.Transport(t)}
 }
