@@ -30,37 +30,101 @@ func (p *Poller) Run(ctx context.Context) error {
 	var wg sync.WaitGroup
 	for i, w := range p.ws {
 		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			if err := p.runWorkspace(ctx, w); err != nil {
+		p.startWorkspace(ctx, w, func(err error) {
+			if err != nil {
 				errs[i] = fmt.Errorf("workspace %s: %w", w.id, err)
 			}
-		}()
+			wg.Done()
+		})
 	}
 	wg.Wait()
 	return errors.Join(errs...)
 }
 
-func (p *Poller) runWorkspace(ctx context.Context, w *workspace) error {
-	ctx, cancel := context.WithCancel(ctx)
-	defer cancel()
-	var bg sync.WaitGroup
-	defer bg.Wait()
-	defer cancel() // runs before bg.Wait
+// pollLoop is Run's loop of one workspace, driven by timers and wake-ups
+// rather than by a goroutine of its own: a cycle runs on a goroutine that
+// exists only while it polls, so an idle fleet of a thousand workspaces
+// holds no thousand waiting stacks (8 KiB each, docs/performance.md "An
+// idle fleet"). At most one cycle of a workspace runs at a time; a wake-up
+// during a cycle runs one more right after it (bursts coalesce, as in a
+// one-slot channel).
+type pollLoop struct {
+	p      *Poller
+	w      *workspace
+	ctx    context.Context
+	cancel context.CancelFunc
+	// bg counts the event stream's loop and the heartbeats.
+	bg   sync.WaitGroup
+	done func(error)
 
-	wake := make(chan struct{}, 1)
+	mu           sync.Mutex
+	running      bool // a cycle goroutine is at work
+	pending      bool // a wake-up came during the cycle
+	finished     bool // done was called or is being called
+	heartbeating bool
+	timer        *time.Timer
+}
+
+// startWorkspace starts w's loop; done is called once with the reason it
+// stopped (nil when ctx ended) after its stream loop and heartbeats ended.
+func (p *Poller) startWorkspace(ctx context.Context, w *workspace, done func(error)) {
+	l := &pollLoop{p: p, w: w, done: done}
+	l.ctx, l.cancel = context.WithCancel(ctx)
 	if p.cfg.SSE && w.pushURL == "" { // a push workspace is never fetched: no wake-ups
-		bg.Add(1)
-		go func() { defer bg.Done(); p.sseLoop(ctx, w, wake) }()
+		l.bg.Add(1)
+		go func() { defer l.bg.Done(); p.sseLoop(l.ctx, w, l) }()
 	}
 	// Run's start counts as inbound activity: the first overlap re-read
 	// must run before the cadence may slow (cadence.go).
 	w.cad.noteActivity(time.Now())
-	// Timers of Go 1.23+ (go.mod) need no drain after Stop: Reset starts
-	// each wait afresh.
-	next := time.NewTimer(p.cfg.PollInterval)
-	defer next.Stop()
-	heartbeating := false
+	context.AfterFunc(l.ctx, func() {
+		l.mu.Lock()
+		if l.running || l.finished {
+			l.mu.Unlock()
+			return // the cycle ends the loop when it sees ctx ended
+		}
+		l.finished = true
+		if l.timer != nil {
+			l.timer.Stop()
+		}
+		l.mu.Unlock()
+		l.finish(nil)
+	})
+	l.wake()
+}
+
+// wake runs a cycle now, or right after the one running.
+func (l *pollLoop) wake() {
+	l.mu.Lock()
+	if l.finished {
+		l.mu.Unlock()
+		return
+	}
+	if l.running {
+		l.pending = true
+		l.mu.Unlock()
+		return
+	}
+	l.running = true
+	if l.timer != nil {
+		l.timer.Stop()
+	}
+	l.mu.Unlock()
+	go l.run()
+}
+
+// wakePending reports whether a cycle is already due to run: a further
+// wake-up would add nothing.
+func (l *pollLoop) wakePending() bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.pending
+}
+
+// run polls until no wake-up is pending, then arms the timer of the next
+// poll and returns.
+func (l *pollLoop) run() {
+	p, w, ctx := l.p, l.w, l.ctx
 	for {
 		// State is read at most once per poll interval (once per one and a
 		// half safety-net intervals while settled): an SSE wake-up goes
@@ -77,23 +141,56 @@ func (p *Poller) runWorkspace(ctx context.Context, w *workspace) error {
 		// already says so, and the caller must learn why.
 		if res.Stopped {
 			w.log.Error("poller: stopped polling this workspace", "error", res.Err)
-			return res.Err
+			l.end(res.Err)
+			return
 		}
 		if ctx.Err() != nil {
-			return nil
+			l.end(nil)
+			return
 		}
-		if !heartbeating && w.isReady() {
-			heartbeating = true
-			p.startHeartbeats(ctx, w, &bg)
+		l.mu.Lock()
+		if !l.heartbeating && w.isReady() {
+			l.heartbeating = true
+			p.startHeartbeats(ctx, w, &l.bg)
 		}
-		next.Reset(p.nextPoll(w, time.Now()))
-		select {
-		case <-ctx.Done():
-			return nil
-		case <-next.C:
-		case <-wake:
+		if l.pending {
+			l.pending = false
+			l.mu.Unlock()
+			continue
 		}
+		if ctx.Err() != nil {
+			// ctx ended after the check above; its AfterFunc saw this
+			// cycle running and left the end to it.
+			l.finished = true
+			l.mu.Unlock()
+			l.finish(nil)
+			return
+		}
+		l.running = false
+		l.timer = time.AfterFunc(p.nextPoll(w, time.Now()), l.wake)
+		l.mu.Unlock()
+		return
 	}
+}
+
+// end finishes the loop from its cycle goroutine.
+func (l *pollLoop) end(err error) {
+	l.mu.Lock()
+	if l.finished {
+		l.mu.Unlock()
+		return
+	}
+	l.finished = true
+	l.mu.Unlock()
+	l.finish(err)
+}
+
+// finish stops the stream loop and the heartbeats, waits for them, and
+// reports.
+func (l *pollLoop) finish(err error) {
+	l.cancel()
+	l.bg.Wait()
+	l.done(err)
 }
 
 // startHeartbeats sends a heartbeat now and then every HeartbeatInterval
@@ -206,7 +303,7 @@ func wakeOn(ev molecule.Event) bool {
 // inbound ACTIVITY_LOGGED (bursts coalesce in the one-slot channel). It
 // reconnects with exponential backoff; each connect costs one request of
 // the rate budget, so it paces like a fetch.
-func (p *Poller) sseLoop(ctx context.Context, w *workspace, wake chan<- struct{}) {
+func (p *Poller) sseLoop(ctx context.Context, w *workspace, l *pollLoop) {
 	eb := backoff.NewExponentialBackOff()
 	eb.InitialInterval = 250 * time.Millisecond
 	eb.MaxInterval = 30 * time.Second
@@ -223,15 +320,12 @@ func (p *Poller) sseLoop(ctx context.Context, w *workspace, wake chan<- struct{}
 			now := time.Now()
 			w.cad.noteEvent(now)
 			// A wake-up already pending covers this event: skip its parse.
-			if len(wake) == cap(wake) {
+			if l.wakePending() {
 				return
 			}
 			if wakeOn(ev) {
 				w.cad.noteActivity(now)
-				select {
-				case wake <- struct{}{}:
-				default:
-				}
+				l.wake()
 			}
 		})
 		w.cad.streamClosed()
@@ -250,10 +344,7 @@ func (p *Poller) sseLoop(ctx context.Context, w *workspace, wake chan<- struct{}
 		w.log.Debug("poller: event stream ended; reconnecting", "error", err, "wait", d)
 		// Polls continue on the timer meanwhile, every poll interval (the
 		// stream is not healthy); poll once now in case it missed an event.
-		select {
-		case wake <- struct{}{}:
-		default:
-		}
+		l.wake()
 		t := time.NewTimer(d)
 		select {
 		case <-ctx.Done():

@@ -1,7 +1,6 @@
 package poller
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -185,9 +184,10 @@ func sameStatus(prev, next statusRecord) bool {
 		next.LastHeartbeatAt = prev.LastHeartbeatAt
 	}
 	next.UpdatedAt = prev.UpdatedAt
-	a, errA := json.Marshal(prev)
-	b, errB := json.Marshal(next)
-	return errA == nil && errB == nil && bytes.Equal(a, b)
+	// The record's fields are comparable; a time set anew compares unequal
+	// even at the same instant (another location), which costs a write,
+	// never a lost change.
+	return prev == next
 }
 
 // updateStatus applies fn to the stored status record with compare-and-set,
