@@ -31,6 +31,7 @@ var (
 		"(long enough for the start's burst of connections to pass their 90 s idle timeout)")
 	flagFleetIdle  = flag.Duration("fleet-idle", 2*time.Minute, "BenchmarkFleet: the measured idle window (at least the relay's safety-net interval)")
 	flagFleetMsgs  = flag.Int("fleet-msgs", 200, "BenchmarkFleet: messages sent to random workspaces after the idle window, for the answer latency")
+	flagFleetTLS   = flag.Bool("fleet-tls", false, "BenchmarkFleet: the double serves HTTPS with HTTP/2, as a platform behind TLS does (the relay's streams then share a few connections)")
 	flagFleetRelay = flag.String("fleet-relay", "", "BenchmarkFleet: the molecule-relay binary to measure; empty builds ../cmd/molecule-relay")
 )
 
@@ -83,7 +84,11 @@ type fleetFigures struct {
 }
 
 func runFleet(b *testing.B, bin string, n int) {
-	srv := moleculetest.NewServer(moleculetest.WithRequestLogLimit(0))
+	opts := []moleculetest.Option{moleculetest.WithRequestLogLimit(0)}
+	if *flagFleetTLS {
+		opts = append(opts, moleculetest.WithTLS())
+	}
+	srv := moleculetest.NewServer(opts...)
 	defer srv.Close()
 	wss := make([]moleculetest.Workspace, n)
 	ids, toks := make([]string, n), make([]string, n)
@@ -103,6 +108,13 @@ func runFleet(b *testing.B, bin string, n int) {
 		"MOLECULE_METRICS_ADDR="+metricsAddr,
 		"NATS_STORE_DIR="+filepath.Join(cmd.Dir, "nats"),
 	)
+	if pemCert := srv.CertPEM(); pemCert != nil {
+		certFile := filepath.Join(cmd.Dir, "double.pem")
+		if err := os.WriteFile(certFile, pemCert, 0o600); err != nil {
+			b.Fatal(err)
+		}
+		cmd.Env = append(cmd.Env, "SSL_CERT_FILE="+certFile)
+	}
 	if a := os.Getenv("FLEET_PPROF_ADDR"); a != "" { // a relay built with net/http/pprof on PPROF_ADDR
 		cmd.Env = append(cmd.Env, "PPROF_ADDR="+a)
 	}
@@ -220,9 +232,13 @@ func runFleet(b *testing.B, bin string, n int) {
 	for _, k := range kinds {
 		parts = append(parts, fmt.Sprintf("%s %.2f", k, f.byKind[k]))
 	}
-	fmt.Printf("fleet ws=%d ready=%s idle=%s: rss %.0f MB (%.0f MB of it the executable's pages; heap %.0f MB, stacks %.0f MB, %d goroutines), cpu %.2f%% of a core, %.2f requests/ws/min (%s), "+
+	proto := "http/1.1"
+	if *flagFleetTLS {
+		proto = "https+h2"
+	}
+	fmt.Printf("fleet ws=%d %s ready=%s idle=%s: rss %.0f MB (%.0f MB of it the executable's pages; heap %.0f MB, stacks %.0f MB, %d goroutines), cpu %.2f%% of a core, %.2f requests/ws/min (%s), "+
 		"%d new connections, %d TIME_WAIT; answered %d/%d (duplicated %d, missing %d) p50 %s p99 %s max %s; load %s\n",
-		n, ready.Round(time.Second), win.Round(time.Second), f.rssMB, f.fileMB, f.heapMB, f.stackMB, f.goroutines, f.cpuPct, f.reqPerWsMin, strings.Join(parts, ", "),
+		n, proto, ready.Round(time.Second), win.Round(time.Second), f.rssMB, f.fileMB, f.heapMB, f.stackMB, f.goroutines, f.cpuPct, f.reqPerWsMin, strings.Join(parts, ", "),
 		f.accepted, f.timeWait, f.answered, f.sent, f.duplicated, f.missing,
 		f.p50.Round(time.Millisecond), f.p99.Round(time.Millisecond), f.max.Round(time.Millisecond), loadAvg())
 	b.ReportMetric(f.rssMB, "rss_MB")

@@ -18,6 +18,7 @@ package moleculetest
 import (
 	"context"
 	"encoding/json"
+	"encoding/pem"
 	"math/rand/v2"
 	"net"
 	"net/http"
@@ -110,6 +111,20 @@ func WithRequestLogLimit(n int) Option {
 	}
 }
 
+// WithTLS serves HTTPS, with HTTP/2 as a platform behind TLS offers it,
+// on httptest's self-signed certificate: a client must trust CertPEM. If
+// not set, plain HTTP/1.1.
+func WithTLS() Option { return func(s *Server) { s.tls = true } }
+
+// CertPEM returns the certificate of a WithTLS double in PEM (for a
+// child process's SSL_CERT_FILE), nil without TLS.
+func (s *Server) CertPEM() []byte {
+	if !s.tls {
+		return nil
+	}
+	return pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: s.ts.Certificate().Raw})
+}
+
 // WithSeed seeds the pseudo-random choices of the double (the delays of
 // WithAsyncRows). If not set, 1.
 func WithSeed(seed uint64) Option { return func(s *Server) { s.seed = seed } }
@@ -126,6 +141,7 @@ type Server struct {
 	pushTimeout  time.Duration
 	reqLimit     int // -1 off, 0 unlimited
 	seed         uint64
+	tls          bool
 
 	ts     *httptest.Server
 	url    string
@@ -203,7 +219,15 @@ func NewServer(opts ...Option) *Server {
 			s.accepted.Add(1)
 		}
 	}
-	s.ts.Start()
+	if s.tls {
+		s.ts.EnableHTTP2 = true
+		s.ts.StartTLS()
+		tr := s.ts.Client().Transport.(*http.Transport).Clone()
+		tr.MaxIdleConnsPerHost = 64
+		s.client = &http.Client{Transport: tr}
+	} else {
+		s.ts.Start()
+	}
 	s.url = s.ts.URL
 	return s
 }
