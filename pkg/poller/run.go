@@ -323,7 +323,10 @@ func (p *Poller) sseLoop(ctx context.Context, w *workspace, l *pollLoop) {
 			if l.wakePending() {
 				return
 			}
-			if wakeOn(ev) {
+			// A removal is acted on at once too: the cycle's state read then
+			// meets the dead token's 401 and stops the workspace, rather
+			// than the next safety-net poll doing so minutes later.
+			if wakeOn(ev) || ev.Type == "WORKSPACE_REMOVED" {
 				w.cad.noteActivity(now)
 				l.wake()
 			}

@@ -163,3 +163,24 @@ func TestWithoutSSEThePollNeverSlows(t *testing.T) {
 		t.Fatalf("%d event streams opened with SSE off", n)
 	}
 }
+
+// A settled workspace deleted on the platform stops at once: the stream's
+// WORKSPACE_REMOVED wakes the poll, whose state read meets the dead token,
+// rather than the next safety-net poll minutes later.
+func TestRemovalAnnouncedOnStreamStopsSettledWorkspaceAtOnce(t *testing.T) {
+	e := newEnv(t, moleculetest.WithRateLimit(0, 0))
+	cfg := safetyNetConfig()
+	cfg.SafetyNetInterval = time.Minute
+	p := e.poller(cfg)
+	run(t, p)
+	e.waitSeeded(e.ws.ID)
+	waitSettled(e, e.ws.ID)
+
+	e.plat.Delete(e.ws.ID)
+	deleted := time.Now()
+	waitFor(t, 10*time.Second, "the deleted workspace stopped", func() bool {
+		st, err := p.Status(ctx(t))
+		return err == nil && st[0].Stopped == poller.StoppedRemoved
+	})
+	t.Logf("stopped %s after the delete (safety net %s)", time.Since(deleted).Round(time.Millisecond), cfg.SafetyNetInterval)
+}
