@@ -17,7 +17,7 @@ import (
 // a cycle fails, or the stream ends or goes silent.
 //
 // "Healthy" is proven, not assumed: the platform echoes every heartbeat on
-// the workspace's own stream (WORKSPACE_HEARTBEAT, docs/protocol.md §8), so
+// the workspace's own stream (WORKSPACE_HEARTBEAT, docs/protocol.md §3), so
 // a stream that delivered no event within heartbeatEchoGrace of an
 // accepted heartbeat is silent (a dead TCP path, a proxy that buffers):
 // the poller polls fast and reopens it. A platform that does not echo
@@ -61,8 +61,9 @@ type cadence struct {
 	heartbeatAt time.Time
 	echoed      bool
 	// activityAt is the last inbound activity: an ACTIVITY_LOGGED wake-up,
-	// a cycle that published, or the start of Run. overlapAt is this
-	// process's last overlap re-read; failedAt its last failed cycle.
+	// a cycle that published, or the start of Run. overlapAt is when this
+	// process's last overlap re-read started; failed: its last cycle
+	// failed.
 	activityAt, overlapAt time.Time
 	failed                bool
 	// slow: Run's last wait was a safety-net one (nextPoll).
