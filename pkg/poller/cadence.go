@@ -97,6 +97,11 @@ func (c *cadence) noteHeartbeat(sent time.Time) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	c.heartbeatAt = sent
+	// The echo is published while the platform handles the heartbeat, so
+	// it often arrives before the answer, and before this note.
+	if c.eventAt.After(sent) {
+		c.echoed = true
+	}
 }
 
 func (c *cadence) noteActivity(now time.Time) {
