@@ -24,7 +24,7 @@ IMAGE_REPO    ?= ghcr.io/molecule-ai/molecule-relay
 # but no registry; release: the distroless base of .ko.yaml.
 KO_BASE       ?= local
 
-.PHONY: help build dev test test-short chaos chaos-long chaos-cluster lint bench fuzz cover clean validate-infra image release-check
+.PHONY: help build dev test test-short chaos chaos-long chaos-cluster lint bench bench-fleet fuzz cover clean validate-infra image release-check
 
 include Makefile.deploy
 
@@ -70,6 +70,14 @@ bench: ## benchmarks with their figures (pipeline: BENCH_COUNT=3 for medians, BE
 	$(GO) test -run '^$$' -bench BenchmarkPollerPath -benchtime 200x -count $(or $(BENCH_COUNT),1) ./pkg/poller
 	@echo "load average: $$(cat /proc/loadavg 2>/dev/null)"
 	$(GO) test -run '^$$' -bench . -benchtime 1x -count $(or $(BENCH_COUNT),1) -timeout 20m ./bench $(BENCH_FLAGS)
+	@echo "load average: $$(cat /proc/loadavg 2>/dev/null)"
+
+# Fleet sizes of bench-fleet (comma-separated) and extra flags, e.g.
+# FLEET_FLAGS='-fleet-idle 2m -fleet-warmup 90s'.
+FLEET_SIZES   ?= 100,1000
+
+bench-fleet: ## idle fleet cost of one connect process (RSS, CPU, requests/ws/min, connections, answer latency) at FLEET_SIZES workspaces; a few minutes, not in CI
+	$(GO) test -run '^$$' -bench BenchmarkFleet -benchtime 1x -count 1 -timeout 30m ./bench -args -fleet $(FLEET_SIZES) $(FLEET_FLAGS)
 	@echo "load average: $$(cat /proc/loadavg 2>/dev/null)"
 
 fuzz: ## fuzz the activity-row parser for 60 s

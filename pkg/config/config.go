@@ -96,6 +96,12 @@ type Config struct {
 	AgentDescription string `env:"MOLECULE_AGENT_DESC"`
 	// PollInterval between polls in long-running mode. Default 5s.
 	PollInterval Seconds `env:"MOLECULE_POLL_INTERVAL" envDefault:"5s"`
+	// SafetyNetInterval is the poll period, with SSE, while a workspace's
+	// event stream is proven healthy and no message arrived lately: the poll
+	// is then a safety net for an event the stream missed, which it finds
+	// within 1.1 × this (poller.Config.SafetyNetInterval). 0 keeps the poll
+	// at PollInterval. Default 2m.
+	SafetyNetInterval Seconds `env:"MOLECULE_SAFETY_NET_INTERVAL" envDefault:"2m"`
 	// PageLimit is the activity page size (max 500). Default 100.
 	PageLimit int `env:"MOLECULE_PAGE_LIMIT" envDefault:"100"`
 	// BacklogWindow: on a cold start or a lost cursor, deliver the rows
@@ -391,6 +397,8 @@ func (c *Config) validateLimits() error {
 	switch {
 	case c.PollInterval.D() < 100*time.Millisecond:
 		return bad("MOLECULE_POLL_INTERVAL", "%s is below the 100ms minimum", c.PollInterval)
+	case c.SafetyNetInterval.D() < 0 || c.SafetyNetInterval.D() > 15*time.Minute:
+		return bad("MOLECULE_SAFETY_NET_INTERVAL", "%s is outside 0..15m (it bounds how late a message whose event the stream missed is found)", c.SafetyNetInterval)
 	case c.PageLimit < 1 || c.PageLimit > 500:
 		return bad("MOLECULE_PAGE_LIMIT", "%d is outside 1..500 (the platform caps pages at 500)", c.PageLimit)
 	case c.BacklogWindow.D() < 0:

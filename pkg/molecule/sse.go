@@ -16,6 +16,9 @@ import (
 // request body, so it may be large).
 const maxSSELine = 4 << 20
 
+// sseInitialBuffer is the first size of an event stream's line buffer.
+const sseInitialBuffer = 1 << 10
+
 // StreamEvents holds GET /workspaces/:self/events/stream and calls fn for
 // each event until ctx ends or the stream breaks; it returns the reason.
 // It does not reconnect: callers do, with backoff.
@@ -60,7 +63,12 @@ func (c *Client) StreamEvents(ctx context.Context, fn func(Event)) error {
 // and fields other than data are ignored. It returns nil at EOF.
 func readSSE(r io.Reader, maxLine int64, emit func([]byte)) error {
 	sc := bufio.NewScanner(r)
-	sc.Buffer(make([]byte, 0, min(64<<10, maxLine)), int(maxLine))
+	// The scanner doubles its buffer for a longer line, up to maxLine: an
+	// idle stream carries only heartbeat echoes (about 100 bytes), a
+	// message's ACTIVITY_LOGGED grows the buffer once to its size, and a
+	// relay holds one stream per workspace, so a 64 KiB start cost 64 MB
+	// at a thousand workspaces (issue 27).
+	sc.Buffer(make([]byte, 0, min(sseInitialBuffer, maxLine)), int(maxLine))
 	var (
 		data    []byte
 		hasData bool

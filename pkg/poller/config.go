@@ -56,6 +56,16 @@ type Config struct {
 	// PollInterval is the period of the long-running poll timer (Run). It is
 	// the source of truth; SSE wake-ups only add polls. If not set, 5 seconds.
 	PollInterval time.Duration
+	// SafetyNetInterval is the period of Run's poll, with SSE, while the
+	// workspace's event stream is proven healthy (the platform echoed the
+	// last heartbeat on it) and no inbound message arrived since the last
+	// overlap re-read: the poll is then only a safety net for an event the
+	// stream missed, which it finds within 1.1 × SafetyNetInterval (±10 %
+	// jitter). The state is read every second such poll. Any inbound event,
+	// a published row, a failed cycle or a broken or silent stream returns
+	// the poll to PollInterval at once. If not set, 2 minutes; a value not
+	// longer than PollInterval (or negative) keeps the poll at PollInterval.
+	SafetyNetInterval time.Duration
 	// PageLimit is the number of rows asked for per page. If not set, 100;
 	// at most 500 (the platform's cap).
 	PageLimit int
@@ -177,6 +187,9 @@ func (c *Config) SetDefaults() {
 	}
 	if c.PollInterval == 0 {
 		c.PollInterval = DefaultPollInterval
+	}
+	if c.SafetyNetInterval == 0 {
+		c.SafetyNetInterval = DefaultSafetyNetInterval
 	}
 	if c.PageLimit == 0 {
 		c.PageLimit = DefaultPageLimit

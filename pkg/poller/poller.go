@@ -69,6 +69,16 @@ type Poller struct {
 	log   *slog.Logger
 	ws    []*workspace
 	start time.Time
+
+	// tasks is the dispatcher's ack-pending count read at tasksAt
+	// (activeTasks).
+	tasksMu sync.Mutex
+	tasks   int
+	tasksAt time.Time
+
+	// statusCache holds, per workspace id, the status record this process
+	// last read or wrote and its revision (updateStatus).
+	statusCache sync.Map
 }
 
 // workspace is the in-process state of one polled workspace.
@@ -106,6 +116,10 @@ type workspace struct {
 	// with it, never fetched. pushRegistered: this process registered it.
 	pushURL        string
 	pushRegistered bool
+
+	// cad is what Run knows of the event stream and inbound activity, to
+	// choose its next poll (cadence.go).
+	cad cadence
 
 	// registeringAt is when this process last asked the platform to
 	// register the workspace: from then on messages queue for us, so a cold
@@ -323,7 +337,7 @@ func (p *Poller) cycle(ctx context.Context, w *workspace, o cycleOpts) (res Work
 	w.cycleMu.Lock()
 	defer w.cycleMu.Unlock()
 	res = WorkspaceResult{WorkspaceID: w.id, Skipped: map[string]int{}}
-	rec, _, err := loadStatus(ctx, p.topo.Status, w.id)
+	rec, err := p.readStatus(ctx, w.id)
 	if err != nil {
 		res.Err = err
 		return res
@@ -473,8 +487,10 @@ func (p *Poller) poll(ctx context.Context, w *workspace, rec *statusRecord, res 
 	err := p.fetch(ctx, w, res)
 	switch {
 	case err != nil || p.cfg.OverlapWindow <= 0:
-	case time.Since(rec.LastOverlapAt) >= p.cfg.OverlapEvery:
+	case time.Since(rec.LastOverlapAt) >= p.cfg.OverlapEvery && !p.overlapNeedless(w, time.Now()):
+		started := time.Now()
 		if err = p.overlap(ctx, w, p.cfg.OverlapWindow, res); err == nil {
+			w.cad.noteOverlap(started)
 			now := time.Now().UTC()
 			set(func(r *statusRecord) { r.LastOverlapAt = now })
 		}
@@ -715,9 +731,18 @@ func heartbeatSetter(status string, err error) func(*statusRecord) {
 // activeTasks is the dispatcher consumer's ack-pending count: messages
 // handed to a handler and not finished. The consumer is shared by every
 // workspace, so it is the relay's load, not this workspace's alone.
+//
+// The answer is shared by every workspace's heartbeat for
+// activeTasksFresh: a fleet of a thousand workspaces would otherwise ask
+// the JetStream API 33 times a second for the same number.
 func (p *Poller) activeTasks(ctx context.Context) int {
 	if p.topo.Dispatcher == nil {
 		return 0
+	}
+	p.tasksMu.Lock()
+	defer p.tasksMu.Unlock()
+	if !p.tasksAt.IsZero() && time.Since(p.tasksAt) < activeTasksFresh {
+		return p.tasks
 	}
 	ictx, cancel := context.WithTimeout(ctx, 2*time.Second)
 	defer cancel()
@@ -725,11 +750,16 @@ func (p *Poller) activeTasks(ctx context.Context) int {
 	if err != nil {
 		info = p.topo.Dispatcher.CachedInfo()
 	}
-	if info == nil {
-		return 0
+	p.tasks, p.tasksAt = 0, time.Now()
+	if info != nil {
+		p.tasks = info.NumAckPending
 	}
-	return info.NumAckPending
+	return p.tasks
 }
+
+// activeTasksFresh is how long one reading of the dispatcher's ack-pending
+// count serves every heartbeat.
+const activeTasksFresh = 5 * time.Second
 
 const outcomeWindow = 20
 

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"math/rand/v2"
 	"sync"
 	"time"
 
@@ -15,9 +16,12 @@ import (
 
 // Run polls every workspace until ctx ends: per workspace a loop that polls
 // every PollInterval (the source of truth; after a failed cycle sooner, 250
-// ms doubling up to the interval) and, with Config.SSE, at once
+// ms doubling up to the interval; after published rows, quick overlap
+// re-reads at Config.OverlapFollowUps) and, with Config.SSE, at once
 // when the workspace's event stream announces an inbound message; and a
 // heartbeat every HeartbeatInterval that never waits for the rate budget.
+// With SSE, while the stream is proven healthy and the workspace quiet,
+// the poll is a safety net run every SafetyNetInterval instead (cadence.go).
 // A workspace that cannot be polled any more (deleted, token rejected, OLD
 // platform; a push workspace, Config.Push, is not stopped by OLD) is
 // stopped with an error log while the others go on. Run
@@ -28,124 +32,288 @@ func (p *Poller) Run(ctx context.Context) error {
 	var wg sync.WaitGroup
 	for i, w := range p.ws {
 		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			if err := p.runWorkspace(ctx, w); err != nil {
+		p.startWorkspace(ctx, w, func(err error) {
+			if err != nil {
 				errs[i] = fmt.Errorf("workspace %s: %w", w.id, err)
 			}
-		}()
+			wg.Done()
+		})
 	}
 	wg.Wait()
 	return errors.Join(errs...)
 }
 
-func (p *Poller) runWorkspace(ctx context.Context, w *workspace) error {
-	ctx, cancel := context.WithCancel(ctx)
-	defer cancel()
-	var bg sync.WaitGroup
-	defer bg.Wait()
-	defer cancel() // runs before bg.Wait
+// pollLoop is Run's loop of one workspace, driven by timers and wake-ups
+// rather than by a goroutine of its own: a cycle runs on a goroutine that
+// exists only while it polls, so an idle fleet of a thousand workspaces
+// holds no thousand waiting stacks (8 KiB each, docs/performance.md "An
+// idle fleet"). At most one cycle of a workspace runs at a time; a wake-up
+// during a cycle runs one more right after it (bursts coalesce, as in a
+// one-slot channel).
+type pollLoop struct {
+	p      *Poller
+	w      *workspace
+	ctx    context.Context
+	cancel context.CancelFunc
+	// bg counts the event stream's loop and the heartbeats.
+	bg   sync.WaitGroup
+	done func(error)
 
-	wake := make(chan struct{}, 1)
+	mu           sync.Mutex
+	running      bool // a cycle goroutine is at work
+	pending      bool // a wake-up came during the cycle
+	finished     bool // done was called or is being called
+	heartbeating bool
+	woken        bool // the pending cycle was asked for by an inbound event
+	timer        *time.Timer
+
+	// Owned by the cycle goroutine (one at a time).
+	fu    followUps // quick overlap re-reads after activity (followup.go)
+	retry failRetry // a failed cycle is tried again sooner (retry.go)
+}
+
+// startWorkspace starts w's loop; done is called once with the reason it
+// stopped (nil when ctx ended) after its stream loop and heartbeats ended.
+func (p *Poller) startWorkspace(ctx context.Context, w *workspace, done func(error)) {
+	l := &pollLoop{p: p, w: w, done: done}
+	l.ctx, l.cancel = context.WithCancel(ctx)
 	if p.cfg.SSE && w.pushURL == "" { // a push workspace is never fetched: no wake-ups
-		bg.Add(1)
-		go func() { defer bg.Done(); p.sseLoop(ctx, w, wake) }()
+		l.bg.Add(1)
+		go func() { defer l.bg.Done(); p.sseLoop(l.ctx, w, l) }()
 	}
-	ticker := time.NewTicker(p.cfg.PollInterval)
-	defer ticker.Stop()
-	// Quick overlap re-reads after activity (Config.OverlapFollowUps).
-	var fu followUps
-	fuTimer := time.NewTimer(time.Hour)
-	fuTimer.Stop()
-	defer fuTimer.Stop()
-	heartbeating, woken := false, false
-	var retry failRetry // a failed cycle is tried again sooner (retry.go)
+	// Run's start counts as inbound activity: the first overlap re-read
+	// must run before the cadence may slow (cadence.go).
+	w.cad.noteActivity(time.Now())
+	context.AfterFunc(l.ctx, func() {
+		l.mu.Lock()
+		if l.running || l.finished {
+			l.mu.Unlock()
+			return // the cycle ends the loop when it sees ctx ended
+		}
+		l.finished = true
+		if l.timer != nil {
+			l.timer.Stop()
+		}
+		l.mu.Unlock()
+		l.finish(nil)
+	})
+	l.wake()
+}
+
+// wake runs a cycle now, or right after the one running.
+func (l *pollLoop) wake() {
+	l.mu.Lock()
+	if l.finished {
+		l.mu.Unlock()
+		return
+	}
+	if l.running {
+		l.pending = true
+		l.mu.Unlock()
+		return
+	}
+	l.running = true
+	if l.timer != nil {
+		l.timer.Stop()
+	}
+	l.mu.Unlock()
+	go l.run()
+}
+
+// wakeByEvent is wake for an inbound event on the stream: a cycle it runs
+// that finds nothing after the cursor re-reads at once (cycleOpts.woken).
+func (l *pollLoop) wakeByEvent() {
+	l.mu.Lock()
+	l.woken = true
+	l.mu.Unlock()
+	l.wake()
+}
+
+// wakePending reports whether a cycle is already due to run: a further
+// wake-up would add nothing.
+func (l *pollLoop) wakePending() bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.pending
+}
+
+// run polls until no wake-up is pending, then arms the timer of the next
+// poll and returns.
+func (l *pollLoop) run() {
+	p, w, ctx := l.p, l.w, l.ctx
 	for {
-		// State is read at most once per poll interval: an SSE wake-up goes
+		// State is read at most once per poll interval (once per one and a
+		// half safety-net intervals while settled): an SSE wake-up goes
 		// straight to the fetch.
-		o := cycleOpts{checkState: w.stateAge() >= p.cfg.PollInterval, woken: woken, quick: fu.take(time.Now())}
-		res := p.cycle(ctx, w, o)
+		l.mu.Lock()
+		woken := l.woken
+		l.woken = false
+		l.mu.Unlock()
+		now := time.Now()
+		res := p.cycle(ctx, w, cycleOpts{checkState: p.stateDue(w, now), woken: woken, quick: l.fu.take(now)})
+		retryIn, retrySooner := l.retry.after(res.Err, p.cfg.PollInterval)
 		if res.Published > 0 {
-			fu.schedule(time.Now(), p.cfg.OverlapFollowUps)
+			w.cad.noteActivity(time.Now())
+			l.fu.schedule(time.Now(), p.cfg.OverlapFollowUps)
 			if p.cfg.OnPublished != nil {
 				p.cfg.OnPublished(res.Published)
 			}
 		}
+		w.cad.noteCycle(res.Err != nil)
 		// A stop is reported even when ctx ended meanwhile: the status
 		// already says so, and the caller must learn why.
 		if res.Stopped {
 			w.log.Error("poller: stopped polling this workspace", "error", res.Err)
-			return res.Err
+			l.end(res.Err)
+			return
 		}
 		if ctx.Err() != nil {
-			return nil
+			l.end(nil)
+			return
 		}
 		if p.cfg.RefuseSecondRelay && w.warnedForeign.Load() {
 			w.log.Error("poller: stopped polling this workspace: another relay answers it (MOLECULE_SINGLETON=refuse)")
-			return ErrSecondRelay
+			l.end(ErrSecondRelay)
+			return
 		}
-		if !heartbeating && w.isReady() {
-			heartbeating = true
-			bg.Add(1)
-			go func() { defer bg.Done(); p.heartbeatLoop(ctx, w) }()
+		l.mu.Lock()
+		if !l.heartbeating && w.isReady() {
+			l.heartbeating = true
+			p.startHeartbeats(ctx, w, &l.bg)
 		}
-		var fuC <-chan time.Time
-		if due, ok := fu.next(); ok {
-			fuTimer.Reset(time.Until(due))
-			fuC = fuTimer.C
+		if l.pending {
+			l.pending = false
+			l.mu.Unlock()
+			continue
 		}
-		var retryC <-chan time.Time
-		if d, ok := retry.after(res.Err, p.cfg.PollInterval); ok {
-			retryC = time.After(d)
+		if ctx.Err() != nil {
+			// ctx ended after the check above; its AfterFunc saw this
+			// cycle running and left the end to it.
+			l.finished = true
+			l.mu.Unlock()
+			l.finish(nil)
+			return
 		}
-		woken = false
-		select {
-		case <-ctx.Done():
-			return nil
-		case <-ticker.C:
-		case <-wake:
-			woken = true
-		case <-fuC:
-		case <-retryC:
+		l.running = false
+		next := p.nextPoll(w, time.Now())
+		if due, ok := l.fu.next(); ok {
+			next = max(0, min(next, time.Until(due)))
 		}
-		fuTimer.Stop()
+		if retrySooner {
+			next = min(next, retryIn)
+		}
+		l.timer = time.AfterFunc(next, l.wake)
+		l.mu.Unlock()
+		return
 	}
 }
 
-// heartbeatLoop sends a heartbeat now and then every HeartbeatInterval.
-func (p *Poller) heartbeatLoop(ctx context.Context, w *workspace) {
-	t := time.NewTicker(p.cfg.HeartbeatInterval)
-	defer t.Stop()
-	for {
-		_, status, err := p.heartbeat(ctx, w)
+// end finishes the loop from its cycle goroutine.
+func (l *pollLoop) end(err error) {
+	l.mu.Lock()
+	if l.finished {
+		l.mu.Unlock()
+		return
+	}
+	l.finished = true
+	l.mu.Unlock()
+	l.finish(err)
+}
+
+// finish stops the stream loop and the heartbeats, waits for them, and
+// reports.
+func (l *pollLoop) finish(err error) {
+	l.cancel()
+	l.bg.Wait()
+	l.done(err)
+}
+
+// startHeartbeats sends a heartbeat now and then every HeartbeatInterval
+// until ctx ends, each from a timer (time.AfterFunc): between heartbeats no
+// goroutine waits, which at a thousand workspaces is a thousand stacks
+// fewer. bg counts a heartbeat in flight or scheduled, so that Run returns
+// only after the last one. The second heartbeat comes after a random part
+// of the interval (half to all of it), so that a fleet started together
+// does not heartbeat together (bursts of a thousand requests open a
+// connection each). Before each heartbeat it reopens an event stream that
+// stayed silent after the last one (cadence.go).
+func (p *Poller) startHeartbeats(ctx context.Context, w *workspace, bg *sync.WaitGroup) {
+	var (
+		mu      sync.Mutex
+		timer   *time.Timer
+		stopped bool
+		due     = time.Now().Add(p.cfg.HeartbeatInterval/2 + time.Duration(rand.Int64N(int64(p.cfg.HeartbeatInterval/2)+1)))
+		beat    func()
+	)
+	schedule := func(d time.Duration) {
+		mu.Lock()
+		defer mu.Unlock()
+		if stopped {
+			return
+		}
+		bg.Add(1)
+		timer = time.AfterFunc(d, func() { defer bg.Done(); beat() })
+	}
+	context.AfterFunc(ctx, func() {
+		mu.Lock()
+		defer mu.Unlock()
+		stopped = true
+		if timer != nil && timer.Stop() {
+			bg.Done() // its function will not run
+		}
+	})
+	beat = func() {
 		if ctx.Err() != nil {
 			return
 		}
-		// A 401 here is left to the poll loop: after a delete the platform
-		// still answers heartbeats 200, and state/activity decide.
-		if _, serr := p.updateStatus(ctx, w.id, heartbeatSetter(status, err)); serr != nil && ctx.Err() == nil {
-			w.log.Warn("poller: could not record the heartbeat", "error", serr)
-		}
-		// A refused heartbeat is sent again after the platform's
-		// Retry-After rather than a whole interval later: a workspace
-		// without heartbeats goes offline.
-		next := t.C
-		if errors.Is(err, molecule.ErrRateLimited) {
-			d := molecule.RetryAfterOf(err)
-			if d <= 0 {
-				d = defaultRetryAfter
-			}
-			if d < p.cfg.HeartbeatInterval {
-				w.log.Warn("poller: heartbeat rate-limited; sending it again after the platform's Retry-After", "retry_after", d)
-				next = time.After(d)
-			}
-		}
-		select {
-		case <-ctx.Done():
+		if d, ok := p.heartbeatOnce(ctx, w); ok {
+			schedule(d) // a rate-limited heartbeat, sent again sooner
 			return
-		case <-next:
+		}
+		// As a ticker: the next regular heartbeat, skipping any missed.
+		now := time.Now()
+		for !due.After(now) {
+			due = due.Add(p.cfg.HeartbeatInterval)
+		}
+		schedule(due.Sub(now))
+	}
+	bg.Add(1)
+	go func() { defer bg.Done(); beat() }()
+}
+
+// heartbeatOnce sends one heartbeat and records it; retry > 0 (ok) asks
+// for the next one after retry instead of a whole interval later.
+func (p *Poller) heartbeatOnce(ctx context.Context, w *workspace) (retry time.Duration, ok bool) {
+	if w.cad.reopenIfSilent(time.Now(), p.echoGrace()) {
+		w.log.Warn("poller: the event stream delivered nothing since the last heartbeat (the platform echoes each one); reopening it and polling every poll interval meanwhile")
+	}
+	sent := time.Now()
+	_, status, err := p.heartbeat(ctx, w)
+	if ctx.Err() != nil {
+		return 0, false
+	}
+	if err == nil {
+		w.cad.noteHeartbeat(sent)
+	}
+	// A 401 here is left to the poll loop: after a delete the platform
+	// still answers heartbeats 200, and state/activity decide.
+	if _, serr := p.updateStatus(ctx, w.id, heartbeatSetter(status, err)); serr != nil && ctx.Err() == nil {
+		w.log.Warn("poller: could not record the heartbeat", "error", serr)
+	}
+	// A refused heartbeat is sent again after the platform's Retry-After
+	// rather than a whole interval later: a workspace without heartbeats
+	// goes offline.
+	if errors.Is(err, molecule.ErrRateLimited) {
+		d := molecule.RetryAfterOf(err)
+		if d <= 0 {
+			d = defaultRetryAfter
+		}
+		if d < p.cfg.HeartbeatInterval {
+			w.log.Warn("poller: heartbeat rate-limited; sending it again after the platform's Retry-After", "retry_after", d)
+			return d, true
 		}
 	}
+	return 0, false
 }
 
 // activityEvent is the part of an ACTIVITY_LOGGED event's data we read.
@@ -170,7 +338,7 @@ func wakeOn(ev molecule.Event) bool {
 // inbound ACTIVITY_LOGGED (bursts coalesce in the one-slot channel). It
 // reconnects with exponential backoff; each connect costs one request of
 // the rate budget, so it paces like a fetch.
-func (p *Poller) sseLoop(ctx context.Context, w *workspace, wake chan<- struct{}) {
+func (p *Poller) sseLoop(ctx context.Context, w *workspace, l *pollLoop) {
 	eb := backoff.NewExponentialBackOff()
 	eb.InitialInterval = 250 * time.Millisecond
 	eb.MaxInterval = 30 * time.Second
@@ -181,18 +349,25 @@ func (p *Poller) sseLoop(ctx context.Context, w *workspace, wake chan<- struct{}
 			return
 		}
 		connected := time.Now()
-		err := w.c.StreamEvents(ctx, func(ev molecule.Event) {
+		sctx, reopen := context.WithCancel(ctx)
+		w.cad.streamOpening(connected, reopen)
+		err := w.c.StreamEvents(sctx, func(ev molecule.Event) {
+			now := time.Now()
+			w.cad.noteEvent(now)
 			// A wake-up already pending covers this event: skip its parse.
-			if len(wake) == cap(wake) {
+			if l.wakePending() {
 				return
 			}
-			if wakeOn(ev) {
-				select {
-				case wake <- struct{}{}:
-				default:
-				}
+			// A removal is acted on at once too: the cycle's state read then
+			// meets the dead token's 401 and stops the workspace, rather
+			// than the next safety-net poll doing so minutes later.
+			if wakeOn(ev) || ev.Type == "WORKSPACE_REMOVED" {
+				w.cad.noteActivity(now)
+				l.wakeByEvent()
 			}
 		})
+		w.cad.streamClosed()
+		reopen()
 		if ctx.Err() != nil {
 			return
 		}
@@ -205,12 +380,9 @@ func (p *Poller) sseLoop(ctx context.Context, w *workspace, wake chan<- struct{}
 			return
 		}
 		w.log.Debug("poller: event stream ended; reconnecting", "error", err, "wait", d)
-		// Polls continue on the timer meanwhile; poll once now in case the
-		// stream missed an event.
-		select {
-		case wake <- struct{}{}:
-		default:
-		}
+		// Polls continue on the timer meanwhile, every poll interval (the
+		// stream is not healthy); poll once now in case it missed an event.
+		l.wake()
 		t := time.NewTimer(d)
 		select {
 		case <-ctx.Done():

@@ -177,10 +177,57 @@ func loadStatus(ctx context.Context, kv jetstream.KeyValue, ws string) (statusRe
 	return r, e.Revision(), nil
 }
 
+// statusRefresh is how old the stored LastPollAt and LastHeartbeatAt may
+// grow before a cycle or a heartbeat that changed nothing else writes them
+// again: a fleet of a thousand workspaces would otherwise write a thousand
+// records per poll interval and per heartbeat to say nothing new.
+const statusRefresh = time.Minute
+
+// cachedStatus is a status record as this process last read or wrote it.
+type cachedStatus struct {
+	rec statusRecord
+}
+
+// readStatus loads the stored status record of ws and remembers it for
+// updateStatus.
+func (p *Poller) readStatus(ctx context.Context, ws string) (statusRecord, error) {
+	r, rev, err := loadStatus(ctx, p.topo.Status, ws)
+	if err == nil && rev > 0 {
+		p.statusCache.Store(ws, cachedStatus{rec: r})
+	}
+	return r, err
+}
+
+// sameStatus reports whether next says nothing that prev, as stored, does
+// not: equal but for UpdatedAt, and for LastPollAt and LastHeartbeatAt
+// having moved by less than statusRefresh.
+func sameStatus(prev, next statusRecord) bool {
+	if d := next.LastPollAt.Sub(prev.LastPollAt); d >= 0 && d < statusRefresh {
+		next.LastPollAt = prev.LastPollAt
+	}
+	if d := next.LastHeartbeatAt.Sub(prev.LastHeartbeatAt); d >= 0 && d < statusRefresh {
+		next.LastHeartbeatAt = prev.LastHeartbeatAt
+	}
+	next.UpdatedAt = prev.UpdatedAt
+	// The record's fields are comparable; a time set anew compares unequal
+	// even at the same instant (another location), which costs a write,
+	// never a lost change.
+	return prev == next
+}
+
 // updateStatus applies fn to the stored status record with compare-and-set,
 // re-applying it on a conflict (fn must only set fields). It returns the
-// record as written.
+// record as written. When fn changes nothing of the record this process
+// last read or wrote (sameStatus), nothing is read or written.
 func (p *Poller) updateStatus(ctx context.Context, ws string, fn func(*statusRecord)) (statusRecord, error) {
+	if v, ok := p.statusCache.Load(ws); ok {
+		c := v.(cachedStatus)
+		next := c.rec
+		fn(&next)
+		if sameStatus(c.rec, next) {
+			return c.rec, nil
+		}
+	}
 	var lastErr error
 	for range 5 {
 		r, rev, err := loadStatus(ctx, p.topo.Status, ws)
@@ -203,6 +250,7 @@ func (p *Poller) updateStatus(ctx context.Context, ws string, fn func(*statusRec
 		}
 		cancel()
 		if err == nil {
+			p.statusCache.Store(ws, cachedStatus{rec: r})
 			return r, nil
 		}
 		if !errors.Is(err, jetstream.ErrKeyExists) && !errors.Is(err, jetstream.ErrKeyRevisionMismatch) {

@@ -24,6 +24,25 @@ type bus struct {
 	mu     sync.RWMutex
 	subs   map[string]map[*subscriber]struct{}
 	closed bool
+	// muted workspaces' events are dropped (MuteEvents).
+	muted map[string]bool
+}
+
+// MuteEvents drops (muted) or delivers again (!muted) every event of
+// workspace id to its open and future event streams, which stay open: a
+// stream that went silent (a dead path, a buffering proxy), or, for a
+// moment, events the platform dropped.
+func (s *Server) MuteEvents(id string, muted bool) {
+	s.bus.mu.Lock()
+	defer s.bus.mu.Unlock()
+	if s.bus.muted == nil {
+		s.bus.muted = map[string]bool{}
+	}
+	if muted {
+		s.bus.muted[id] = true
+	} else {
+		delete(s.bus.muted, id)
+	}
 }
 
 func (b *bus) subscribe(id string) *subscriber {
@@ -69,7 +88,7 @@ func (b *bus) closeAll() {
 func (b *bus) has(id string) bool {
 	b.mu.RLock()
 	defer b.mu.RUnlock()
-	return len(b.subs[id]) > 0
+	return len(b.subs[id]) > 0 && !b.muted[id]
 }
 
 // publish broadcasts an event to workspace id's SSE subscribers. data is
@@ -96,6 +115,9 @@ func (s *Server) publish(id, typ string, data any) {
 
 	s.bus.mu.RLock()
 	defer s.bus.mu.RUnlock()
+	if s.bus.muted[id] {
+		return
+	}
 	for sub := range s.bus.subs[id] {
 		select {
 		case sub.ch <- frame:

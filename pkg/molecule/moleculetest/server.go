@@ -18,11 +18,13 @@ package moleculetest
 import (
 	"context"
 	"encoding/json"
+	"encoding/pem"
 	"math/rand/v2"
 	"net"
 	"net/http"
 	"net/http/httptest"
 	"sync"
+	"sync/atomic"
 	"time"
 )
 
@@ -109,6 +111,20 @@ func WithRequestLogLimit(n int) Option {
 	}
 }
 
+// WithTLS serves HTTPS, with HTTP/2 as a platform behind TLS offers it,
+// on httptest's self-signed certificate: a client must trust CertPEM. If
+// not set, plain HTTP/1.1.
+func WithTLS() Option { return func(s *Server) { s.tls = true } }
+
+// CertPEM returns the certificate of a WithTLS double in PEM (for a
+// child process's SSL_CERT_FILE), nil without TLS.
+func (s *Server) CertPEM() []byte {
+	if !s.tls {
+		return nil
+	}
+	return pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: s.ts.Certificate().Raw})
+}
+
 // WithSeed seeds the pseudo-random choices of the double (the delays of
 // WithAsyncRows). If not set, 1.
 func WithSeed(seed uint64) Option { return func(s *Server) { s.seed = seed } }
@@ -131,6 +147,7 @@ type Server struct {
 	reqLimit     int // -1 off, 0 unlimited
 	seed         uint64
 	listener     net.Listener
+	tls          bool
 
 	ts     *httptest.Server
 	url    string
@@ -169,6 +186,9 @@ type Server struct {
 	faultMu sync.Mutex
 	faults  []*faultState
 
+	// accepted counts the TCP connections the server accepted (Accepted).
+	accepted atomic.Int64
+
 	randMu  sync.Mutex
 	rand    *rand.Rand
 	queuedN uint64 // guarded by randMu
@@ -200,14 +220,31 @@ func NewServer(opts ...Option) *Server {
 	s.client = &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 64}}
 	s.pushClient = &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 64}}
 	s.ts = httptest.NewUnstartedServer(http.HandlerFunc(s.serveHTTP))
+	s.ts.Config.ConnState = func(_ net.Conn, st http.ConnState) {
+		if st == http.StateNew {
+			s.accepted.Add(1)
+		}
+	}
 	if s.listener != nil {
 		s.ts.Listener.Close()
 		s.ts.Listener = s.listener
 	}
-	s.ts.Start()
+	if s.tls {
+		s.ts.EnableHTTP2 = true
+		s.ts.StartTLS()
+		tr := s.ts.Client().Transport.(*http.Transport).Clone()
+		tr.MaxIdleConnsPerHost = 64
+		s.client = &http.Client{Transport: tr}
+	} else {
+		s.ts.Start()
+	}
 	s.url = s.ts.URL
 	return s
 }
+
+// Accepted returns how many TCP connections the double has accepted since
+// it started: a client that keeps its connections alive opens few.
+func (s *Server) Accepted() int64 { return s.accepted.Load() }
 
 // URL is the platform base URL, e.g. http://127.0.0.1:43127.
 func (s *Server) URL() string { return s.url }
