@@ -19,19 +19,19 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"github.com/molecule-ai/molecule-relay/internal/crashpoint"
-	"github.com/molecule-ai/molecule-relay/pkg/tracing"
-	"go.opentelemetry.io/otel/trace"
 	"log/slog"
 	"time"
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
+	"go.opentelemetry.io/otel/trace"
 
+	"github.com/molecule-ai/molecule-relay/internal/crashpoint"
 	"github.com/molecule-ai/molecule-relay/pkg/dlq"
 	"github.com/molecule-ai/molecule-relay/pkg/events"
 	"github.com/molecule-ai/molecule-relay/pkg/handler"
 	"github.com/molecule-ai/molecule-relay/pkg/stage"
+	"github.com/molecule-ai/molecule-relay/pkg/tracing"
 )
 
 // ErrPanic wraps a handler panic; it is retried like any other error.
@@ -53,6 +53,8 @@ type Dispatcher struct {
 	log   *slog.Logger
 	run   *stage.Runner
 	stats counters
+	// callHandler is handlerCall, built once in New.
+	callHandler handlerFunc
 }
 
 // New validates cfg, applies its defaults (ProgressInterval from the
@@ -65,7 +67,7 @@ func New(js jetstream.JetStream, topo *events.Topology, h handler.Handler, cfg C
 	cfg.SetDefaults()
 	d := &Dispatcher{js: js, topo: topo, h: h}
 	run, err := stage.Open(js, dlq.DispatcherTarget(topo), &cfg.Config, topo.Config.DispatcherAckWait, topo.Config.DispatcherMaxDeliver,
-		d.admit, d.process)
+		d.admit, d.steps())
 	if err != nil {
 		return nil, fmt.Errorf("%w: %w", ErrInvalidConfig, err)
 	}
@@ -73,6 +75,7 @@ func New(js jetstream.JetStream, topo *events.Topology, h handler.Handler, cfg C
 		return nil, err
 	}
 	d.cfg, d.run, d.log = cfg, run, run.Logger()
+	d.callHandler = d.handlerCall()
 	if topo.Asks == nil {
 		d.log.Warn("dispatcher: no " + events.BucketAsks + " bucket; peers' answers to handlers' questions are not routed (create the topology as an admin)")
 	}
@@ -113,69 +116,20 @@ func (d *Dispatcher) Drain(ctx context.Context, idle time.Duration) (Stats, erro
 // be started.
 func (d *Dispatcher) admit(left time.Duration) time.Duration { return left - d.cfg.HandlerTimeout }
 
-func (d *Dispatcher) process(runCtx context.Context, m *stage.Delivery) {
-	in, err := events.DecodeInbound(m.Msg.Data())
-	if err == nil {
-		err = validateInbound(in)
-	}
-	if err != nil {
-		d.run.DeadLetter(runCtx, m, events.ReasonMalformed, err)
-		return
-	}
-	m.WorkspaceID, m.ActivityID = in.WorkspaceID, in.ActivityID
-	runCtx, span := tracing.Start(tracing.Extract(runCtx, m.Msg.Headers()), "handle", trace.SpanKindConsumer)
-	defer span.End()
-	log := tracing.Log(runCtx, stage.MessageLogger(d.log,
-		slog.String("workspace", in.WorkspaceID), slog.String("activity", in.ActivityID), slog.Uint64("delivery", m.Meta.NumDelivered)))
-
-	if d.routeAnswer(runCtx, m, in, log) {
-		return // a peer's answer to a handler's question (pkg/delegate)
-	}
-	key := events.HandledKey(in.WorkspaceID, in.ActivityID)
-	ctx, cancel := d.run.OpContext(runCtx)
-	// Retried in place: a read meeting a bucket without a leader would
-	// otherwise wait out StoreTimeout, then spend a delivery.
-	entry, err := stage.RetryGet(ctx, d.topo.Handled, key)
-	cancel()
-	switch {
-	case err == nil:
-		d.duplicate(runCtx, m, in, entry.Value(), log)
-		return
-	case errors.Is(err, jetstream.ErrKeyNotFound):
-	default:
-		log.Warn("dispatcher: handled record unreadable; retrying later", "error", err)
-		d.run.Retry(m, 0)
-		return
-	}
-
-	if !d.run.Fits(runCtx, d.cfg.HandlerTimeout) {
-		// Not enough time left in this invocation to run a handler:
-		// hand the message back at once for another worker.
-		d.run.Defer(m, 0)
-		return
-	}
-
-	if dup, holder, err := d.claimPeerMessage(runCtx, in); err != nil {
-		log.Warn("dispatcher: peer messageId claim failed; retrying later", "error", err)
-		d.run.Retry(m, 0)
-		return
-	} else if dup {
-		d.peerDuplicate(runCtx, m, in, holder, log)
-		return
-	}
-
-	answer, herr := d.runHandler(runCtx, m, in, log)
-	if crashpoint.Hit(runCtx, crashpoint.DispatcherOf(runCtx).AfterHandler, in) {
-		return
+// handle runs the handler on a message that no earlier delivery
+// finished, then records, publishes and acks its answer (complete).
+func (d *Dispatcher) handle(runCtx context.Context, m *message) stage.Outcome {
+	answer, herr := d.runHandler(runCtx, m)
+	if crashpoint.Hit(runCtx, crashpoint.DispatcherOf(runCtx).AfterHandler, m.in) {
+		return stage.Abandon()
 	}
 	if herr != nil {
 		if !errors.Is(herr, errStopGraceOver) {
 			d.stats.handlerErrors.Add(1)
 		}
-		d.handlerFailed(runCtx, m, herr, log)
-		return
+		return d.handlerFailed(m, herr)
 	}
-	d.complete(runCtx, m, in, key, answer, log)
+	return d.complete(runCtx, m, answer)
 }
 
 // validateInbound checks what the dispatcher relies on beyond
@@ -196,7 +150,10 @@ func validateInbound(in *events.Inbound) error {
 	return nil
 }
 
-func (d *Dispatcher) runHandler(runCtx context.Context, del *stage.Delivery, in *events.Inbound, log *slog.Logger) (a handler.Answer, err error) {
+// runHandler prepares the handler's request and context and calls it
+// through its own chain (handlerCall): memory and the agent API.
+func (d *Dispatcher) runHandler(runCtx context.Context, msg *message) (a handler.Answer, err error) {
+	del, in := msg.Delivery, msg.in
 	deadline := time.Now().Add(d.cfg.HandlerTimeout)
 	if dl, ok := runCtx.Deadline(); ok && dl.Before(deadline) {
 		deadline = dl
@@ -217,15 +174,39 @@ func (d *Dispatcher) runHandler(runCtx context.Context, del *stage.Delivery, in 
 		Message:  &m,
 		Delivery: del.Meta.NumDelivered,
 		Deadline: deadline,
-		Logger:   log,
+		Logger:   msg.Log,
 		Progress: del.Progress,
 	}
-	d.recall(runCtx, req, in, log)
-	if d.cfg.Agent != nil {
-		var end func()
-		req.Agent, end = d.cfg.Agent.Open(hctx, &m, deadline)
-		defer end() // the session dies when the handler returns
+	return d.callHandler(hctx, req)
+}
+
+// handlerFunc is one call of the handler on a prepared request; ctx ends
+// at the request's deadline.
+type handlerFunc func(ctx context.Context, req *handler.Request) (handler.Answer, error)
+
+// handlerCall is how the handler is called, in the order a request meets
+// it: its conversation's history from memory, then an agent API session
+// for this message alone, then the handler itself.
+func (d *Dispatcher) handlerCall() handlerFunc {
+	return d.withHistory(d.withAgentAPI(d.invoke))
+}
+
+// withAgentAPI opens the handler's agent API session (pkg/agentapi), if
+// the dispatcher has one; the session dies when the handler returns.
+func (d *Dispatcher) withAgentAPI(next handlerFunc) handlerFunc {
+	if d.cfg.Agent == nil {
+		return next
 	}
+	return func(ctx context.Context, req *handler.Request) (handler.Answer, error) {
+		var end func()
+		req.Agent, end = d.cfg.Agent.Open(ctx, req.Message, req.Deadline)
+		defer end()
+		return next(ctx, req)
+	}
+}
+
+// invoke calls the handler, times it and turns a panic into ErrPanic.
+func (d *Dispatcher) invoke(ctx context.Context, req *handler.Request) (a handler.Answer, err error) {
 	start := time.Now()
 	defer func() {
 		took := time.Since(start)
@@ -237,10 +218,11 @@ func (d *Dispatcher) runHandler(runCtx context.Context, del *stage.Delivery, in 
 			err = fmt.Errorf("%w: %v", ErrPanic, r)
 		}
 	}()
-	return handler.AnswerOf(hctx, d.h, req)
+	return handler.AnswerOf(ctx, d.h, req)
 }
 
-func (d *Dispatcher) handlerFailed(runCtx context.Context, m *stage.Delivery, herr error, log *slog.Logger) {
+func (d *Dispatcher) handlerFailed(m *message, herr error) stage.Outcome {
+	log := m.Log
 	// The handler's answer or stderr may quote the message: whole only at
 	// debug level (and in the dead letter, which holds the message anyway).
 	log.Debug("dispatcher: handler error in full", "error", herr)
@@ -251,16 +233,16 @@ func (d *Dispatcher) handlerFailed(runCtx context.Context, m *stage.Delivery, he
 		// dispatcher or the next start.
 		log.Info("dispatcher: handler cut by the end of the stop's grace; the message is handed back")
 		d.stats.cutByStop.Add(1)
-		d.run.Defer(m, 0)
+		return stage.Defer(0)
 	case errors.Is(herr, handler.ErrPermanent):
 		log.Warn("dispatcher: handler failed permanently", "error", brief)
-		d.run.DeadLetter(runCtx, m, events.ReasonPermanent, herr)
-	case d.run.LastDelivery(m):
+		return stage.DeadLetter(events.ReasonPermanent, herr)
+	case d.run.LastDelivery(m.Delivery):
 		log.Warn("dispatcher: handler failed on the last allowed delivery", "error", brief, "max_deliver", d.run.MaxDeliver())
-		d.run.DeadLetter(runCtx, m, events.ReasonMaxDeliveries, herr)
+		return stage.DeadLetter(events.ReasonMaxDeliveries, herr)
 	default:
 		log.Warn("dispatcher: handler failed; will retry", "error", brief)
-		d.run.Retry(m, 0)
+		return stage.Retry(0)
 	}
 }
 
@@ -294,7 +276,12 @@ func BuildReply(in *events.Inbound, text string, handledAt time.Time) events.Rep
 	return r
 }
 
-func (d *Dispatcher) complete(runCtx context.Context, m *stage.Delivery, in *events.Inbound, key string, a handler.Answer, log *slog.Logger) {
+// complete stores the handled record of a handler's answer, publishes
+// the reply and acks, in that order: a crash after the record makes the
+// redelivery republish the recorded reply (duplicate), never run the
+// handler again.
+func (d *Dispatcher) complete(runCtx context.Context, m *message, a handler.Answer) stage.Outcome {
+	in, log := m.in, m.Log
 	now := time.Now().UTC()
 	rec := events.HandledRecord{Outcome: events.OutcomeReplied, Delivery: m.Meta.NumDelivered, HandledAt: now}
 	if a.Empty() {
@@ -307,48 +294,42 @@ func (d *Dispatcher) complete(runCtx context.Context, m *stage.Delivery, in *eve
 		reply.Attachments = a.Attachments
 		data, err := reply.Marshal()
 		if err != nil {
-			d.handlerFailed(runCtx, m, fmt.Errorf("%w: encode reply: %v", handler.ErrPermanent, err), log)
-			return
+			return d.handlerFailed(m, fmt.Errorf("%w: encode reply: %v", handler.ErrPermanent, err))
 		}
 		rec.Reply = data
 	}
 	recData, err := rec.Marshal()
 	if err != nil {
-		d.handlerFailed(runCtx, m, fmt.Errorf("%w: encode handled record: %v", handler.ErrPermanent, err), log)
-		return
+		return d.handlerFailed(m, fmt.Errorf("%w: encode handled record: %v", handler.ErrPermanent, err))
 	}
 
 	ctx, cancel := d.run.OpContext(runCtx)
 	defer cancel()
-	_, err = stage.RetryCreate(ctx, d.topo.Handled, key, recData)
+	_, err = stage.RetryCreate(ctx, d.topo.Handled, m.key, recData)
 	if errors.Is(err, jetstream.ErrKeyExists) {
 		// Another delivery of the same message finished first (it was
 		// redelivered while this one ran): its record wins.
-		entry, gerr := stage.RetryGet(ctx, d.topo.Handled, key)
+		entry, gerr := stage.RetryGet(ctx, d.topo.Handled, m.key)
 		if gerr != nil {
-			d.run.Retry(m, 0)
-			return
+			return stage.Retry(0)
 		}
-		d.duplicate(runCtx, m, in, entry.Value(), log)
-		return
+		return d.duplicate(runCtx, m, entry.Value())
 	}
 	if err != nil {
 		log.Error("dispatcher: handled record not stored; the handler will run again on redelivery", "error", err)
-		d.run.Retry(m, 0)
-		return
+		return stage.Retry(0)
 	}
 	if crashpoint.Hit(runCtx, crashpoint.DispatcherOf(runCtx).AfterRecord, in) {
-		return
+		return stage.Abandon()
 	}
 	if rec.Reply != nil {
 		if err := d.publishReply(ctx, in, rec.Reply); err != nil {
 			log.Error("dispatcher: reply publish failed; will republish on redelivery", "error", err)
-			d.run.Retry(m, 0)
-			return
+			return stage.Retry(0)
 		}
 	}
 	if crashpoint.Hit(runCtx, crashpoint.DispatcherOf(runCtx).AfterReplyPublish, in) {
-		return
+		return stage.Abandon()
 	}
 	d.rememberUnanswered(runCtx, in, rec.Outcome, log)
 	d.stats.handled.Add(1)
@@ -360,15 +341,16 @@ func (d *Dispatcher) complete(runCtx context.Context, m *stage.Delivery, in *eve
 	default:
 		d.stats.skipped.Add(1)
 	}
-	d.ack(runCtx, m, log)
 	log.Debug("dispatcher: handled", "outcome", rec.Outcome)
+	return stage.Ack(ackLost)
 }
 
 // duplicate finishes a message whose handled record exists: republish the
 // recorded reply (its Nats-Msg-Id makes a second copy within the duplicate
 // window harmless, and after it the replier's record stops a second post),
 // then ack. The handler does not run.
-func (d *Dispatcher) duplicate(runCtx context.Context, m *stage.Delivery, in *events.Inbound, value []byte, log *slog.Logger) {
+func (d *Dispatcher) duplicate(runCtx context.Context, m *message, value []byte) stage.Outcome {
+	in, log := m.in, m.Log
 	var rec events.HandledRecord
 	if err := json.Unmarshal(value, &rec); err != nil {
 		log.Error("dispatcher: handled record unreadable; acking without republishing", "error", err)
@@ -378,17 +360,16 @@ func (d *Dispatcher) duplicate(runCtx context.Context, m *stage.Delivery, in *ev
 	if len(rec.Reply) > 0 {
 		if err := d.publishReply(ctx, in, rec.Reply); err != nil {
 			log.Error("dispatcher: republish of recorded reply failed; retrying", "error", err)
-			d.run.Retry(m, 0)
-			return
+			return stage.Retry(0)
 		}
 	}
 	if crashpoint.Hit(runCtx, crashpoint.DispatcherOf(runCtx).AfterReplyPublish, in) {
-		return
+		return stage.Abandon()
 	}
 	d.rememberUnanswered(runCtx, in, rec.Outcome, log)
 	d.stats.duplicates.Add(1)
 	log.Info("dispatcher: redelivery of a handled message; handler not run again", "outcome", rec.Outcome)
-	d.ack(runCtx, m, log)
+	return stage.Ack(ackLost)
 }
 
 func (d *Dispatcher) publishReply(ctx context.Context, in *events.Inbound, data []byte) error {
@@ -407,8 +388,6 @@ func (d *Dispatcher) publishReply(ctx context.Context, in *events.Inbound, data 
 	return err
 }
 
-// ack acknowledges (a plain ack). A lost ack is harmless: the redelivery
-// finds the handled record.
-func (d *Dispatcher) ack(runCtx context.Context, m *stage.Delivery, log *slog.Logger) {
-	d.run.Ack(runCtx, m, log, "the handled record")
-}
+// ackLost is what the redelivery of a message whose ack was lost finds:
+// it turns that redelivery into a republish without the handler.
+const ackLost = "the handled record"

@@ -14,20 +14,30 @@ import (
 // history; a turn is recorded once the reply is sent, by the replier, or
 // here when there is no reply to send.
 
-// recall sets req's conversation and, with memory on, its history: the
-// stored turns, or for a conversation without any, the sender's own list
-// (the canvas's params.metadata.history), which is stored as its start.
-// A read failure is logged and counted and the handler runs without
-// history: an answer without context beats no answer, and the handled
-// and reply records that follow need NATS anyway, so a NATS outage is
-// retried there.
-func (d *Dispatcher) recall(runCtx context.Context, req *handler.Request, in *events.Inbound, log *slog.Logger) {
+// withHistory sets req's conversation and, with memory on, its history:
+// the stored turns, or for a conversation without any, the sender's own
+// list (the canvas's params.metadata.history), which is stored as its
+// start. A read failure is logged and counted and the handler runs
+// without history: an answer without context beats no answer, and the
+// handled and reply records that follow need NATS anyway, so a NATS
+// outage is retried there.
+func (d *Dispatcher) withHistory(next handlerFunc) handlerFunc {
+	return func(ctx context.Context, req *handler.Request) (handler.Answer, error) {
+		d.recall(ctx, req)
+		return next(ctx, req)
+	}
+}
+
+func (d *Dispatcher) recall(hctx context.Context, req *handler.Request) {
+	in, log := req.Message, req.Logger
 	req.Conversation = events.ConversationOf(in)
 	mem := d.cfg.Memory
 	if !mem.On() {
 		return
 	}
-	ctx, cancel := d.run.OpContext(runCtx)
+	// Bounded by StoreTimeout, not by the handler's deadline (OpContext
+	// drops it), as the records around the handler are.
+	ctx, cancel := d.run.OpContext(hctx)
 	defer cancel()
 	// Tried again in place, each try bounded (stage.AttemptTimeout): a read
 	// sent to a history leader that died is never answered, and the

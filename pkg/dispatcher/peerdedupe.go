@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"log/slog"
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
@@ -74,11 +73,21 @@ func (d *Dispatcher) claimPeerMessage(runCtx context.Context, in *events.Inbound
 	return c.ActivityID != in.ActivityID, c.ActivityID, nil
 }
 
-// peerDuplicate acks a peer message whose messageId another activity row
+// peerClaimed acks a peer message whose messageId another activity row
 // already carried; its handler does not run and nothing is replied.
-func (d *Dispatcher) peerDuplicate(runCtx context.Context, m *stage.Delivery, in *events.Inbound, holder string, log *slog.Logger) {
-	d.stats.peerDuplicates.Add(1)
-	log.Info("dispatcher: peer message already received in another activity row; handler not run",
-		"sender", in.SourceWorkspaceID, "first_activity", holder)
-	d.ack(runCtx, m, log)
+func (d *Dispatcher) peerClaimed(next stage.Step[*message]) stage.Step[*message] {
+	return func(runCtx context.Context, m *message) stage.Outcome {
+		dup, holder, err := d.claimPeerMessage(runCtx, m.in)
+		switch {
+		case err != nil:
+			m.Log.Warn("dispatcher: peer messageId claim failed; retrying later", "error", err)
+			return stage.Retry(0)
+		case dup:
+			d.stats.peerDuplicates.Add(1)
+			m.Log.Info("dispatcher: peer message already received in another activity row; handler not run",
+				"sender", m.in.SourceWorkspaceID, "first_activity", holder)
+			return stage.Ack(ackLost)
+		}
+		return next(runCtx, m)
+	}
 }

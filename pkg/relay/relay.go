@@ -322,7 +322,7 @@ func (rt *Runtime) Dispatcher(h handler.Handler) (*dispatcher.Dispatcher, error)
 	}
 	return dispatcher.New(rt.Conn.JS, rt.Topo, h, dispatcher.Config{
 		Agent:          agent,
-		Config:         stage.Config{Concurrency: rt.Cfg.Concurrency, ConfirmAcks: rt.Cfg.Replicas > 1, Logger: rt.Log}, // stage.New names the stage
+		Config:         stage.Config{Concurrency: rt.Cfg.Concurrency, ConfirmAcks: rt.Cfg.Replicas > 1, Logger: rt.Log}, // stage.Open names the stage
 		HandlerTimeout: rt.Cfg.HandlerTimeout.D(),
 		MaxHops:        rt.Cfg.MaxHops,
 		ReplyToReplies: rt.Cfg.ReplyToReplies,
@@ -339,7 +339,7 @@ func (rt *Runtime) Replier() (*replier.Replier, error) {
 		return nil, err
 	}
 	return replier.New(rt.Conn.JS, rt.Topo, rt.ClientMap(), replier.Config{
-		Config:        stage.Config{Concurrency: rt.Cfg.ReplyConcurrency, ConfirmAcks: rt.Cfg.Replicas > 1, Logger: rt.Log}, // stage.New names the stage
+		Config:        stage.Config{Concurrency: rt.Cfg.ReplyConcurrency, ConfirmAcks: rt.Cfg.Replicas > 1, Logger: rt.Log}, // stage.Open names the stage
 		A2ATimeout:    rt.Cfg.A2ATimeout.D(),
 		ReconcileSkew: rt.Cfg.ReconcileSkew.D(),
 		Observer:      rt.replyObserver(),

@@ -29,20 +29,20 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"github.com/molecule-ai/molecule-relay/internal/crashpoint"
-	"github.com/molecule-ai/molecule-relay/pkg/tracing"
-	"go.opentelemetry.io/otel/attribute"
-	"go.opentelemetry.io/otel/trace"
 	"log/slog"
 	"time"
 
 	"github.com/cenkalti/backoff/v4"
 	"github.com/nats-io/nats.go/jetstream"
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/trace"
 
+	"github.com/molecule-ai/molecule-relay/internal/crashpoint"
 	"github.com/molecule-ai/molecule-relay/pkg/dlq"
 	"github.com/molecule-ai/molecule-relay/pkg/events"
 	"github.com/molecule-ai/molecule-relay/pkg/molecule"
 	"github.com/molecule-ai/molecule-relay/pkg/stage"
+	"github.com/molecule-ai/molecule-relay/pkg/tracing"
 )
 
 // ErrNoClient: a reply for a workspace this replier holds no client
@@ -82,7 +82,7 @@ func New(js jetstream.JetStream, topo *events.Topology, clients map[string]*mole
 	cfg.SetDefaults()
 	r := &Replier{js: js, topo: topo, clients: clients}
 	run, err := stage.Open(js, dlq.ReplierTarget(topo), &cfg.Config, topo.Config.ReplierAckWait, topo.Config.ReplierMaxDeliver,
-		r.admit, r.process)
+		r.admit, r.steps())
 	if err != nil {
 		return nil, fmt.Errorf("%w: %w", ErrInvalidConfig, err)
 	}
@@ -128,7 +128,7 @@ func (r *Replier) Drain(ctx context.Context, idle time.Duration) (Stats, error) 
 // spending a delivery). One durable consumer carries the replies of all
 // workspaces, so a pull cannot pick them by workspace: while any budget
 // allows a post, replies are taken, and one whose own budget does not is
-// handed back by waitBudget until its window resets.
+// handed back by budgeted until its window resets.
 func (r *Replier) admit(left time.Duration) time.Duration {
 	left -= r.minPostWindow()
 	if left > 0 && r.budgetWait() > left {
@@ -160,156 +160,31 @@ func (r *Replier) minPostWindow() time.Duration {
 	return max(r.cfg.NotifyTimeout, MinA2ATimeout+A2AGrace)
 }
 
-// job is one reply being processed.
-type job struct {
-	*stage.Delivery
-	rep    *events.Reply
-	client *molecule.Client
-	key    string
-	route  string
-	log    *slog.Logger
-	// xTimeout is the X-Timeout of this job's next /a2a post, set by
-	// roomToPost.
-	xTimeout time.Duration
-	// rec is the posting record of the post under way.
-	rec events.ReplyRecord
-}
-
-func (r *Replier) process(runCtx context.Context, d *stage.Delivery) {
-	j := &job{Delivery: d}
-	runCtx = tracing.Extract(runCtx, d.Msg.Headers())
-	rep, err := events.DecodeReply(d.Msg.Data())
-	if err != nil {
-		r.deadLetter(runCtx, j, events.ReasonMalformed, err)
-		return
-	}
-	j.rep = rep
-	j.WorkspaceID, j.ActivityID = rep.WorkspaceID, rep.ActivityID
-	j.key = events.ReplyKey(rep.WorkspaceID, rep.ActivityID)
-	j.route = events.RouteNotify
-	if rep.Source == events.SourcePeerAgent {
-		j.route = events.RouteA2A
-	}
-	j.log = tracing.Log(runCtx, stage.MessageLogger(r.log, slog.String("workspace", rep.WorkspaceID), slog.String("activity", rep.ActivityID),
-		slog.String("route", j.route), slog.Uint64("delivery", d.Meta.NumDelivered)))
-	j.client = r.clients[rep.WorkspaceID]
-	if j.client == nil {
-		r.deadLetter(runCtx, j, events.ReasonPermanent, fmt.Errorf("%w: %s", ErrNoClient, rep.WorkspaceID))
-		return
-	}
-	if rep.Text == "" && len(rep.Attachments) == 0 {
-		r.deadLetter(runCtx, j, events.ReasonMalformed, fmt.Errorf("replier: reply to %s has neither text nor attachments", rep.ActivityID))
-		return
-	}
-
-	// A first delivery almost never finds a record, so it skips the read
-	// and lets the posting record's create-only write find one (below);
-	// one that does has spent a rate-budget token for nothing.
-	if d.Meta.NumDelivered > 1 && r.followRecord(runCtx, j) {
-		return
-	}
-	if !r.waitBudget(runCtx, j) || !r.roomToPost(runCtx, j) {
-		return
-	}
-	now := time.Now().UTC()
-	rec := events.ReplyRecord{State: events.StatePosting, Route: j.route, PostingAt: now, Deadline: now.Add(r.postTimeout(j)), Attempts: 1}
-	ctx, cancel := r.run.OpContext(runCtx)
-	rev, err := r.createRecord(ctx, j.key, rec)
-	cancel()
-	if errors.Is(err, jetstream.ErrKeyExists) {
-		// Sent already (a reply republished after a NATS restart comes
-		// back as a first delivery): ack. Else another worker holds the
-		// same reply (a redelivery raced us), or this one's own create
-		// was retried after a lost answer: come back later, and the
-		// redelivery follows the record.
-		if d.Meta.NumDelivered == 1 && r.ackIfSent(runCtx, j) {
-			return
-		}
-		r.retry(runCtx, j, 0, false, err)
-		return
-	}
-	if err != nil {
-		j.log.Warn("replier: posting record not written; retrying later", "error", err)
-		r.retry(runCtx, j, 0, false, err)
-		return
-	}
-	r.post(runCtx, j, rec, rev)
-}
-
-// followRecord reads j's reply record and, when there is one, finishes j
-// by it: sent → ack; posting → resume. False: no record, post it. A read
-// error hands the reply back (true).
-func (r *Replier) followRecord(runCtx context.Context, j *job) bool {
-	ctx, cancel := r.run.OpContext(runCtx)
-	rec, rev, found, err := r.getRecord(ctx, j.key)
-	cancel()
-	switch {
-	case err != nil:
-		j.log.Warn("replier: reply record unreadable; retrying later", "error", err)
-		r.retry(runCtx, j, 0, false, err)
-	case !found:
-		return false
-	case rec.State == events.StateSent:
-		r.ackSent(runCtx, j)
-	case rec.State == events.StatePosting:
-		r.resume(runCtx, j, rec, rev)
-	default:
-		j.log.Warn("replier: reply record in an unknown state; treating it as posting", "state", rec.State)
-		r.resume(runCtx, j, rec, rev)
-	}
-	return true
-}
-
-// ackIfSent acks j when its reply record says sent.
-func (r *Replier) ackIfSent(runCtx context.Context, j *job) bool {
+// isSent says whether j's reply record says sent.
+func (r *Replier) isSent(runCtx context.Context, j *job) bool {
 	ctx, cancel := r.run.OpContext(runCtx)
 	rec, _, found, err := r.getRecord(ctx, j.key)
 	cancel()
-	if err != nil || !found || rec.State != events.StateSent {
-		return false
-	}
-	r.ackSent(runCtx, j)
-	return true
+	return err == nil && found && rec.State == events.StateSent
 }
 
-func (r *Replier) ackSent(runCtx context.Context, j *job) {
+// ackSent acks a redelivery of a reply that was sent.
+func (r *Replier) ackSent(runCtx context.Context, j *job) stage.Outcome {
 	r.stats.duplicates.Add(1)
-	j.log.Info("replier: reply already sent; acking the redelivery")
-	r.ack(runCtx, j)
+	j.Log.Info("replier: reply already sent; acking the redelivery")
+	return r.ack(runCtx, j)
 }
 
-// waitBudget holds the reply while the workspace's rate budget is at the
-// reserve (docs/protocol.md §2: notify and a2a share the token's bucket with the
-// heartbeat). The message is kept alive meanwhile; a stop hands it back.
-// Under a deadline, a reply whose budget resets too late for a post to fit
-// is handed back at once, delayed until the reset, instead of holding it
-// (and the run) to the deadline. False means the reply was handed back.
-func (r *Replier) waitBudget(runCtx context.Context, j *job) bool {
-	for {
-		d := j.client.TakeBudget(r.cfg.RateReserve)
-		if d <= 0 {
-			return true
-		}
-		if _, ok := r.postFits(runCtx, j, d); !ok {
-			j.log.Debug("replier: rate budget at reserve until past the deadline; handing the reply back", "wait", d.Round(time.Millisecond))
-			r.run.Defer(j.Delivery, d)
-			return false
-		}
-		if !r.sleepBudget(runCtx, j, d) {
-			return false
-		}
-	}
-}
-
+// sleepBudget waits d for the rate budget; false when the run stopped
+// first (the reply is then handed back).
 func (r *Replier) sleepBudget(runCtx context.Context, j *job, d time.Duration) bool {
-	j.log.Debug("replier: rate budget at reserve; waiting for the window to reset", "wait", d.Round(time.Millisecond))
+	j.Log.Debug("replier: rate budget at reserve; waiting for the window to reset", "wait", d.Round(time.Millisecond))
 	t := time.NewTimer(d)
 	defer t.Stop()
 	select {
 	case <-t.C:
 		return true
 	case <-runCtx.Done():
-		r.run.Defer(j.Delivery, 0)
 		return false
 	}
 }
@@ -325,18 +200,15 @@ const A2AGrace = 10 * time.Second
 // when the run's deadline forces a shorter one than Config.A2ATimeout.
 const MinA2ATimeout = 5 * time.Second
 
-// roomToPost applies the start-margin rule to one reply; false means the
-// reply was handed back. Under a deadline (a Lambda invocation) a peer
+// roomToPost applies the start-margin rule to one reply; false means it
+// must be handed back. Under a deadline (a Lambda invocation) a peer
 // reply's X-Timeout is shortened to what is left, down to MinA2ATimeout:
 // a push peer that takes longer gets the message from the platform's
 // queue, which de-duplicates on messageId.
 func (r *Replier) roomToPost(runCtx context.Context, j *job) bool {
 	var ok bool
-	if j.xTimeout, ok = r.postFits(runCtx, j, 0); ok {
-		return true
-	}
-	r.run.Defer(j.Delivery, 0)
-	return false
+	j.xTimeout, ok = r.postFits(runCtx, j, 0)
+	return ok
 }
 
 // postFits says whether a post of j started after a wait of after still
@@ -367,15 +239,15 @@ func (r *Replier) postTimeout(j *job) time.Duration {
 }
 
 // resume continues a reply whose record says a post may have happened.
-func (r *Replier) resume(runCtx context.Context, j *job, rec events.ReplyRecord, rev uint64) {
+func (r *Replier) resume(runCtx context.Context, j *job, rec events.ReplyRecord, rev uint64) stage.Outcome {
 	if j.route == events.RouteNotify {
-		if r.settle(runCtx, j, rec, rev) != settledNotDelivered {
-			return
+		if settled, o := r.settle(runCtx, j, rec, rev); settled != settledNotDelivered {
+			return o
 		}
-		j.log.Info("replier: earlier notify not on the feed; posting it")
+		j.Log.Info("replier: earlier notify not on the feed; posting it")
 	}
 	if !r.roomToPost(runCtx, j) {
-		return
+		return stage.Defer(0)
 	}
 	now := time.Now().UTC()
 	rec.State, rec.PostingAt, rec.Deadline, rec.AnsweredAt = events.StatePosting, now, now.Add(r.postTimeout(j)), time.Time{}
@@ -384,19 +256,18 @@ func (r *Replier) resume(runCtx context.Context, j *job, rec events.ReplyRecord,
 	newRev, err := r.updateRecord(ctx, j.key, rec, rev)
 	cancel()
 	if err != nil {
-		j.log.Warn("replier: posting record not updated; retrying later", "error", err)
-		r.retry(runCtx, j, 0, true, err)
-		return
+		j.Log.Warn("replier: posting record not updated; retrying later", "error", err)
+		return r.retry(j, 0, true, err)
 	}
 	r.stats.reposted.Add(1)
-	r.post(runCtx, j, rec, newRev)
+	return r.post(runCtx, j, rec, newRev)
 }
 
 // post sends the reply; rec is the posting record at revision rev.
-func (r *Replier) post(runCtx context.Context, j *job, rec events.ReplyRecord, rev uint64) {
+func (r *Replier) post(runCtx context.Context, j *job, rec events.ReplyRecord, rev uint64) stage.Outcome {
 	j.rec = rec
 	if crashpoint.Hit(runCtx, crashpoint.ReplierOf(runCtx).BeforePost, j.rep) {
-		return
+		return stage.Abandon()
 	}
 	// A post outlives a cancelled run context (a clean stop lets it
 	// finish), bounded by its own timeout.
@@ -408,20 +279,19 @@ func (r *Replier) post(runCtx context.Context, j *job, rec events.ReplyRecord, r
 	span.End()
 	cancel()
 	if err != nil && classifyRefusal(j.route, err).verdict == delivered {
-		j.log.Info("replier: the platform answered an error but confirmed the peer received the reply", "error", err)
+		j.Log.Info("replier: the platform answered an error but confirmed the peer received the reply", "error", err)
 		err = nil
 	}
 	if err != nil {
 		r.stats.postErrors.Add(1)
-		r.postFailed(runCtx, j, rev, err)
-		return
+		return r.postFailed(runCtx, j, rev, err)
 	}
 	if crashpoint.Hit(runCtx, crashpoint.ReplierOf(runCtx).AfterPost, j.rep) {
-		return
+		return stage.Abandon()
 	}
 	rec.State, rec.SentAt = events.StateSent, time.Now().UTC()
 	if !r.markSent(runCtx, j, rec, rev) {
-		return
+		return stage.Retry(0)
 	}
 	if j.route == events.RouteA2A {
 		r.stats.sentA2A.Add(1)
@@ -429,10 +299,10 @@ func (r *Replier) post(runCtx context.Context, j *job, rec events.ReplyRecord, r
 		r.stats.notified.Add(1)
 	}
 	if crashpoint.Hit(runCtx, crashpoint.ReplierOf(runCtx).AfterSent, j.rep) {
-		return
+		return stage.Abandon()
 	}
-	r.ack(runCtx, j)
-	j.log.Debug("replier: reply delivered", "text", j.rep.Text)
+	j.Log.Debug("replier: reply delivered", "text", j.rep.Text)
+	return r.ack(runCtx, j)
 }
 
 // observePost counts a post that started at start and, when it succeeded,
@@ -478,12 +348,12 @@ func (r *Replier) send(ctx context.Context, j *job) error {
 	if err == nil && !res.Queued {
 		// A push-mode peer answered synchronously; its answer reaches us
 		// (if at all) through our own feed, not through this call.
-		j.log.Debug("replier: peer answered synchronously", "status", res.StatusCode, "body", string(res.Body))
+		j.Log.Debug("replier: peer answered synchronously", "status", res.StatusCode, "body", string(res.Body))
 	}
 	return err
 }
 
-func (r *Replier) postFailed(runCtx context.Context, j *job, rev uint64, err error) {
+func (r *Replier) postFailed(runCtx context.Context, j *job, rev uint64, err error) stage.Outcome {
 	rf := classifyRefusal(j.route, err)
 	cause := err
 	if rf.reason != "" {
@@ -492,23 +362,22 @@ func (r *Replier) postFailed(runCtx context.Context, j *job, rev uint64, err err
 	switch rf.verdict {
 	case permanentFailure:
 		r.forgetPosting(runCtx, j, rev)
-		j.log.Warn("replier: the platform refused the reply permanently; dead-lettering it", "error", err, "status", molecule.StatusOf(err), "action", rf.reason)
-		r.deadLetter(runCtx, j, events.ReasonPermanent, cause)
+		j.Log.Warn("replier: the platform refused the reply permanently; dead-lettering it", "error", err, "status", molecule.StatusOf(err), "action", rf.reason)
+		return stage.DeadLetter(events.ReasonPermanent, cause)
 	case refusedForNow:
 		r.forgetPosting(runCtx, j, rev)
 		if j.Meta.NumDelivered >= RefusalRetries {
-			j.log.Warn("replier: the platform kept refusing the reply; dead-lettering it", "error", err, "deliveries", j.Meta.NumDelivered, "action", rf.reason)
-			r.deadLetter(runCtx, j, events.ReasonPermanent, cause)
-			return
+			j.Log.Warn("replier: the platform kept refusing the reply; dead-lettering it", "error", err, "deliveries", j.Meta.NumDelivered, "action", rf.reason)
+			return stage.DeadLetter(events.ReasonPermanent, cause)
 		}
-		j.log.Warn("replier: the platform refused the reply; retrying a few times before dead-lettering it", "error", err, "deliveries", j.Meta.NumDelivered, "of", RefusalRetries)
-		r.retry(runCtx, j, molecule.RetryAfterOf(err), false, cause)
+		j.Log.Warn("replier: the platform refused the reply; retrying a few times before dead-lettering it", "error", err, "deliveries", j.Meta.NumDelivered, "of", RefusalRetries)
+		return r.retry(j, molecule.RetryAfterOf(err), false, cause)
 	case notDelivered:
 		r.forgetPosting(runCtx, j, rev)
-		j.log.Warn("replier: post refused for now; retrying later", "error", err, "retry_after", molecule.RetryAfterOf(err))
-		r.retry(runCtx, j, molecule.RetryAfterOf(err), false, err)
+		j.Log.Warn("replier: post refused for now; retrying later", "error", err, "retry_after", molecule.RetryAfterOf(err))
+		return r.retry(j, molecule.RetryAfterOf(err), false, err)
 	default:
-		r.unknownOutcome(runCtx, j, rev, err)
+		return r.unknownOutcome(runCtx, j, rev, err)
 	}
 }
 
@@ -520,34 +389,27 @@ func (r *Replier) forgetPosting(runCtx context.Context, j *job, rev uint64) {
 	ctx, cancel := r.run.OpContext(runCtx)
 	defer cancel()
 	if err := r.topo.Replies.Delete(ctx, j.key, jetstream.LastRevision(rev)); err != nil {
-		j.log.Debug("replier: posting record not deleted", "error", err)
+		j.Log.Debug("replier: posting record not deleted", "error", err)
 	}
 }
 
-// retry naks j for a later redelivery, or dead-letters it on the last
-// allowed delivery. mayBeDelivered says a canvas reply's outcome is unknown
-// (the dead letter is then ReasonAmbiguous; settle only leaves it unknown
-// when the feed could not be read, and cause says so).
-func (r *Replier) retry(runCtx context.Context, j *job, retryAfter time.Duration, mayBeDelivered bool, cause error) {
+// retry is a later redelivery of j, or its dead letter on the last
+// allowed delivery. mayBeDelivered says a canvas reply's outcome is
+// unknown (the dead letter is then ReasonAmbiguous; settle only leaves it
+// unknown when the feed could not be read, and cause says so).
+func (r *Replier) retry(j *job, retryAfter time.Duration, mayBeDelivered bool, cause error) stage.Outcome {
 	if r.run.LastDelivery(j.Delivery) {
 		reason := events.ReasonMaxDeliveries
 		if mayBeDelivered && j.route == events.RouteNotify {
 			reason = events.ReasonAmbiguous
 		}
-		r.deadLetter(runCtx, j, reason, cause)
-		return
+		return stage.DeadLetter(reason, cause)
 	}
-	r.run.Retry(j.Delivery, retryAfter)
+	return stage.Retry(retryAfter)
 }
 
-// deadLetter publishes j's dead letter and terminates it (stage.Runner's
-// DeadLetter).
-func (r *Replier) deadLetter(runCtx context.Context, j *job, reason string, cause error) {
-	r.run.DeadLetter(runCtx, j.Delivery, reason, cause)
-}
-
-// markSent records that the reply was delivered. It returns false (and
-// naks) when the record could not be written: the redelivery then finds
+// markSent records that the reply was delivered. It returns false (the
+// reply is to be retried) when the record could not be written: the redelivery then finds
 // "posting" and reconciles or re-posts with the same messageId.
 func (r *Replier) markSent(runCtx context.Context, j *job, rec events.ReplyRecord, rev uint64) bool {
 	ctx, cancel := r.run.OpContext(runCtx)
@@ -565,8 +427,7 @@ func (r *Replier) markSent(runCtx context.Context, j *job, rec events.ReplyRecor
 		})
 	}
 	if err != nil {
-		j.log.Error("replier: reply delivered but not recorded as sent; the redelivery will reconcile", "error", err)
-		r.run.Retry(j.Delivery, 0)
+		j.Log.Error("replier: reply delivered but not recorded as sent; the redelivery will reconcile", "error", err)
 		return false
 	}
 	return true
@@ -574,11 +435,11 @@ func (r *Replier) markSent(runCtx context.Context, j *job, rec events.ReplyRecor
 
 func isWrongRevision(err error) bool { return errors.Is(err, jetstream.ErrKeyRevisionMismatch) }
 
-// ack acknowledges a sent reply (a plain ack: a lost one is harmless, the
-// redelivery finds "sent"), after recording its turns in memory.
-func (r *Replier) ack(runCtx context.Context, j *job) {
+// ack records a sent reply's turns in memory, then acks it (a lost ack is
+// harmless: the redelivery finds "sent").
+func (r *Replier) ack(runCtx context.Context, j *job) stage.Outcome {
 	r.remember(runCtx, j)
-	r.run.Ack(runCtx, j.Delivery, j.log, "the sent record")
+	return stage.Ack("the sent record")
 }
 
 func (r *Replier) getRecord(ctx context.Context, key string) (events.ReplyRecord, uint64, bool, error) {

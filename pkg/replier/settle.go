@@ -7,6 +7,7 @@ import (
 
 	"github.com/molecule-ai/molecule-relay/pkg/events"
 	"github.com/molecule-ai/molecule-relay/pkg/molecule"
+	"github.com/molecule-ai/molecule-relay/pkg/stage"
 )
 
 // settlement is what settle concluded about a notify whose outcome was
@@ -15,41 +16,40 @@ type settlement int
 
 const (
 	// settledDelivered: the notify is on the feed; the reply was marked
-	// sent and acked.
+	// sent, and is to be acked.
 	settledDelivered settlement = iota
 	// settledNotDelivered: the feed proves it was not processed; the caller
 	// may post again.
 	settledNotDelivered
-	// settledLater: nothing concluded yet; the reply was handed back.
+	// settledLater: nothing concluded yet; the reply is to be handed back.
 	settledLater
 )
 
 // settle decides whether the latest notify of rec (at revision rev)
 // arrived: it waits, in this process, until that post can no longer be in
-// flight, then searches its window of the feed.
-func (r *Replier) settle(runCtx context.Context, j *job, rec events.ReplyRecord, rev uint64) settlement {
-	if !r.awaitFlight(runCtx, j, rec) {
-		return settledLater
+// flight, then searches its window of the feed. Unless the notify was not
+// delivered, the outcome finishes j.
+func (r *Replier) settle(runCtx context.Context, j *job, rec events.ReplyRecord, rev uint64) (settlement, stage.Outcome) {
+	if handBack, ok := r.awaitFlight(runCtx, j, rec); !ok {
+		return settledLater, handBack
 	}
 	ctx, cancel := r.reconcileContext(runCtx)
 	found, err := r.reconcileNotify(ctx, j, rec)
 	cancel()
 	if err != nil {
-		j.log.Warn("replier: cannot settle whether an earlier notify arrived; retrying later", "error", err)
-		r.retry(runCtx, j, molecule.RetryAfterOf(err), true, err)
-		return settledLater
+		j.Log.Warn("replier: cannot settle whether an earlier notify arrived; retrying later", "error", err)
+		return settledLater, r.retry(j, molecule.RetryAfterOf(err), true, err)
 	}
 	if !found {
-		return settledNotDelivered
+		return settledNotDelivered, stage.Outcome{}
 	}
 	rec.State, rec.SentAt, rec.Reconciled = events.StateSent, time.Now().UTC(), true
 	if !r.markSent(runCtx, j, rec, rev) {
-		return settledLater
+		return settledLater, stage.Retry(0)
 	}
 	r.stats.reconciled.Add(1)
-	j.log.Info("replier: earlier notify found on the feed; not posting again")
-	r.ack(runCtx, j)
-	return settledDelivered
+	j.Log.Info("replier: earlier notify found on the feed; not posting again")
+	return settledDelivered, r.ack(runCtx, j)
 }
 
 // reconcileContext bounds one check by ReconcileTimeout and by the run's
@@ -68,26 +68,25 @@ func (r *Replier) reconcileContext(runCtx context.Context) (context.Context, con
 // unknown). The wait happens here, with the message kept alive, so it
 // spends none of the reply's deliveries. Only when the run ends first (or
 // its deadline cannot hold the wait) is the reply handed back, delayed to
-// the end of the flight. False means it was handed back.
-func (r *Replier) awaitFlight(runCtx context.Context, j *job, rec events.ReplyRecord) bool {
+// the end of the flight: false, with that outcome.
+func (r *Replier) awaitFlight(runCtx context.Context, j *job, rec events.ReplyRecord) (stage.Outcome, bool) {
 	until := r.inFlightUntil(rec)
 	wait := time.Until(until)
 	if wait <= 0 {
-		return true
+		return stage.Outcome{}, true
 	}
-	handBack := func() bool {
-		r.run.Defer(j.Delivery, max(time.Until(until), 0)+100*time.Millisecond)
-		return false
+	handBack := func() (stage.Outcome, bool) {
+		return stage.Defer(max(time.Until(until), 0) + 100*time.Millisecond), false
 	}
 	if dl, ok := runCtx.Deadline(); ok && time.Until(dl) < wait+r.cfg.StartMargin {
 		return handBack()
 	}
-	j.log.Debug("replier: an earlier post may still be in flight; waiting it out", "wait", wait.Round(time.Millisecond))
+	j.Log.Debug("replier: an earlier post may still be in flight; waiting it out", "wait", wait.Round(time.Millisecond))
 	t := time.NewTimer(wait)
 	defer t.Stop()
 	select {
 	case <-t.C:
-		return true
+		return stage.Outcome{}, true
 	case <-runCtx.Done():
 		return handBack()
 	}
@@ -112,13 +111,12 @@ func answered(err error) bool {
 // once against the feed: delivered means done; not delivered means the
 // posting record is dropped and the reply retried with backoff, as any
 // refused post.
-func (r *Replier) unknownOutcome(runCtx context.Context, j *job, rev uint64, cause error) {
+func (r *Replier) unknownOutcome(runCtx context.Context, j *job, rev uint64, cause error) stage.Outcome {
 	if j.route != events.RouteNotify {
-		j.log.Warn("replier: post outcome unknown; will post again with the same messageId", "error", cause)
-		r.retry(runCtx, j, molecule.RetryAfterOf(cause), true, cause)
-		return
+		j.Log.Warn("replier: post outcome unknown; will post again with the same messageId", "error", cause)
+		return r.retry(j, molecule.RetryAfterOf(cause), true, cause)
 	}
-	j.log.Warn("replier: post outcome unknown; settling it against the feed", "error", cause, "status", molecule.StatusOf(cause))
+	j.Log.Warn("replier: post outcome unknown; settling it against the feed", "error", cause, "status", molecule.StatusOf(cause))
 	rec := j.rec
 	if answered(cause) {
 		rec.AnsweredAt = time.Now().UTC()
@@ -130,10 +128,10 @@ func (r *Replier) unknownOutcome(runCtx context.Context, j *job, rev uint64, cau
 		}
 		cancel()
 	}
-	if r.settle(runCtx, j, rec, rev) != settledNotDelivered {
-		return
+	if settled, o := r.settle(runCtx, j, rec, rev); settled != settledNotDelivered {
+		return o
 	}
 	r.forgetPosting(runCtx, j, rev)
-	j.log.Info("replier: the feed shows the notify was not delivered; retrying it later")
-	r.retry(runCtx, j, molecule.RetryAfterOf(cause), false, cause)
+	j.Log.Info("replier: the feed shows the notify was not delivered; retrying it later")
+	return r.retry(j, molecule.RetryAfterOf(cause), false, cause)
 }

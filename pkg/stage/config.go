@@ -70,7 +70,7 @@ type Config struct {
 	// set, 1 minute.
 	SweepInterval time.Duration
 	// ConfirmAcks makes every ack wait for the server's confirmation and
-	// retry it to a new consumer leader (see Runner.Ack). Set it on a
+	// retry it to a new consumer leader (see Runner.ack). Set it on a
 	// replicated cluster, where a plain ack can be lost in a leader change;
 	// on one server an ack is lost only with the connection, and the
 	// outcome record already makes that redelivery a no-op, so the round

@@ -3,7 +3,6 @@ package stage
 import (
 	"context"
 	"errors"
-	"log/slog"
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
@@ -22,28 +21,41 @@ func (r *Runner) LastDelivery(d *Delivery) bool {
 // MaxDeliver is the consumer's delivery limit (0: none).
 func (r *Runner) MaxDeliver() int { return r.maxDeliver }
 
-// Retry naks d with the backoff of its delivery count (RetryDelay), or
+// finish applies o, the outcome a stage's step returned for d: the one
+// place where a message of a stage is finished.
+func (r *Runner) finish(runCtx context.Context, d *Delivery, o Outcome) {
+	switch o.kind {
+	case outcomeAck:
+		r.ack(runCtx, d, o.lost)
+	case outcomeRetry:
+		r.retry(d, o.delay)
+	case outcomeDefer:
+		r.deferMsg(d, o.delay)
+	case outcomeDeadLetter:
+		r.deadLetter(runCtx, d, o.reason, o.cause)
+	case outcomeAbandon:
+	default:
+		r.log.Error(r.target.Stage+": a step returned no outcome; the message is left to its AckWait (a bug)", "subject", d.Msg.Subject())
+	}
+}
+
+// retry naks d with the backoff of its delivery count (RetryDelay), or
 // with atLeast when that is longer (a platform's Retry-After), capped at
 // RetryMax. Plain Nak ignores the consumer's BackOff (nats-server#4726),
 // so the delay is explicit.
-func (r *Runner) Retry(d *Delivery, atLeast time.Duration) {
+func (r *Runner) retry(d *Delivery, atLeast time.Duration) {
 	delay := RetryDelay(r.cfg.RetryBase, r.cfg.RetryMax, d.Meta.NumDelivered)
 	if atLeast > delay {
 		delay = min(atLeast, r.cfg.RetryMax)
 	}
-	r.RetryIn(d, delay)
-}
-
-// RetryIn naks d for redelivery after delay and counts it as retried.
-func (r *Runner) RetryIn(d *Delivery, delay time.Duration) {
 	r.stats.retried.Add(1)
 	_ = d.Msg.NakWithDelay(delay)
 }
 
-// Defer hands d back without spending effort on it, because the run's
+// deferMsg hands d back without spending effort on it, because the run's
 // deadline leaves no room (start-margin rule): at once (delay 0) for
 // another worker, or after delay. It counts as deferred.
-func (r *Runner) Defer(d *Delivery, delay time.Duration) {
+func (r *Runner) deferMsg(d *Delivery, delay time.Duration) {
 	r.stats.deferred.Add(1)
 	if delay <= 0 {
 		_ = d.Msg.Nak()
@@ -52,7 +64,7 @@ func (r *Runner) Defer(d *Delivery, delay time.Duration) {
 	_ = d.Msg.NakWithDelay(delay)
 }
 
-// Ack acknowledges d. With ConfirmAcks (a replicated cluster) it waits for
+// ack acknowledges d. With ConfirmAcks (a replicated cluster) it waits for
 // the server to confirm it (a double ack), trying again (RetryRequest) until it is confirmed or StoreTimeout
 // passes; the message is kept alive meanwhile.
 //
@@ -67,7 +79,11 @@ func (r *Runner) Defer(d *Delivery, delay time.Duration) {
 // stage writes its outcome record (handled, sent) before it acks, so an
 // ack that still fails only brings a redelivery that the record turns into
 // a no-op; lost says what that redelivery will find.
-func (r *Runner) Ack(runCtx context.Context, d *Delivery, log *slog.Logger, lost string) {
+func (r *Runner) ack(runCtx context.Context, d *Delivery, lost string) {
+	log := d.Log
+	if log == nil {
+		log = r.log
+	}
 	if !r.cfg.ConfirmAcks {
 		if err := d.Msg.Ack(); err != nil {
 			log.Warn(r.target.Stage+": ack not sent; a redelivery will find "+lost, "error", err)
@@ -88,17 +104,17 @@ func (r *Runner) Ack(runCtx context.Context, d *Delivery, log *slog.Logger, lost
 	}
 }
 
-// DeadLetter publishes a dead letter for d with reason and cause, then
+// deadLetter publishes a dead letter for d with reason and cause, then
 // terminates the message. If the dead letter cannot be written the message
 // is retried instead, so nothing is dropped.
-func (r *Runner) DeadLetter(runCtx context.Context, d *Delivery, reason string, cause error) {
+func (r *Runner) deadLetter(runCtx context.Context, d *Delivery, reason string, cause error) {
 	msg, meta := d.Msg, d.Meta
 	dl := events.DeadLetter{
 		Stage:           r.target.Stage,
 		WorkspaceID:     dlq.WorkspaceOfSubject(msg.Subject()),
 		ActivityID:      d.ActivityID,
 		Reason:          reason,
-		Error:           cause.Error(),
+		Error:           errorText(cause),
 		Deliveries:      meta.NumDelivered,
 		OriginalSubject: msg.Subject(),
 		OriginalStream:  meta.Stream,
@@ -112,7 +128,7 @@ func (r *Runner) DeadLetter(runCtx context.Context, d *Delivery, reason string, 
 	defer cancel()
 	if err := dlq.Publish(ctx, r.js, dl); err != nil {
 		r.log.Error(r.target.Stage+": dead letter not written; retrying the message", "subject", msg.Subject(), "reason", reason, "error", err)
-		r.Retry(d, 0)
+		r.retry(d, 0)
 		return
 	}
 	r.stats.deadLettered.Add(1)
@@ -121,4 +137,11 @@ func (r *Runner) DeadLetter(runCtx context.Context, d *Delivery, reason string, 
 	if err := msg.TermWithReason(reason); err == nil {
 		r.stats.terminated.Add(1)
 	}
+}
+
+func errorText(err error) string {
+	if err == nil {
+		return ""
+	}
+	return err.Error()
 }

@@ -3,7 +3,7 @@ package stage
 import "context"
 
 // counting counts every delivery taken from the queue.
-func (r *Runner) counting(next Process) Process {
+func (r *Runner) counting(next process) process {
 	return func(ctx context.Context, d *Delivery) {
 		r.stats.received.Add(1)
 		r.stats.inFlight.Add(1)
@@ -15,7 +15,7 @@ func (r *Runner) counting(next Process) Process {
 // withMetadata reads the delivery's JetStream metadata; a message without
 // any is not a JetStream message, with nothing to redeliver or record: it
 // is terminated.
-func (r *Runner) withMetadata(next Process) Process {
+func (r *Runner) withMetadata(next process) process {
 	return func(ctx context.Context, d *Delivery) {
 		meta, err := d.Msg.Metadata()
 		if err != nil {
@@ -28,9 +28,9 @@ func (r *Runner) withMetadata(next Process) Process {
 	}
 }
 
-// keepingAlive keeps the message the stage's until its Process returned,
+// keepingAlive keeps the message the stage's until its work returned,
 // the writes after the work included (KeepAlive every ProgressInterval).
-func (r *Runner) keepingAlive(next Process) Process {
+func (r *Runner) keepingAlive(next process) process {
 	return func(ctx context.Context, d *Delivery) {
 		// The state lives in the Delivery: no allocation of its own, and
 		// no closure for stop.

@@ -5,11 +5,11 @@
 // delivery count, dead-letters what cannot succeed, sweeps messages that
 // exhausted their deliveries unacknowledged, and counts all of it.
 //
-// A stage is its domain logic only: a Process function that receives one
-// Delivery and finishes it with the Runner's Ack, Retry, Defer or
-// DeadLetter. Cross-cutting steps wrap a Process as Middleware (see
-// Chain); New puts the ones every stage needs around it (counting,
-// metadata, keep-alive).
+// A stage is its domain logic only: a Step that receives one Delivery and
+// returns its Outcome (Ack, Retry, Defer, DeadLetter, Abandon), which the
+// Runner applies in one place. Cross-cutting steps wrap a Step (Wrap); a
+// stage lists its own once with Steps. The Runner puts the ones every
+// stage needs around it (counting, metadata, keep-alive).
 package stage
 
 import (
@@ -23,17 +23,16 @@ import (
 	"github.com/molecule-ai/molecule-relay/pkg/dlq"
 )
 
-// Process works on one delivery and must finish it (Ack, Retry, Defer,
-// DeadLetter, or abandon it on purpose) before returning. ctx is the run's
-// context: it ends when the run is stopped, and work in flight should then
-// still finish (see Runner.OpContext).
-type Process func(ctx context.Context, d *Delivery)
+// process works on one delivery and finishes it before returning: the
+// raw form of a stage's work, which the Runner's own middleware (counting,
+// metadata, keep-alive) wraps. A stage's Step becomes one by finish.
+type process func(ctx context.Context, d *Delivery)
 
-// Middleware wraps a Process with a cross-cutting step.
-type Middleware func(Process) Process
+// middleware wraps a process with a cross-cutting step of the Runner.
+type middleware func(process) process
 
-// Chain wraps p in mw, the first one outermost.
-func Chain(p Process, mw ...Middleware) Process {
+// chain wraps p in mw, the first one outermost.
+func chain(p process, mw ...middleware) process {
 	for i := len(mw) - 1; i >= 0; i-- {
 		p = mw[i](p)
 	}
@@ -50,10 +49,19 @@ type Delivery struct {
 	// WorkspaceID and ActivityID name the message in a dead letter once the
 	// stage decoded it. If not set, the workspace comes from the subject.
 	WorkspaceID, ActivityID string
+	// Log is the message's logger once the stage named it (workspace,
+	// activity, delivery): finishing it logs there. If nil, the stage's.
+	Log *slog.Logger
 
-	park func(func())
-	keep keepAlive // behind Progress (keepingAlive)
+	park      func(func())
+	keep      keepAlive       // behind Progress (keepingAlive)
+	finishCtx context.Context // FinishIn's
 }
+
+// FinishIn makes the Runner apply the delivery's Outcome in ctx rather
+// than in the run's context: a stage that traces its messages passes the
+// message's traced context, so that its dead letter carries the trace.
+func (d *Delivery) FinishIn(ctx context.Context) { d.finishCtx = ctx }
 
 // Admission is the start-margin rule of a stage: given the time left
 // before the run's deadline (StartMargin already taken off), how long the
@@ -66,7 +74,7 @@ type Admission func(left time.Duration) time.Duration
 // its work-queue stream, and the stage name its dead letters carry.
 type Target = dlq.SweepTarget
 
-// Runner runs one stage's Process on the messages of its consumer. It is
+// Runner runs one stage's Step on the messages of its consumer. It is
 // safe for concurrent use; any number of Runners in any number of
 // processes can share a consumer.
 type Runner struct {
@@ -75,25 +83,34 @@ type Runner struct {
 	cfg        Config
 	admit      Admission
 	maxDeliver int
-	process    Process
+	process    process
 	log        *slog.Logger
 	stats      counters
 }
 
-// New applies cfg's defaults (ProgressInterval from the consumer's
-// AckWait: the shorter of the cached consumer info's and ackWait), validates it and
-// returns a Runner of process on target. maxDeliver is the consumer's
-// MaxDeliver when its info is not cached (0: no limit). New makes no
-// request.
-func New(js jetstream.JetStream, target Target, cfg Config, ackWait time.Duration, maxDeliver int, admit Admission, process Process) (*Runner, error) {
-	return Open(js, target, &cfg, ackWait, maxDeliver, admit, process)
+// Open applies cfg's defaults (ProgressInterval from the consumer's
+// AckWait: the shorter of the cached consumer info's and ackWait),
+// validates it and returns a Runner of step on target; it writes the
+// effective settings back into *cfg (a stage's own config embeds a
+// Config). maxDeliver is the consumer's MaxDeliver when its info is not
+// cached (0: no limit). Open makes no request.
+func Open(js jetstream.JetStream, target Target, cfg *Config, ackWait time.Duration, maxDeliver int, admit Admission, step Step[*Delivery]) (*Runner, error) {
+	if step == nil {
+		return open(js, target, cfg, ackWait, maxDeliver, admit, nil)
+	}
+	var r *Runner
+	r, err := open(js, target, cfg, ackWait, maxDeliver, admit, func(ctx context.Context, d *Delivery) {
+		o := step(ctx, d)
+		if d.finishCtx != nil {
+			ctx = d.finishCtx
+		}
+		r.finish(ctx, d, o)
+	})
+	return r, err
 }
 
-// Open is New for a stage whose own config embeds a Config: it writes the
-// effective settings (defaults applied, ProgressInterval derived) back
-// into *cfg.
-func Open(js jetstream.JetStream, target Target, cfg *Config, ackWait time.Duration, maxDeliver int, admit Admission, process Process) (*Runner, error) {
-	if js == nil || target.Consumer == nil || target.Stream == nil || process == nil {
+func open(js jetstream.JetStream, target Target, cfg *Config, ackWait time.Duration, maxDeliver int, admit Admission, work process) (*Runner, error) {
+	if js == nil || target.Consumer == nil || target.Stream == nil || work == nil {
 		return nil, fmt.Errorf("%w: need a JetStream handle, a consumer and its stream, and a process function", ErrInvalidConfig)
 	}
 	cfg.SetDefaults()
@@ -119,7 +136,7 @@ func Open(js jetstream.JetStream, target Target, cfg *Config, ackWait time.Durat
 	// logger must not carry one (it would show twice on every line).
 	cfg.Logger = cfg.Logger.With("stage", target.Stage)
 	r := &Runner{js: js, target: target, cfg: *cfg, admit: admit, maxDeliver: maxDeliver, log: cfg.Logger}
-	r.process = Chain(process, r.counting, r.withMetadata, r.keepingAlive)
+	r.process = chain(work, r.counting, r.withMetadata, r.keepingAlive)
 	return r, nil
 }
 
