@@ -1,7 +1,6 @@
 package agentapi
 
 import (
-	"errors"
 	"fmt"
 	"log/slog"
 	"net"
@@ -9,6 +8,7 @@ import (
 
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/molecule-ai/molecule-relay/internal/configerr"
 	"github.com/molecule-ai/molecule-relay/pkg/events"
 	"github.com/molecule-ai/molecule-relay/pkg/molecule"
 )
@@ -25,7 +25,7 @@ const (
 )
 
 // ErrInvalidConfig is matched by every error New returns for a bad Config.
-var ErrInvalidConfig = errors.New("agentapi: invalid config")
+var ErrInvalidConfig = configerr.For("agentapi")
 
 // Settings are the agent API's environment variables, embedded in
 // pkg/config.Config.

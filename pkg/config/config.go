@@ -5,7 +5,6 @@
 package config
 
 import (
-	"errors"
 	"fmt"
 	"log/slog"
 	"net/url"
@@ -14,13 +13,14 @@ import (
 	"strings"
 	"time"
 
+	"github.com/molecule-ai/molecule-relay/internal/configerr"
 	"github.com/molecule-ai/molecule-relay/internal/uuid"
 	"github.com/molecule-ai/molecule-relay/pkg/agentapi"
 	"github.com/molecule-ai/molecule-relay/pkg/broker"
 )
 
 // ErrInvalid is matched by every validation error.
-var ErrInvalid = errors.New("invalid configuration")
+var ErrInvalid = configerr.ErrInvalid
 
 // Seconds is a duration read from either Go syntax ("1m30s", "500ms") or a
 // bare number of seconds ("5", "0.5"), as the Python SDK's

@@ -2,10 +2,10 @@ package dispatcher
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"time"
 
+	"github.com/molecule-ai/molecule-relay/internal/configerr"
 	"github.com/molecule-ai/molecule-relay/pkg/events"
 	"github.com/molecule-ai/molecule-relay/pkg/handler"
 	"github.com/molecule-ai/molecule-relay/pkg/memory"
@@ -13,7 +13,7 @@ import (
 )
 
 // ErrInvalidConfig is matched by every error Validate returns.
-var ErrInvalidConfig = errors.New("dispatcher: invalid config")
+var ErrInvalidConfig = configerr.For("dispatcher")
 
 // Config configures a Dispatcher. The zero value is valid: SetDefaults (and
 // New) fill every unset field. The embedded stage.Config holds what every

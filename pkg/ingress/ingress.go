@@ -42,12 +42,13 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/molecule-ai/molecule-relay/internal/configerr"
 	"github.com/molecule-ai/molecule-relay/pkg/events"
 	"github.com/molecule-ai/molecule-relay/pkg/molecule"
 )
 
 // ErrInvalidConfig is matched by every error New returns for a bad Config.
-var ErrInvalidConfig = errors.New("ingress: invalid configuration")
+var ErrInvalidConfig = configerr.For("ingress")
 
 const (
 	// DefaultMaxBodyBytes caps a push request body: 1 MiB.

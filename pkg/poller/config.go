@@ -11,12 +11,13 @@ import (
 	"slices"
 	"time"
 
+	"github.com/molecule-ai/molecule-relay/internal/configerr"
 	"github.com/molecule-ai/molecule-relay/pkg/events"
 	"github.com/molecule-ai/molecule-relay/pkg/molecule"
 )
 
 // ErrInvalidConfig is matched by every error Config.Validate returns.
-var ErrInvalidConfig = errors.New("poller: invalid configuration")
+var ErrInvalidConfig = configerr.For("poller")
 
 // ErrSecondRelay: another relay answers the same workspace and
 // Config.RefuseSecondRelay is set, so this one stopped polling it.

@@ -1,10 +1,10 @@
 package replier
 
 import (
-	"errors"
 	"fmt"
 	"time"
 
+	"github.com/molecule-ai/molecule-relay/internal/configerr"
 	"github.com/molecule-ai/molecule-relay/pkg/memory"
 	"github.com/molecule-ai/molecule-relay/pkg/molecule"
 	"github.com/molecule-ai/molecule-relay/pkg/stage"
@@ -12,7 +12,7 @@ import (
 
 // ErrInvalidConfig is matched by every error Validate and New return for a
 // bad configuration.
-var ErrInvalidConfig = errors.New("replier: invalid config")
+var ErrInvalidConfig = configerr.For("replier")
 
 // Config configures a Replier. The zero value is valid: SetDefaults (and
 // New) fill every unset field. The embedded stage.Config holds what every

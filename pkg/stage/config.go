@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"log/slog"
 	"time"
+
+	"github.com/molecule-ai/molecule-relay/internal/configerr"
 )
 
 // Defaults of Config, applied by SetDefaults.
@@ -26,7 +28,7 @@ const (
 
 // ErrInvalidConfig is matched by every error Config.Validate and New
 // return. A stage wraps it in its own sentinel as well.
-var ErrInvalidConfig = errors.New("stage: invalid config")
+var ErrInvalidConfig = configerr.For("stage")
 
 // ErrStopGraceOver is the cause of a Detach context ended by its run's
 // stop limit: a graceful stop's grace ran out before the work finished.
