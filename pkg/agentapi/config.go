@@ -1,14 +1,13 @@
 package agentapi
 
 import (
-	"fmt"
 	"log/slog"
-	"net"
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/molecule-ai/molecule-relay/internal/configerr"
+	"github.com/molecule-ai/molecule-relay/pkg/config"
 	"github.com/molecule-ai/molecule-relay/pkg/events"
 	"github.com/molecule-ai/molecule-relay/pkg/molecule"
 )
@@ -27,27 +26,9 @@ const (
 // ErrInvalidConfig is matched by every error New returns for a bad Config.
 var ErrInvalidConfig = configerr.For("agentapi")
 
-// Settings are the agent API's environment variables, embedded in
-// pkg/config.Config.
-type Settings struct {
-	// AgentAPIListen is the loopback address the API listens on; "off"
-	// turns the API off. Default 127.0.0.1:0 (a free port).
-	AgentAPIListen string `env:"MOLECULE_AGENT_API_LISTEN" envDefault:"127.0.0.1:0"`
-	// AgentAPISecrets lets handlers read the workspace's secrets through
-	// the API. Default false: GET /v1/secrets answers 403.
-	AgentAPISecrets bool `env:"MOLECULE_AGENT_API_SECRETS"`
-}
-
-// Off says whether the API is turned off.
-func (s Settings) Off() bool { return s.AgentAPIListen == "off" }
-
-// Validate checks that the listen address is loopback (or "off").
-func (s Settings) Validate() error {
-	if s.Off() || s.AgentAPIListen == "" {
-		return nil
-	}
-	return checkLoopback(s.AgentAPIListen)
-}
+// Settings are the agent API's environment variables. They live in
+// pkg/config, which depends on nothing above it; this is their name here.
+type Settings = config.Settings
 
 // Config configures a Server. Zero fields take their defaults.
 type Config struct {
@@ -112,16 +93,6 @@ func (c *Config) SetDefaults() {
 	}
 }
 
-// checkLoopback refuses an address other processes on the network could
-// reach: the API hands out the workspace's powers to whoever holds a
-// capability token, so only this host may connect.
-func checkLoopback(addr string) error {
-	host, _, err := net.SplitHostPort(addr)
-	if err != nil {
-		return fmt.Errorf("%w: MOLECULE_AGENT_API_LISTEN %q: %v; use 127.0.0.1:<port>", ErrInvalidConfig, addr, err)
-	}
-	if ip := net.ParseIP(host); ip == nil || !ip.IsLoopback() {
-		return fmt.Errorf("%w: MOLECULE_AGENT_API_LISTEN %q is not a loopback IP address; use 127.0.0.1:<port> (or [::1]:<port>): the agent API must not be reachable from other hosts", ErrInvalidConfig, addr)
-	}
-	return nil
-}
+// checkLoopback is the rule of MOLECULE_AGENT_API_LISTEN
+// (config.CheckLoopback), applied to the address New listens on.
+var checkLoopback = config.CheckLoopback

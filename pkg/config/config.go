@@ -15,7 +15,6 @@ import (
 
 	"github.com/molecule-ai/molecule-relay/internal/configerr"
 	"github.com/molecule-ai/molecule-relay/internal/uuid"
-	"github.com/molecule-ai/molecule-relay/pkg/agentapi"
 	"github.com/molecule-ai/molecule-relay/pkg/broker"
 )
 
@@ -155,12 +154,12 @@ type Config struct {
 	// text.
 	HandlerAnswer string `env:"MOLECULE_HANDLER_ANSWER" envDefault:"text"`
 	// Agent API settings (MOLECULE_AGENT_API_*; pkg/agentapi).
-	agentapi.Settings
+	Settings
 	// Concurrency is how many handlers run at once per dispatcher. Default
-	// stage.DefaultConcurrency (16), set by Load.
+	// DefaultConcurrency (16), set by Load.
 	Concurrency int `env:"MOLECULE_CONCURRENCY"`
 	// ReplyConcurrency is how many replies are posted at once. Default
-	// stage.DefaultConcurrency (16), set by Load.
+	// DefaultConcurrency (16), set by Load.
 	ReplyConcurrency int `env:"MOLECULE_REPLY_CONCURRENCY"`
 	// A2ATimeout is the X-Timeout of a reply to a peer: how long the
 	// platform waits for a push-mode peer before queueing the message.
