@@ -52,26 +52,19 @@ var SweepGrace = time.Second
 // ErrorMaxDeliveriesUnacked is the Error of a swept dead letter.
 const ErrorMaxDeliveriesUnacked = "delivery limit reached without an acknowledgement: the stage crashed, hung or lost its connection on every delivery"
 
-// SweepTarget is one work-queue stream and the durable consumer a stage
-// reads it with.
-type SweepTarget struct {
-	// Stage is the stage name recorded in the dead letter.
-	Stage    string
-	Stream   jetstream.Stream
-	Consumer jetstream.Consumer
-}
-
 // DispatcherTarget is the inbound stream and the dispatcher's consumer.
-func DispatcherTarget(t *events.Topology) SweepTarget {
-	return SweepTarget{Stage: events.StageDispatcher, Stream: t.Inbound, Consumer: t.Dispatcher}
+func DispatcherTarget(t *events.Topology) events.StageQueue {
+	return events.StageQueue{Stage: events.StageDispatcher, Stream: t.Inbound, Consumer: t.Dispatcher}
 }
 
 // ReplierTarget is the reply stream and the replier's consumer.
-func ReplierTarget(t *events.Topology) SweepTarget {
-	return SweepTarget{Stage: events.StageReplier, Stream: t.Reply, Consumer: t.Replier}
+func ReplierTarget(t *events.Topology) events.StageQueue {
+	return events.StageQueue{Stage: events.StageReplier, Stream: t.Reply, Consumer: t.Replier}
 }
 
-func (t SweepTarget) names() (stream, consumer string) {
+// queueNames are the names of t's stream and consumer, from their cached
+// info.
+func queueNames(t events.StageQueue) (stream, consumer string) {
 	if si := t.Stream.CachedInfo(); si != nil {
 		stream = si.Config.Name
 	}
@@ -121,7 +114,7 @@ func WorkspaceOfSubject(subject string) string {
 
 // move copies the stored message seq into the dead-letter stream, then
 // deletes it from the work queue. A message already gone is not an error.
-func move(ctx context.Context, js jetstream.JetStream, t SweepTarget, seq, deliveries uint64) (bool, error) {
+func move(ctx context.Context, js jetstream.JetStream, t events.StageQueue, seq, deliveries uint64) (bool, error) {
 	m, err := t.Stream.GetMsg(ctx, seq)
 	if errors.Is(err, jetstream.ErrMsgNotFound) {
 		return false, nil
@@ -129,7 +122,7 @@ func move(ctx context.Context, js jetstream.JetStream, t SweepTarget, seq, deliv
 	if err != nil {
 		return false, fmt.Errorf("dlq: sweep read %d: %w", seq, err)
 	}
-	stream, _ := t.names()
+	stream, _ := queueNames(t)
 	dl := events.DeadLetter{
 		Stage:           t.Stage,
 		WorkspaceID:     WorkspaceOfSubject(m.Subject),
@@ -156,7 +149,7 @@ func move(ctx context.Context, js jetstream.JetStream, t SweepTarget, seq, deliv
 // the scan above: it finds them when the consumer has nothing pending). It
 // makes one consumer-info call; when it finds candidates it waits
 // SweepGrace before moving them. It returns how many it moved.
-func SweepOnce(ctx context.Context, js jetstream.JetStream, t SweepTarget) (int, error) {
+func SweepOnce(ctx context.Context, js jetstream.JetStream, t events.StageQueue) (int, error) {
 	info, err := t.Consumer.Info(ctx)
 	if err != nil {
 		return 0, fmt.Errorf("dlq: sweep consumer info: %w", err)
@@ -213,7 +206,7 @@ func SweepOnce(ctx context.Context, js jetstream.JetStream, t SweepTarget) (int,
 // stream while it runs (see SweepMaxDeliveries).
 type Sweeper struct {
 	js     jetstream.JetStream
-	target SweepTarget
+	target events.StageQueue
 	logger *slog.Logger
 	sub    *nats.Subscription
 }
@@ -221,11 +214,11 @@ type Sweeper struct {
 // StartSweeper subscribes to the target's max-deliveries advisories (queue
 // group, so one worker handles each) and returns a running Sweeper; stop it
 // with Stop. Each advisory's message is moved to the dead-letter stream.
-func StartSweeper(js jetstream.JetStream, t SweepTarget, logger *slog.Logger) (*Sweeper, error) {
+func StartSweeper(js jetstream.JetStream, t events.StageQueue, logger *slog.Logger) (*Sweeper, error) {
 	if logger == nil {
 		logger = slog.Default()
 	}
-	stream, consumer := t.names()
+	stream, consumer := queueNames(t)
 	if stream == "" || consumer == "" {
 		return nil, fmt.Errorf("dlq: sweep target lacks stream or consumer info")
 	}
@@ -273,7 +266,7 @@ func (s *Sweeper) Stop() {
 // dead-letter stream, and scans with SweepOnce at start and every interval
 // (if not set, 1 minute) for messages whose advisory nobody heard. It
 // returns nil when ctx ends.
-func SweepMaxDeliveries(ctx context.Context, js jetstream.JetStream, t SweepTarget, interval time.Duration, logger *slog.Logger) error {
+func SweepMaxDeliveries(ctx context.Context, js jetstream.JetStream, t events.StageQueue, interval time.Duration, logger *slog.Logger) error {
 	if interval <= 0 {
 		interval = time.Minute
 	}

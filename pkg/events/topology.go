@@ -487,3 +487,14 @@ func LookupTopology(ctx context.Context, js jetstream.JetStream, cfg TopologyCon
 	}
 	return t, nil
 }
+
+// StageQueue is one stage's work queue: its work-queue stream, the
+// durable consumer the stage reads it with, and the stage name its dead
+// letters carry. The stage runner (pkg/stage) reads it; the max-delivery
+// sweep (pkg/dlq) dead-letters from it.
+type StageQueue struct {
+	// Stage is the stage name recorded in the dead letter.
+	Stage    string
+	Stream   jetstream.Stream
+	Consumer jetstream.Consumer
+}

@@ -21,6 +21,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/molecule-ai/molecule-relay/pkg/dlq"
+	"github.com/molecule-ai/molecule-relay/pkg/events"
 )
 
 // process works on one delivery and finishes it before returning: the
@@ -72,7 +73,7 @@ type Admission func(left time.Duration) time.Duration
 
 // Target is where a stage reads and dead-letters: its durable consumer on
 // its work-queue stream, and the stage name its dead letters carry.
-type Target = dlq.SweepTarget
+type Target = events.StageQueue
 
 // Runner runs one stage's Step on the messages of its consumer. It is
 // safe for concurrent use; any number of Runners in any number of
