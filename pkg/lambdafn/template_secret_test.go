@@ -7,7 +7,7 @@ import (
 	"path/filepath"
 	"testing"
 
-	"github.com/molecule-ai/molecule-relay/internal/samtemplate"
+	"github.com/molecule-ai/molecule-relay/internal/testkit/samtemplate"
 )
 
 // template.yaml documents WorkspaceTokensSecretArn as "a JSON

@@ -69,7 +69,7 @@ var authRE = regexp.MustCompile(`^AWS4-HMAC-SHA256 Credential=AKID/\d{8}/eu-west
 
 // TestInvokeRequest checks the request on the wire: path (an ARN's colons
 // escaped), invocation type, payload and a well-formed SigV4 signature
-// that covers the session token. The emulator (internal/lambdaemu) checks
+// that covers the session token. The emulator (internal/testkit/lambdaemu) checks
 // the signature itself.
 func TestInvokeRequest(t *testing.T) {
 	var got struct {

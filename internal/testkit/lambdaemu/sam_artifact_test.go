@@ -8,7 +8,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/molecule-ai/molecule-relay/internal/natstest"
+	"github.com/molecule-ai/molecule-relay/internal/testkit/natstest"
 	"github.com/molecule-ai/molecule-relay/pkg/molecule/moleculetest"
 )
 
@@ -20,7 +20,7 @@ import (
 func TestSamBuildArtifactRunsOnEitherArchitecture(t *testing.T) {
 	art := t.TempDir()
 	build := exec.Command("make", "-s", "-f", "Makefile.deploy", "build-ReplierFunction", "ARTIFACTS_DIR="+art)
-	build.Dir = filepath.Join("..", "..")
+	build.Dir = filepath.Join("..", "..", "..")
 	if out, err := build.CombinedOutput(); err != nil {
 		t.Fatalf("make build-ReplierFunction: %v\n%s", err, out)
 	}
@@ -58,7 +58,7 @@ func TestSamBuildArtifactRunsOnEitherArchitecture(t *testing.T) {
 // has none.
 func TestBootstrapScriptPicksTheMachinesBootstrap(t *testing.T) {
 	art := t.TempDir()
-	script, err := os.ReadFile(filepath.Join("..", "..", "functions", "bootstrap.sh"))
+	script, err := os.ReadFile(filepath.Join("..", "..", "..", "functions", "bootstrap.sh"))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -10,7 +10,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
-	"github.com/molecule-ai/molecule-relay/internal/clustertest"
+	"github.com/molecule-ai/molecule-relay/internal/testkit/clustertest"
 	"github.com/molecule-ai/molecule-relay/pkg/events"
 )
 

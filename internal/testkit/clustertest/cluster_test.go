@@ -15,7 +15,7 @@ import (
 	"github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nats.go/jetstream"
 
-	"github.com/molecule-ai/molecule-relay/internal/clustertest"
+	"github.com/molecule-ai/molecule-relay/internal/testkit/clustertest"
 	"github.com/molecule-ai/molecule-relay/pkg/events"
 )
 

@@ -17,7 +17,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/molecule-ai/molecule-relay/internal/lambdaemu"
+	"github.com/molecule-ai/molecule-relay/internal/testkit/lambdaemu"
 )
 
 // echofnBin is the testdata/echofn bootstrap, built once by TestMain the

@@ -10,7 +10,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/molecule-ai/molecule-relay/internal/lambdaemu"
+	"github.com/molecule-ai/molecule-relay/internal/testkit/lambdaemu"
 	"github.com/molecule-ai/molecule-relay/pkg/lambdainvoke"
 )
 

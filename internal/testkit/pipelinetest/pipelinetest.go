@@ -1,5 +1,5 @@
 // Package pipelinetest builds the whole Molecule Relay pipeline for tests:
-// an embedded NATS server with JetStream over TCP (internal/natstest), the
+// an embedded NATS server with JetStream over TCP (internal/testkit/natstest), the
 // platform double over real HTTP (moleculetest), an agent workspace with
 // optional poll-mode peers, and the three stage cores (poller, dispatcher,
 // replier), each on its own NATS connection as a separate process would be.
@@ -23,7 +23,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
-	"github.com/molecule-ai/molecule-relay/internal/natstest"
+	"github.com/molecule-ai/molecule-relay/internal/testkit/natstest"
 	"github.com/molecule-ai/molecule-relay/pkg/dispatcher"
 	"github.com/molecule-ai/molecule-relay/pkg/dlq"
 	"github.com/molecule-ai/molecule-relay/pkg/events"

@@ -9,7 +9,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/molecule-ai/molecule-relay/internal/clustertest"
+	"github.com/molecule-ai/molecule-relay/internal/testkit/clustertest"
 	"github.com/molecule-ai/molecule-relay/pkg/config"
 	"github.com/molecule-ai/molecule-relay/pkg/relay"
 )

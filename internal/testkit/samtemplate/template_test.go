@@ -10,7 +10,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/molecule-ai/molecule-relay/internal/samtemplate"
+	"github.com/molecule-ai/molecule-relay/internal/testkit/samtemplate"
 )
 
 // functions maps each function's logical id to its directory under
@@ -346,7 +346,7 @@ func TestFunctionsBuild(t *testing.T) {
 		}
 		// sam_artifact builds functions/<dir> for both architectures into
 		// $(ARTIFACTS_DIR) next to the bootstrap script that picks one
-		// (internal/lambdaemu's sam_artifact_test runs the result).
+		// (internal/testkit/lambdaemu's sam_artifact_test runs the result).
 		if !strings.Contains(string(target[1]), "$(call sam_artifact,"+dir+")") {
 			t.Errorf("build-%s does not build functions/%s with sam_artifact into $(ARTIFACTS_DIR):\n%s", id, dir, target[1])
 		}

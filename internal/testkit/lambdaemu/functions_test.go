@@ -15,8 +15,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/molecule-ai/molecule-relay/internal/lambdaemu"
-	"github.com/molecule-ai/molecule-relay/internal/natstest"
+	"github.com/molecule-ai/molecule-relay/internal/testkit/lambdaemu"
+	"github.com/molecule-ai/molecule-relay/internal/testkit/natstest"
 	"github.com/molecule-ai/molecule-relay/pkg/molecule"
 	"github.com/molecule-ai/molecule-relay/pkg/molecule/moleculetest"
 )
@@ -32,7 +32,7 @@ var (
 func functionBinaries(t testing.TB) string {
 	t.Helper()
 	fnOnce.Do(func() {
-		root := filepath.Join("..", "..")
+		root := filepath.Join("..", "..", "..")
 		for _, fn := range []string{"poller", "dispatcher", "replier"} {
 			if _, err := os.Stat(filepath.Join(root, "functions", fn, "main.go")); err != nil {
 				fnErr = fmt.Errorf("functions/%s/main.go: %w", fn, err)

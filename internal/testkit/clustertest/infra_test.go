@@ -10,8 +10,8 @@ import (
 
 	"github.com/nats-io/nats-server/v2/server"
 
-	"github.com/molecule-ai/molecule-relay/internal/clustertest"
-	"github.com/molecule-ai/molecule-relay/internal/samtemplate"
+	"github.com/molecule-ai/molecule-relay/internal/testkit/clustertest"
+	"github.com/molecule-ai/molecule-relay/internal/testkit/samtemplate"
 	"github.com/molecule-ai/molecule-relay/pkg/events"
 )
 
