@@ -1,6 +1,7 @@
 package clustertest_test
 
 import (
+	"fmt"
 	"io/fs"
 	"path/filepath"
 	"slices"
@@ -102,11 +103,16 @@ func TestInfraYAML(t *testing.T) {
 				continue
 			}
 			spec := path(d, "spec", "template", "spec")
-			grace, _ := path(spec, "terminationGracePeriodSeconds").(int)
-			if grace < 90 || time.Duration(grace)*time.Second < tc.ackWait {
-				t.Errorf("%s: terminationGracePeriodSeconds %d, want >= 90 and >= the ack wait %s", tc.name, grace, tc.ackWait)
-			}
 			c := path(spec, "containers", "0")
+			// The pod's SIGKILL comes after the relay's own graceful stop
+			// (MOLECULE_STOP_GRACE: finish the handlers, post the replies),
+			// and never before a held message could be handed back.
+			grace, _ := path(spec, "terminationGracePeriodSeconds").(int)
+			kill := time.Duration(grace) * time.Second
+			stopGrace, err := time.ParseDuration(fmt.Sprint(containerEnv(c)["MOLECULE_STOP_GRACE"]))
+			if err != nil || kill <= stopGrace || kill < tc.ackWait {
+				t.Errorf("%s: terminationGracePeriodSeconds %d, want above MOLECULE_STOP_GRACE (%v) and >= the ack wait %s", tc.name, grace, containerEnv(c)["MOLECULE_STOP_GRACE"], tc.ackWait)
+			}
 			if p := path(c, "readinessProbe", "httpGet", "path"); p != "/healthz" {
 				t.Errorf("%s: readiness probe path %v, want /healthz (NATS connected)", tc.name, p)
 			}
