@@ -11,7 +11,6 @@ import (
 
 	"github.com/nats-io/nats.go/jetstream"
 
-	"github.com/molecule-ai/molecule-relay/internal/crashpoint"
 	"github.com/molecule-ai/molecule-relay/internal/testkit/pipelinetest"
 	"github.com/molecule-ai/molecule-relay/pkg/dispatcher"
 	"github.com/molecule-ai/molecule-relay/pkg/events"
@@ -19,6 +18,7 @@ import (
 	"github.com/molecule-ai/molecule-relay/pkg/poller"
 	"github.com/molecule-ai/molecule-relay/pkg/replier"
 	"github.com/molecule-ai/molecule-relay/pkg/stage"
+	"github.com/molecule-ai/molecule-relay/pkg/stage/crashpoint"
 )
 
 // errKilled is what a crash hook returns: the process died there.

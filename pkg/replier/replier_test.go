@@ -15,7 +15,6 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
-	"github.com/molecule-ai/molecule-relay/internal/crashpoint"
 	"github.com/molecule-ai/molecule-relay/internal/testkit/natstest"
 	"github.com/molecule-ai/molecule-relay/pkg/dlq"
 	"github.com/molecule-ai/molecule-relay/pkg/events"
@@ -23,6 +22,7 @@ import (
 	"github.com/molecule-ai/molecule-relay/pkg/molecule/moleculetest"
 	"github.com/molecule-ai/molecule-relay/pkg/replier"
 	"github.com/molecule-ai/molecule-relay/pkg/stage"
+	"github.com/molecule-ai/molecule-relay/pkg/stage/crashpoint"
 )
 
 var quiet = slog.New(slog.DiscardHandler)

@@ -61,7 +61,7 @@ func DeadLetter(reason string, cause error) Outcome {
 }
 
 // Abandon leaves the message as it is: no ack, nak or term. It comes back
-// after its AckWait. Only a crash point (internal/crashpoint), which
+// after its AckWait. Only a crash point (pkg/stage/crashpoint), which
 // stands for a process that died right there, abandons a message.
 func Abandon() Outcome { return Outcome{kind: outcomeAbandon} }
 
