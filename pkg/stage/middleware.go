@@ -40,3 +40,26 @@ func (r *Runner) keepingAlive(next process) process {
 		next(ctx, d)
 	}
 }
+
+// Step is a stage's work on one message m and says how it is to be
+// finished. M is the raw *Delivery for the step the Runner calls, or a
+// stage's own decoded form of it for the steps behind its decoding.
+//
+// ctx is the run's context: it ends when the run is stopped, and work in
+// flight should then still finish (see Runner.OpContext).
+type Step[M any] func(ctx context.Context, m M) Outcome
+
+// Wrap is one middleware of a stage: a cross-cutting step (tracing,
+// de-duplication, admission, ...) that either returns an outcome of its
+// own or calls next.
+type Wrap[M any] func(next Step[M]) Step[M]
+
+// Steps puts step behind wraps, the first one outermost: a stage's
+// middleware, declared once as one list that reads in the order a message
+// meets it.
+func Steps[M any](step Step[M], wraps ...Wrap[M]) Step[M] {
+	for i := len(wraps) - 1; i >= 0; i-- {
+		step = wraps[i](step)
+	}
+	return step
+}
