@@ -3,10 +3,10 @@ GO            ?= go
 STATICCHECK   := honnef.co/go/tools/cmd/staticcheck@v0.8.2
 BIN           := bin
 PKGS          := ./...
-# The version stamped into every binary (pkg/version): the git tag, or the
+# The version stamped into every binary (internal/version): the git tag, or the
 # commit when untagged.
 VERSION       ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
-LDFLAGS       := -X github.com/molecule-ai/molecule-relay/pkg/version.Version=$(VERSION)
+LDFLAGS       := -X github.com/molecule-ai/molecule-relay/internal/version.Version=$(VERSION)
 # Tools built from the Go module proxy (no other download), pinned.
 TOOLS         := $(CURDIR)/$(BIN)/tools
 HELM_VERSION  := v3.22.0

@@ -14,7 +14,7 @@ import (
 // nothing above it.
 const DefaultConcurrency = 16
 
-// Settings are the agent API's environment variables (pkg/agentapi,
+// Settings are the agent API's environment variables (internal/agentapi,
 // where they are agentapi.Settings), embedded in Config.
 type Settings struct {
 	// AgentAPIListen is the loopback address the API listens on; "off"

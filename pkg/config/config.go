@@ -153,7 +153,7 @@ type Config struct {
 	// json for structured answers (README "Structured answers"). Default
 	// text.
 	HandlerAnswer string `env:"MOLECULE_HANDLER_ANSWER" envDefault:"text"`
-	// Agent API settings (MOLECULE_AGENT_API_*; pkg/agentapi).
+	// Agent API settings (MOLECULE_AGENT_API_*; internal/agentapi).
 	Settings
 	// Concurrency is how many handlers run at once per dispatcher. Default
 	// DefaultConcurrency (16), set by Load.

@@ -129,7 +129,7 @@ type Config struct {
 	// set, 10 minutes.
 	ReprobeEvery time.Duration
 	// Push maps a workspace id to the URL it is registered with in push
-	// mode (the platform POSTs its messages there; pkg/ingress receives
+	// mode (the platform POSTs its messages there; internal/ingress receives
 	// them). Such a workspace is registered with that URL once per process
 	// (unless SkipRegister), its feed is never fetched and the generation
 	// probe never stops it (push works on OLD platforms), but its state is

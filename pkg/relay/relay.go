@@ -15,17 +15,17 @@ import (
 	"sync"
 	"time"
 
-	"github.com/molecule-ai/molecule-relay/pkg/agentapi"
+	"github.com/molecule-ai/molecule-relay/internal/agentapi"
+	"github.com/molecule-ai/molecule-relay/internal/dispatcher"
+	"github.com/molecule-ai/molecule-relay/internal/replier"
+	"github.com/molecule-ai/molecule-relay/internal/stage"
+	"github.com/molecule-ai/molecule-relay/internal/tracing"
 	"github.com/molecule-ai/molecule-relay/pkg/broker"
 	"github.com/molecule-ai/molecule-relay/pkg/config"
-	"github.com/molecule-ai/molecule-relay/pkg/dispatcher"
 	"github.com/molecule-ai/molecule-relay/pkg/events"
 	"github.com/molecule-ai/molecule-relay/pkg/handler"
 	"github.com/molecule-ai/molecule-relay/pkg/molecule"
 	"github.com/molecule-ai/molecule-relay/pkg/poller"
-	"github.com/molecule-ai/molecule-relay/pkg/replier"
-	"github.com/molecule-ai/molecule-relay/pkg/stage"
-	"github.com/molecule-ai/molecule-relay/pkg/tracing"
 )
 
 // Runtime is an open connection to NATS with the topology ensured and the

@@ -54,7 +54,7 @@ func functionBinaries(t testing.TB) string {
 	return fnDir
 }
 
-// fnResult is pkg/lambdafn.Result as the runtime returns it.
+// fnResult is internal/lambdafn.Result as the runtime returns it.
 type fnResult struct {
 	Stage        string `json:"stage"`
 	Published    int    `json:"published"`

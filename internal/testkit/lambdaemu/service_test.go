@@ -10,8 +10,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/molecule-ai/molecule-relay/internal/lambdainvoke"
 	"github.com/molecule-ai/molecule-relay/internal/testkit/lambdaemu"
-	"github.com/molecule-ai/molecule-relay/pkg/lambdainvoke"
 )
 
 func serviceClient(t *testing.T, svc *lambdaemu.Service, secret string) *lambdainvoke.Client {
