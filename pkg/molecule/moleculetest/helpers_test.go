@@ -158,5 +158,3 @@ func compact(s string) string {
 }
 
 func jsonUnmarshal(b []byte, v any) error { return json.Unmarshal(b, v) }
-
-func bytesReader(b []byte) io.Reader { return bytes.NewReader(b) }
