@@ -143,7 +143,8 @@ type Config struct {
 	// posts their replies and exits inside it; a handler still running
 	// near its end is cut and its message handed back. Keep it below the
 	// supervisor's own grace (Kubernetes' terminationGracePeriodSeconds,
-	// 30 s by default). Default 25s; 1s..1h.
+	// 30 s by default). Default 25s; 1s..1h. mcp uses at most 350 ms
+	// (Claude Code's SIGKILL follows its SIGINT at 500 ms).
 	StopGrace Seconds `env:"MOLECULE_STOP_GRACE" envDefault:"25s"`
 	// MCPAnswerTimeout is how long the mcp command waits for Claude to
 	// answer or dismiss one message before it is shown again (it is the

@@ -7,9 +7,22 @@ import (
 	"io"
 	"log/slog"
 	"sync"
+	"time"
 
+	"github.com/molecule-ai/molecule-relay/pkg/config"
 	"github.com/molecule-ai/molecule-relay/pkg/molecule"
 	"github.com/molecule-ai/molecule-relay/pkg/relay"
+)
+
+const (
+	// mcpStopGrace caps MOLECULE_STOP_GRACE for mcp's stages: the drain
+	// of queued replies ends 70 ms before it (relay's stop tail), and the
+	// stop returns 35 ms before it, leaving Close time for NATS (CloseWait)
+	// inside Claude Code's 500 ms.
+	mcpStopGrace = 350 * time.Millisecond
+	// mcpReplyDrainIdle: with the dispatcher stopped, every reply is
+	// already stored, so a short wait shows the queue empty.
+	mcpReplyDrainIdle = 50 * time.Millisecond
 )
 
 // Relay is the mcp command's pipeline: the poller and replier run from
@@ -62,6 +75,10 @@ func start(ctx context.Context, rt *relay.Runtime, leaseCfg LeaseConfig, ch *Cha
 		return nil, err
 	}
 	rt.Cfg.HandlerTimeout = rt.Cfg.MCPAnswerTimeout
+	// Claude Code sends SIGKILL about 500 ms after its SIGINT: the stop of
+	// the poller and the replier (and the drain of the replies Claude gave)
+	// must end well before, leaving time to close NATS.
+	rt.Cfg.StopGrace = min(rt.Cfg.StopGrace, config.Seconds(mcpStopGrace))
 	// The stages stop when the relay is closed, after the lease is
 	// released and delivery stopped, not when ctx ends under them.
 	sctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
@@ -69,7 +86,12 @@ func start(ctx context.Context, rt *relay.Runtime, leaseCfg LeaseConfig, ch *Cha
 	r.ch.names = newPeerDirectory(r.backend().Clients)
 	r.srv = NewServer(ServerConfig{Channel: r.ch, Logger: rt.Log})
 	r.srv.Attach(r.backend())
-	go func() { r.stages <- rt.Run(sctx, relay.Stages{Poll: true, Reply: true}) }()
+	// The dispatcher runs outside this Run (dispatch) and is stopped
+	// before Close ends sctx; the replies it published are posted at the
+	// stop (ReplyDrain), not left for the next session.
+	go func() {
+		r.stages <- rt.Run(sctx, relay.Stages{Poll: true, Reply: true, ReplyDrain: mcpReplyDrainIdle})
+	}()
 	return r, nil
 }
 

@@ -374,6 +374,7 @@ func (p *Poller) overlap(ctx context.Context, w *workspace, d time.Duration, res
 	if cur.UpdatedAt.IsZero() {
 		return nil // not seeded yet: nothing is ours to re-read
 	}
+	p.loadSent(ctx, w, cur.Recent) // a restarted poller's first re-read
 	rows, err := p.window(ctx, w, d, res)
 	if err != nil {
 		return err

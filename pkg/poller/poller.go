@@ -91,6 +91,8 @@ type workspace struct {
 	// sent is what this process published to the inbound stream and saw
 	// acknowledged, for the overlap window (recent.go sentSet).
 	sent sentSet
+	// sentLoaded: the snapshot of sent was read (loadSent; cycleMu).
+	sentLoaded bool
 
 	mu          sync.Mutex
 	notBefore   time.Time // no activity request before this (429, budget)
@@ -489,6 +491,7 @@ func (p *Poller) poll(ctx context.Context, w *workspace, rec *statusRecord, res 
 		// committed behind the cursor.
 		err = p.overlap(ctx, w, min(wakeRereadWindow, p.cfg.OverlapWindow), res)
 	}
+	p.saveSent(ctx, w)
 	switch {
 	case err == nil:
 	case errors.Is(err, molecule.ErrUnauthorized):

@@ -89,11 +89,15 @@ func (v *cursorValue) alreadyPublished(row molecule.ActivityRow) bool {
 // had restarted published 600 to 1,000 handled messages again (measured by
 // make chaos-cluster), each one a dispatcher redelivery, a reply
 // republished and a replier redelivery, queued in front of new messages.
-// A poller that runs on remembers them here; one that restarted falls back
-// to the cursor's set and the stream.
+// A poller that runs on remembers them here, and writes them to a
+// snapshot that a restarted one reads (sentsnap.go).
 type sentSet struct {
 	mu  sync.Mutex
 	ids map[string]int64 // activity id -> created_at, Unix µs
+	// added counts rows added since the last snapshot, savedAt is when it
+	// was written (sentsnap.go).
+	added   int
+	savedAt time.Time
 }
 
 // add remembers published rows and forgets those created more than keep
@@ -115,6 +119,9 @@ func (s *sentSet) add(rows []recentID, keep time.Duration, now time.Time) {
 	}
 	for _, r := range rows {
 		if at := r.createdAt.UnixMicro(); r.id != "" && at >= cut {
+			if _, ok := s.ids[r.id]; !ok {
+				s.added++
+			}
 			s.ids[r.id] = at
 		}
 	}

@@ -14,7 +14,8 @@ import (
 )
 
 // Run polls every workspace until ctx ends: per workspace a loop that polls
-// every PollInterval (the source of truth) and, with Config.SSE, at once
+// every PollInterval (the source of truth; after a failed cycle sooner, 250
+// ms doubling up to the interval) and, with Config.SSE, at once
 // when the workspace's event stream announces an inbound message; and a
 // heartbeat every HeartbeatInterval that never waits for the rate budget.
 // A workspace that cannot be polled any more (deleted, token rejected, OLD
@@ -58,6 +59,7 @@ func (p *Poller) runWorkspace(ctx context.Context, w *workspace) error {
 	fuTimer.Stop()
 	defer fuTimer.Stop()
 	heartbeating, woken := false, false
+	var retry failRetry // a failed cycle is tried again sooner (retry.go)
 	for {
 		// State is read at most once per poll interval: an SSE wake-up goes
 		// straight to the fetch.
@@ -92,6 +94,10 @@ func (p *Poller) runWorkspace(ctx context.Context, w *workspace) error {
 			fuTimer.Reset(time.Until(due))
 			fuC = fuTimer.C
 		}
+		var retryC <-chan time.Time
+		if d, ok := retry.after(res.Err, p.cfg.PollInterval); ok {
+			retryC = time.After(d)
+		}
 		woken = false
 		select {
 		case <-ctx.Done():
@@ -100,6 +106,7 @@ func (p *Poller) runWorkspace(ctx context.Context, w *workspace) error {
 		case <-wake:
 			woken = true
 		case <-fuC:
+		case <-retryC:
 		}
 		fuTimer.Stop()
 	}

@@ -201,3 +201,19 @@ func TestRunStopsRemovedWorkspaceKeepsOthers(t *testing.T) {
 		t.Fatalf("Run error: %v", err)
 	}
 }
+
+// A failed cycle (here the platform answers the state read 500, twice) is
+// tried again within a second, not a whole poll interval later (an hour
+// here; 5 s by default).
+func TestFailedPollIsRetriedSoonerThanThePollInterval(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	e.plat.InjectFault(moleculetest.Fault{Method: "GET", PathPrefix: "/workspaces/" + e.ws.ID + "/state", Status: 500, Count: 2})
+	start := time.Now()
+	run(t, e.poller(poller.Config{PollInterval: time.Hour}))
+	e.waitSeeded(e.ws.ID)
+	if n := e.requests("GET", "/state"); n != 3 {
+		t.Fatalf("%d state reads, want the 2 that failed and the one that let the cycle go on", n)
+	}
+	t.Logf("seeded %s after the start, through 2 failed cycles", time.Since(start).Round(time.Millisecond))
+}

@@ -1,6 +1,7 @@
 package poller
 
 import (
+	"encoding/binary"
 	"fmt"
 	"testing"
 	"time"
@@ -33,5 +34,35 @@ func TestSentSetRemembersMoreThanTheCursorsRecentSet(t *testing.T) {
 	s.add([]recentID{{id: "new", createdAt: later}}, keep, later)
 	if s.has(molecule.ActivityRow{ID: rows[n-1].id}) || !s.has(molecule.ActivityRow{ID: "new"}) {
 		t.Error("rows older than keep are still remembered, or the new one is not")
+	}
+}
+
+// The snapshot keeps every id exactly (UUIDs in 16 bytes, anything else
+// as it is) and every created_at to the microsecond, oldest first.
+func TestSentSnapshotRoundTripsIDsAndTimes(t *testing.T) {
+	base := time.Date(2026, 11, 26, 12, 0, 0, 123456000, time.UTC)
+	rows := []recentID{
+		{"0b6f3c1e-2a4d-4e8f-9a1b-3c5d7e9f0a2b", base},
+		{"row-7", base}, // same microsecond, not a UUID
+		{"0B6F3C1E-2A4D-4E8F-9A1B-3C5D7E9F0A2B", base.Add(time.Microsecond)}, // upper case kept as is
+		{"ffffffff-ffff-ffff-ffff-ffffffffffff", base.Add(90 * time.Second)},
+	}
+	got, err := decodeSent(encodeSent(rows))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(got) != len(rows) {
+		t.Fatalf("decoded %d rows, want %d", len(got), len(rows))
+	}
+	for i := range rows {
+		if got[i].id != rows[i].id || !got[i].createdAt.Equal(rows[i].createdAt) {
+			t.Errorf("row %d: got %s at %s, want %s at %s", i, got[i].id, got[i].createdAt, rows[i].id, rows[i].createdAt)
+		}
+	}
+	if size := len(encodeSent(rows[:1])); size > 1+binary.MaxVarintLen64+17 {
+		t.Errorf("a UUID row takes %d bytes", size)
+	}
+	if _, err := decodeSent([]byte{sentFormat, 5, 0, 1}); err == nil {
+		t.Error("a truncated snapshot decoded without error")
 	}
 }

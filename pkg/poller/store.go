@@ -266,7 +266,9 @@ func ReadStatus(ctx context.Context, topo *events.Topology, ids ...string) ([]Wo
 				return nil, fmt.Errorf("poller: list keys: %w", err)
 			}
 			for _, k := range keys {
-				set[k] = true
+				if !isSentKey(k) {
+					set[k] = true
+				}
 			}
 		}
 		for k := range set {

@@ -14,6 +14,13 @@ import (
 // Stages selects which stage cores a run starts.
 type Stages struct {
 	Poll, Dispatch, Reply bool
+	// ReplyDrain, with Reply and without Dispatch, is for a caller that
+	// runs its own dispatcher and stops it before ctx ends (mcp, whose
+	// dispatcher lives while Claude is connected): at the stop the replier
+	// posts what the reply queue holds, as after this run's own
+	// dispatcher, counting it drained once it stayed empty this long. An
+	// empty queue is seen at once, without that wait. 0: no drain.
+	ReplyDrain time.Duration
 }
 
 // All is every stage: the connect command.
@@ -62,6 +69,7 @@ func (rt *Runtime) Run(ctx context.Context, s Stages) error {
 		}
 		rt.stages.set(nil, r)
 	}
+	st.drain = d != nil || s.ReplyDrain > 0
 	st.watch(d, r)
 	if d != nil {
 		st.start("dispatcher", func() error {
@@ -75,11 +83,17 @@ func (rt *Runtime) Run(ctx context.Context, s Stages) error {
 			if err := r.Run(st.reply); err != nil {
 				return err
 			}
-			if d == nil || st.failed() {
+			switch {
+			case st.failed():
 				return nil
+			case d != nil:
+				// This process's handlers are done: post their replies.
+				return st.drainReplies(r, stopDrainIdle)
+			case s.ReplyDrain > 0:
+				// The caller's dispatcher stopped before ctx ended.
+				return st.drainQueued(r, s.ReplyDrain)
 			}
-			// This process's handlers are done: post their replies.
-			return st.drainReplies(r)
+			return nil
 		})
 	}
 	if s.Poll {

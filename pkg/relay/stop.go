@@ -49,6 +49,9 @@ type stopper struct {
 	wg      sync.WaitGroup
 	unhook  func() bool
 	overdue chan struct{} // closed when the grace is (nearly) over
+	// drain: the stop drains the reply queue (this run dispatches, or
+	// Stages.ReplyDrain), so what is left in it is reported.
+	drain bool
 
 	mu      sync.Mutex
 	began   time.Time
@@ -124,14 +127,29 @@ func (st *stopper) begin() {
 		time.AfterFunc(st.grace-closing, func() { close(st.overdue) }))
 }
 
-// drainReplies posts what the reply queue holds until it stays empty or
-// the stop's limit ends.
-func (st *stopper) drainReplies(r *replier.Replier) error {
+// drainReplies posts what the reply queue holds until it stays empty for
+// idle or the stop's limit ends.
+func (st *stopper) drainReplies(r *replier.Replier, idle time.Duration) error {
 	ctx, cancel := context.WithCancel(st.base)
 	defer cancel()
 	defer context.AfterFunc(st.limit, cancel)()
-	_, err := r.Drain(ctx, stopDrainIdle)
+	_, err := r.Drain(ctx, idle)
 	return err
+}
+
+// drainQueued is drainReplies after a dispatcher that is not this run's
+// (Stages.ReplyDrain), which stopped before the stop began: nothing more
+// comes into the queue, so an empty one is done at once, without the
+// idle wait (mcp must exit within Claude Code's 500 ms, and usually has
+// nothing queued).
+func (st *stopper) drainQueued(r *replier.Replier, idle time.Duration) error {
+	ctx, cancel := context.WithCancel(st.base)
+	defer cancel()
+	defer context.AfterFunc(st.limit, cancel)()
+	if q, err := st.rt.queued(st.rt.Topo.Replier)(ctx); err == nil && q == 0 {
+		return nil
+	}
+	return st.drainReplies(r, idle)
 }
 
 // wait waits for the stages (at most until the grace is nearly over once
@@ -184,7 +202,7 @@ func (st *stopper) report(overdue bool) {
 			attrs = append(attrs, "posts_still_running", n)
 			left = append(left, fmt.Sprintf("%d post(s) still in flight are settled (looked up on the feed, never posted twice)", n))
 		}
-		if st.d != nil {
+		if st.drain {
 			ctx, cancel := context.WithTimeout(context.WithoutCancel(st.caller), 500*time.Millisecond)
 			q, err := st.rt.queued(st.rt.Topo.Replier)(ctx)
 			cancel()

@@ -2,6 +2,7 @@ package chaos_test
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"flag"
 	"fmt"
@@ -221,7 +222,7 @@ func rollNodes(ctx context.Context, t *testing.T, c *clustertest.Cluster, kills 
 		n := c.Nodes[i%len(c.Nodes)]
 		n.Kill()
 		kills.Add(1)
-		t.Logf("chaos %6.1fs: SIGKILL node %s", time.Since(start).Seconds(), n.Name)
+		t.Logf("chaos %6.1fs: SIGKILL node %s (at %s, as in the stages' logs)", time.Since(start).Seconds(), n.Name, time.Now().UTC().Format("15:04:05.000"))
 		pause(context.Background(), *flagNodeDown)
 		if err := n.Start(); err != nil {
 			t.Errorf("restart node %s: %v", n.Name, err)
@@ -315,6 +316,7 @@ func splitLatency(plat *moleculetest.Server, agent moleculetest.Workspace, peers
 		slowest = append(slowest, slow{s.text, rs[0].activityID, h.Sub(s.postedAt), at.Sub(h), int(rs[len(rs)-1].delivery), len(rs)})
 	}
 	fmt.Printf("CHAOS latency send->handler answered: %s; handler answered->reply on the platform: %s\n", pcts(toHandler), pcts(toReply))
+	printStalls(ledger, runs, first)
 	slices.SortFunc(slowest, func(a, b slow) int { return int((b.handler + b.reply) - (a.handler + a.reply)) })
 	for _, x := range slowest[:min(5, len(slowest))] {
 		fmt.Printf("CHAOS slow: %s (activity %s) send->handler %s, handler->reply %s (handler runs %d, last delivery %d)\n",
@@ -373,4 +375,64 @@ func countInLogs(t *testing.T, dir, prefix, what string) int {
 		n += bytes.Count(b, []byte(what))
 	}
 	return n
+}
+
+// printStalls prints the longest times each path stood still: no handler
+// answered (inbound path: poller, inbound stream, dispatchers) or no reply
+// reached the platform (reply path: handled record, reply stream,
+// replier) for over 2 s while messages waited in it, with when (UTC, as
+// in the stages' logs and the node kills above) and how many were in it
+// when it moved again. A stall much longer than one election (4–9 s) is
+// what to look into.
+func printStalls(ledger []*sent, runs map[string][]handlerRun, first map[string]time.Time) {
+	type span struct{ from, to time.Time } // entered the path, left it
+	var in, out []span
+	for _, s := range ledger {
+		rs, ok := runs[s.text]
+		at, answered := first[s.text]
+		if !ok || len(rs) == 0 || !answered {
+			continue
+		}
+		h := rs[0].at
+		for _, r := range rs[1:] {
+			if r.at.Before(h) {
+				h = r.at
+			}
+		}
+		in = append(in, span{s.postedAt, h})
+		out = append(out, span{h, at})
+	}
+	stalls := func(name string, spans []span) {
+		ends := make([]time.Time, len(spans))
+		for i, x := range spans {
+			ends[i] = x.to
+		}
+		slices.SortFunc(ends, func(a, b time.Time) int { return a.Compare(b) })
+		type gap struct {
+			from, to time.Time
+			waiting  int
+		}
+		var gaps []gap
+		for i := 1; i < len(ends); i++ {
+			if ends[i].Sub(ends[i-1]) < 2*time.Second {
+				continue
+			}
+			g := gap{from: ends[i-1], to: ends[i]}
+			for _, x := range spans {
+				if x.from.Before(g.to) && !x.to.Before(g.to) { // in the path when it moved again
+					g.waiting++
+				}
+			}
+			if g.waiting > 0 {
+				gaps = append(gaps, g)
+			}
+		}
+		slices.SortFunc(gaps, func(a, b gap) int { return cmp.Compare(b.to.Sub(b.from), a.to.Sub(a.from)) })
+		for _, g := range gaps[:min(3, len(gaps))] {
+			fmt.Printf("CHAOS stall: %s path stood still %s, %s to %s UTC, %d messages waiting in it\n", name,
+				g.to.Sub(g.from).Round(time.Millisecond), g.from.UTC().Format("15:04:05.000"), g.to.UTC().Format("15:04:05.000"), g.waiting)
+		}
+	}
+	stalls("inbound", in)
+	stalls("reply", out)
 }

@@ -1,0 +1,237 @@
+package poller
+
+import (
+	"context"
+	"encoding/binary"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/molecule-ai/molecule-relay/internal/stage"
+)
+
+// Why a snapshot of the sent set: the cursor record keeps only the newest
+// maxRecent published ids (it is written on every page, so it must stay
+// small), while an overlap re-read covers OverlapWindow (2 minutes, 4,000
+// rows at 33 msg/s). A poller that restarted had only those 1,000 and
+// published the older rows of its first re-read again; a restarted
+// cluster node had forgotten them too (work-queue retention), so 600 to
+// 1,036 handled messages went through the pipeline a second time.
+//
+// So, while the window holds more than half of what the cursor record
+// keeps, the poller also writes the whole time-bounded set, compactly
+// (about 19 bytes a row), to the status bucket under
+// "<workspace>.published": once soon after a process starts (loadSent),
+// then at most every sentSnapshotEvery, or sooner once sentSnapshotRows
+// rows were added since the last one. The rows published after the last
+// snapshot are the newest ones, which the cursor record holds as long as
+// fewer than maxRecent arrive between two snapshots. A restarted poller
+// reads the snapshot before its first re-read. An idle or quiet workspace
+// (at most 500 rows in the window) writes nothing.
+//
+// Nothing here can hide a late row: a row is recognised only by its own
+// activity id, which a row that was never published cannot have.
+const (
+	sentSnapshotEvery = 10 * time.Second
+	sentSnapshotRows  = maxRecent / 2
+	// maxSnapshotRows keeps a snapshot under NATS's default 1 MB payload
+	// (the newest rows are kept): 3 minutes at 160 msg/s.
+	maxSnapshotRows = 30000
+	sentKeySuffix   = ".published"
+	sentFormat      = 1
+)
+
+// sentKey is the status bucket key of w's snapshot. Workspace ids are
+// UUIDs: no workspace key has a dot (ReadStatus skips these keys).
+func sentKey(ws string) string { return ws + sentKeySuffix }
+
+// isSentKey reports whether a status bucket key is a snapshot.
+func isSentKey(k string) bool { return strings.HasSuffix(k, sentKeySuffix) }
+
+// snapshot returns the remembered rows created within keep of now, oldest
+// first, and resets the count of rows added since the last snapshot.
+func (s *sentSet) snapshot(keep time.Duration, now time.Time) []recentID {
+	cut := now.Add(-keep).UnixMicro()
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	out := make([]recentID, 0, len(s.ids))
+	for id, at := range s.ids {
+		if at >= cut {
+			out = append(out, recentID{id: id, createdAt: time.UnixMicro(at)})
+		}
+	}
+	s.added = 0
+	slices.SortFunc(out, func(a, b recentID) int { return a.createdAt.Compare(b.createdAt) })
+	if len(out) > maxSnapshotRows {
+		out = out[len(out)-maxSnapshotRows:]
+	}
+	return out
+}
+
+// snapshotDue reports whether the set should be written now: it holds
+// more than half of what the cursor record keeps (rows the cursor will
+// soon drop; fewer are all in the cursor), rows were added since the last
+// write, and either sentSnapshotEvery passed since it or sentSnapshotRows
+// rows were added.
+func (s *sentSet) snapshotDue(now time.Time) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return len(s.ids) > sentSnapshotRows && s.added > 0 && (now.Sub(s.savedAt) >= sentSnapshotEvery || s.added >= sentSnapshotRows)
+}
+
+// saveSent writes w's snapshot when due. It is a cache of what was
+// published: a failed write is logged at debug and tried again in a later
+// cycle (the stream's de-duplication covers the gap), and one bounded try
+// never holds a cycle up for long while the cluster elects a leader.
+func (p *Poller) saveSent(ctx context.Context, w *workspace) {
+	now := time.Now()
+	if !w.sent.snapshotDue(now) {
+		return
+	}
+	rows := w.sent.snapshot(p.recentKeep(), now)
+	wctx, cancel := context.WithTimeout(ctx, stage.AttemptTimeout)
+	defer cancel()
+	if _, err := p.topo.Status.Put(wctx, sentKey(w.id), encodeSent(rows)); err != nil {
+		w.log.Debug("poller: could not save the published-row snapshot; trying again later", "error", err)
+		w.sent.mu.Lock()
+		w.sent.added += len(rows) // due again at the next cycle
+		w.sent.mu.Unlock()
+		return
+	}
+	w.sent.mu.Lock()
+	w.sent.savedAt = now
+	w.sent.mu.Unlock()
+}
+
+// loadSent reads w's snapshot into its sent set, once per process, before
+// the first re-read, together with the cursor record's recent ids
+// (recent). A missing key is an empty snapshot; a failed read is tried
+// again before the next re-read.
+//
+// The cursor's ids count as new to the snapshot, and the first save of a
+// process is due at once: a poller restarted every few seconds publishes
+// fewer rows in its life than the cursor keeps, so without them no
+// process would ever hold enough to write a snapshot, and the rows older than the cursor's 1,000 would be known to
+// none of them (make chaos-cluster with stage SIGKILLs: 1,036 rows
+// republished by a poller that was the sixth in a minute).
+func (p *Poller) loadSent(ctx context.Context, w *workspace, recent map[string]int64) {
+	if w.sentLoaded {
+		return
+	}
+	lctx, cancel := context.WithTimeout(ctx, storeTimeout)
+	defer cancel()
+	e, err := stage.RetryGet(lctx, p.topo.Status, sentKey(w.id))
+	switch {
+	case errors.Is(err, jetstream.ErrKeyNotFound):
+	case err != nil:
+		w.log.Debug("poller: could not read the published-row snapshot; the re-read relies on the cursor's recent set", "error", err)
+		return
+	default:
+		rows, derr := decodeSent(e.Value())
+		if derr != nil {
+			w.log.Warn("poller: unreadable published-row snapshot; ignored", "error", derr)
+		}
+		w.sent.mu.Lock()
+		added := w.sent.added
+		w.sent.mu.Unlock()
+		w.sent.add(rows, p.recentKeep(), time.Now())
+		w.sent.mu.Lock()
+		w.sent.added = added // the snapshot's rows are saved already
+		w.sent.mu.Unlock()
+	}
+	rows := make([]recentID, 0, len(recent))
+	for id, at := range recent {
+		rows = append(rows, recentID{id: id, createdAt: time.UnixMicro(at)})
+	}
+	w.sent.add(rows, p.recentKeep(), time.Now())
+	w.sentLoaded = true
+}
+
+// encodeSent writes rows (oldest first) as: a format byte, then per row
+// the uvarint of its created_at in µs after the previous row's (the first
+// after zero), and its id: 0 and 16 bytes for a canonical UUID, else 1,
+// the uvarint of its length and its bytes.
+func encodeSent(rows []recentID) []byte {
+	b := make([]byte, 0, 1+len(rows)*20)
+	b = append(b, sentFormat)
+	var prev int64
+	for _, r := range rows {
+		at := r.createdAt.UnixMicro()
+		b = binary.AppendUvarint(b, uint64(max(at-prev, 0)))
+		prev = max(at, prev)
+		if u, ok := uuidBytes(r.id); ok {
+			b = append(b, 0)
+			b = append(b, u[:]...)
+		} else {
+			b = append(b, 1)
+			b = binary.AppendUvarint(b, uint64(len(r.id)))
+			b = append(b, r.id...)
+		}
+	}
+	return b
+}
+
+func decodeSent(b []byte) ([]recentID, error) {
+	if len(b) == 0 || b[0] != sentFormat {
+		return nil, fmt.Errorf("poller: published-row snapshot of unknown format")
+	}
+	b = b[1:]
+	var rows []recentID
+	var at int64
+	for len(b) > 0 {
+		d, n := binary.Uvarint(b)
+		if n <= 0 || len(b) < n+1 {
+			return rows, fmt.Errorf("poller: truncated published-row snapshot")
+		}
+		at += int64(d)
+		kind := b[n]
+		b = b[n+1:]
+		var id string
+		switch kind {
+		case 0:
+			if len(b) < 16 {
+				return rows, fmt.Errorf("poller: truncated published-row snapshot")
+			}
+			id = uuidString(b[:16])
+			b = b[16:]
+		case 1:
+			l, n := binary.Uvarint(b)
+			if n <= 0 || uint64(len(b)-n) < l {
+				return rows, fmt.Errorf("poller: truncated published-row snapshot")
+			}
+			id = string(b[n : n+int(l)])
+			b = b[n+int(l):]
+		default:
+			return rows, fmt.Errorf("poller: published-row snapshot: unknown id kind %d", kind)
+		}
+		rows = append(rows, recentID{id: id, createdAt: time.UnixMicro(at)})
+	}
+	return rows, nil
+}
+
+// uuidBytes parses a canonical lower-case UUID (the platform's activity
+// ids); anything else (upper case included, so the id round-trips
+// exactly) is not one.
+func uuidBytes(s string) (u [16]byte, ok bool) {
+	if len(s) != 36 || s[8] != '-' || s[13] != '-' || s[18] != '-' || s[23] != '-' {
+		return u, false
+	}
+	if strings.ToLower(s) != s {
+		return u, false
+	}
+	h := s[0:8] + s[9:13] + s[14:18] + s[19:23] + s[24:36]
+	if _, err := hex.Decode(u[:], []byte(h)); err != nil {
+		return u, false
+	}
+	return u, true
+}
+
+func uuidString(b []byte) string {
+	h := hex.EncodeToString(b)
+	return h[0:8] + "-" + h[8:12] + "-" + h[12:16] + "-" + h[16:20] + "-" + h[20:32]
+}
