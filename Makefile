@@ -3,10 +3,10 @@ GO            ?= go
 STATICCHECK   := honnef.co/go/tools/cmd/staticcheck@v0.8.2
 BIN           := bin
 PKGS          := ./...
-# The version stamped into every binary (pkg/version): the git tag, or the
+# The version stamped into every binary (internal/version): the git tag, or the
 # commit when untagged.
 VERSION       ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
-LDFLAGS       := -X github.com/molecule-ai/molecule-relay/pkg/version.Version=$(VERSION)
+LDFLAGS       := -X github.com/molecule-ai/molecule-relay/internal/version.Version=$(VERSION)
 # Tools built from the Go module proxy (no other download), pinned.
 TOOLS         := $(CURDIR)/$(BIN)/tools
 HELM_VERSION  := v3.22.0
@@ -45,17 +45,17 @@ test: ## go vet, then every test with the race detector
 	$(GO) vet $(PKGS)
 	$(GO) test -race -count=1 -timeout 20m $(PKGS)
 
-chaos: ## chaos test, short: 300 messages through separate stage processes on an external nats-server, random SIGKILLs, platform 429/500/latency (internal/chaos)
-	$(GO) test -count=1 -v -timeout 10m -run '^TestChaos$$' ./internal/chaos -args -chaos.msgs=$(or $(CHAOS_MSGS),300) -chaos.rate=$(or $(CHAOS_RATE),15) $(CHAOS_FLAGS)
+chaos: ## chaos test, short: 300 messages through separate stage processes on an external nats-server, random SIGKILLs, platform 429/500/latency (internal/testkit/chaos)
+	$(GO) test -count=1 -v -timeout 10m -run '^TestChaos$$' ./internal/testkit/chaos -args -chaos.msgs=$(or $(CHAOS_MSGS),300) -chaos.rate=$(or $(CHAOS_RATE),15) $(CHAOS_FLAGS)
 
 chaos-long: ## chaos test, long: 10,000 messages at 40/s (CHAOS_RUNS=3 runs it three times)
 	@for i in $$(seq 1 $(or $(CHAOS_RUNS),1)); do \
 		echo "== chaos-long run $$i"; \
-		$(GO) test -count=1 -v -timeout 60m -run '^TestChaos$$' ./internal/chaos -args -chaos.msgs=$(or $(CHAOS_MSGS),10000) -chaos.rate=$(or $(CHAOS_RATE),40) $(CHAOS_FLAGS) || exit 1; \
+		$(GO) test -count=1 -v -timeout 60m -run '^TestChaos$$' ./internal/testkit/chaos -args -chaos.msgs=$(or $(CHAOS_MSGS),10000) -chaos.rate=$(or $(CHAOS_RATE),40) $(CHAOS_FLAGS) || exit 1; \
 	done
 
 chaos-cluster: ## chaos test on a 3-node R3 nats-server cluster: a node SIGKILLed every 12 s (back after 3 s), random stage SIGKILLs; 2,000 messages at 33/s (CHAOS_RELAY_BIN: measure another build)
-	$(GO) test -count=1 -v -timeout 20m -run '^TestChaosCluster$$' ./internal/chaos -args -chaos.msgs=$(or $(CHAOS_MSGS),2000) -chaos.rate=$(or $(CHAOS_RATE),33) $(if $(CHAOS_RELAY_BIN),-chaos.relay-bin=$(CHAOS_RELAY_BIN)) $(CHAOS_FLAGS)
+	$(GO) test -count=1 -v -timeout 20m -run '^TestChaosCluster$$' ./internal/testkit/chaos -args -chaos.msgs=$(or $(CHAOS_MSGS),2000) -chaos.rate=$(or $(CHAOS_RATE),33) $(if $(CHAOS_RELAY_BIN),-chaos.relay-bin=$(CHAOS_RELAY_BIN)) $(CHAOS_FLAGS)
 
 test-short: ## tests without the race detector (faster local loop)
 	$(GO) test -count=1 $(PKGS)

@@ -15,7 +15,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/molecule-ai/molecule-relay/pkg/memory"
+	"github.com/molecule-ai/molecule-relay/internal/memory"
 )
 
 var (

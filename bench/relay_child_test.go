@@ -18,14 +18,14 @@ import (
 
 	"github.com/nats-io/nats.go/jetstream"
 
-	"github.com/molecule-ai/molecule-relay/internal/natstest"
-	"github.com/molecule-ai/molecule-relay/pkg/dispatcher"
+	"github.com/molecule-ai/molecule-relay/internal/dispatcher"
+	"github.com/molecule-ai/molecule-relay/internal/replier"
+	"github.com/molecule-ai/molecule-relay/internal/stage"
+	"github.com/molecule-ai/molecule-relay/internal/testkit/natstest"
 	"github.com/molecule-ai/molecule-relay/pkg/events"
 	"github.com/molecule-ai/molecule-relay/pkg/handler"
 	"github.com/molecule-ai/molecule-relay/pkg/molecule"
 	"github.com/molecule-ai/molecule-relay/pkg/poller"
-	"github.com/molecule-ai/molecule-relay/pkg/replier"
-	"github.com/molecule-ai/molecule-relay/pkg/stage"
 )
 
 // childEnv carries a relayConfig (JSON) to the re-executed test binary,

@@ -12,12 +12,12 @@ import (
 
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/molecule-ai/molecule-relay/internal/memory"
 	"github.com/molecule-ai/molecule-relay/pkg/events"
-	"github.com/molecule-ai/molecule-relay/pkg/memory"
 )
 
 // runHistory is `history show|forget <workspace> [conversation]`: inspect
-// or erase the conversation memory (pkg/memory) kept in NATS.
+// or erase the conversation memory (internal/memory) kept in NATS.
 func runHistory(ctx context.Context, env *cliEnv, args []string) error {
 	if len(args) > 0 && isHelpArg(args[0]) {
 		printSubcommandHelp(env.stdout, "history", "show | forget <workspace> [conversation]", historySubcommands, "history show")

@@ -13,10 +13,11 @@ import (
 	"os/signal"
 	"syscall"
 
+	"github.com/molecule-ai/molecule-relay/internal/configerr"
+	"github.com/molecule-ai/molecule-relay/internal/version"
 	// The CLI embeds a NATS server when NATS_URL is not set.
 	_ "github.com/molecule-ai/molecule-relay/pkg/broker/embedded"
 	"github.com/molecule-ai/molecule-relay/pkg/mcpchannel"
-	"github.com/molecule-ai/molecule-relay/pkg/version"
 )
 
 // Exit codes.
@@ -27,7 +28,8 @@ const (
 	exitBusy   = 3 // mcp --no-wait: another session serves one of the workspaces
 )
 
-// usageError is a bad command line or configuration (exit 2).
+// usageError is a bad command line or configuration (exit 2), as is any
+// error that matches configerr.ErrInvalid.
 type usageError struct{ err error }
 
 func (e usageError) Error() string { return e.err.Error() }
@@ -113,7 +115,7 @@ func run(ctx context.Context, env *cliEnv, args []string) int {
 			return exitOK
 		case errors.Is(err, flag.ErrHelp):
 			return exitOK
-		case errors.As(err, &ue):
+		case errors.As(err, &ue), errors.Is(err, configerr.ErrInvalid): // any package's configuration error
 			fmt.Fprintf(env.stderr, "molecule-relay %s: %v\n", c.name, err)
 			return exitUsage
 		case errors.Is(err, mcpchannel.ErrAlreadyRunning): // another mcp instance holds a workspace

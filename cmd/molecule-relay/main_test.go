@@ -14,7 +14,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/molecule-ai/molecule-relay/internal/natstest"
+	"github.com/molecule-ai/molecule-relay/internal/testkit/natstest"
 	"github.com/molecule-ai/molecule-relay/pkg/molecule/moleculetest"
 )
 

@@ -6,7 +6,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/molecule-ai/molecule-relay/internal/pipelinetest"
+	"github.com/molecule-ai/molecule-relay/internal/testkit/pipelinetest"
 )
 
 // Claude Code's permission relay: a tool-approval prompt the client sends

@@ -13,7 +13,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/molecule-ai/molecule-relay/internal/pipelinetest"
+	"github.com/molecule-ai/molecule-relay/internal/testkit/pipelinetest"
 )
 
 // mcpProc is one `molecule-relay mcp` process (the built CLI) with the

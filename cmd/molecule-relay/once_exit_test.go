@@ -6,7 +6,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/molecule-ai/molecule-relay/internal/natstest"
+	"github.com/molecule-ai/molecule-relay/internal/testkit/natstest"
 	"github.com/molecule-ai/molecule-relay/pkg/molecule/moleculetest"
 )
 

@@ -12,7 +12,7 @@ import (
 func TestVersionStampedWithLdflags(t *testing.T) {
 	t.Parallel()
 	bin := filepath.Join(t.TempDir(), "molecule-relay")
-	build := exec.Command("go", "build", "-ldflags", "-X github.com/molecule-ai/molecule-relay/pkg/version.Version=v9.8.7-test", "-o", bin, ".")
+	build := exec.Command("go", "build", "-ldflags", "-X github.com/molecule-ai/molecule-relay/internal/version.Version=v9.8.7-test", "-o", bin, ".")
 	if out, err := build.CombinedOutput(); err != nil {
 		t.Fatalf("go build: %v\n%s", err, out)
 	}

@@ -13,7 +13,7 @@ import (
 // question to the coordinator is answered with the researcher's answer.
 func TestExampleCoordinatorAnswersWithTheResearchersAnswer(t *testing.T) {
 	// No deadline on ctx: a stage under a deadline runs as a drain that
-	// admits no handler whose timeout does not fit (pkg/stage admission).
+	// admits no handler whose timeout does not fit (internal/stage admission).
 	ctx, cancel := context.WithCancel(context.Background())
 	defer time.AfterFunc(60*time.Second, cancel).Stop()
 	defer cancel()

@@ -7,7 +7,7 @@ package main
 import (
 	"os"
 
-	"github.com/molecule-ai/molecule-relay/pkg/lambdafn"
+	"github.com/molecule-ai/molecule-relay/internal/lambdafn"
 )
 
 func main() { os.Exit(lambdafn.Main(lambdafn.Poller)) }

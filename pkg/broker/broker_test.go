@@ -19,7 +19,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/nats-io/nkeys"
 
-	"github.com/molecule-ai/molecule-relay/internal/natstest"
+	"github.com/molecule-ai/molecule-relay/internal/testkit/natstest"
 	"github.com/molecule-ai/molecule-relay/pkg/broker"
 	_ "github.com/molecule-ai/molecule-relay/pkg/broker/embedded"
 )

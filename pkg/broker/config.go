@@ -7,6 +7,8 @@ import (
 	"os"
 	"strings"
 	"time"
+
+	"github.com/molecule-ai/molecule-relay/internal/configerr"
 )
 
 // Defaults of Config, applied by SetDefaults.
@@ -76,10 +78,11 @@ func (e *ConfigError) Error() string { return e.Var + ": " + e.Err.Error() }
 func (e *ConfigError) Unwrap() error { return e.Err }
 
 // ErrInvalidConfig is matched (errors.Is) by every ConfigError.
-var ErrInvalidConfig = errors.New("invalid NATS configuration")
+var ErrInvalidConfig = configerr.For("NATS")
 
-// Is reports whether target is ErrInvalidConfig.
-func (e *ConfigError) Is(target error) bool { return target == ErrInvalidConfig }
+// Is reports whether target is ErrInvalidConfig, or the relay's one
+// configuration error it matches (configerr.ErrInvalid).
+func (e *ConfigError) Is(target error) bool { return errors.Is(ErrInvalidConfig, target) }
 
 func bad(v, format string, args ...any) error {
 	return &ConfigError{Var: v, Err: fmt.Errorf(format, args...)}

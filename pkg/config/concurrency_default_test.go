@@ -5,11 +5,11 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/molecule-ai/molecule-relay/internal/stage"
 	"github.com/molecule-ai/molecule-relay/pkg/config"
-	"github.com/molecule-ai/molecule-relay/pkg/stage"
 )
 
-// The stages' default concurrency is written once, in pkg/stage: the
+// The stages' default concurrency is written once, in internal/stage: the
 // configuration takes it from there, a variable or flag overrides it, and
 // the flag's usage still names it.
 func TestConcurrencyDefaultsAreTheStagesDefault(t *testing.T) {

@@ -5,7 +5,6 @@
 package config
 
 import (
-	"errors"
 	"fmt"
 	"log/slog"
 	"net/url"
@@ -14,13 +13,13 @@ import (
 	"strings"
 	"time"
 
+	"github.com/molecule-ai/molecule-relay/internal/configerr"
 	"github.com/molecule-ai/molecule-relay/internal/uuid"
-	"github.com/molecule-ai/molecule-relay/pkg/agentapi"
 	"github.com/molecule-ai/molecule-relay/pkg/broker"
 )
 
 // ErrInvalid is matched by every validation error.
-var ErrInvalid = errors.New("invalid configuration")
+var ErrInvalid = configerr.ErrInvalid
 
 // Seconds is a duration read from either Go syntax ("1m30s", "500ms") or a
 // bare number of seconds ("5", "0.5"), as the Python SDK's
@@ -161,13 +160,13 @@ type Config struct {
 	// json for structured answers (README "Structured answers"). Default
 	// text.
 	HandlerAnswer string `env:"MOLECULE_HANDLER_ANSWER" envDefault:"text"`
-	// Agent API settings (MOLECULE_AGENT_API_*; pkg/agentapi).
-	agentapi.Settings
+	// Agent API settings (MOLECULE_AGENT_API_*; internal/agentapi).
+	Settings
 	// Concurrency is how many handlers run at once per dispatcher. Default
-	// stage.DefaultConcurrency (16), set by Load.
+	// DefaultConcurrency (16), set by Load.
 	Concurrency int `env:"MOLECULE_CONCURRENCY"`
 	// ReplyConcurrency is how many replies are posted at once. Default
-	// stage.DefaultConcurrency (16), set by Load.
+	// DefaultConcurrency (16), set by Load.
 	ReplyConcurrency int `env:"MOLECULE_REPLY_CONCURRENCY"`
 	// A2ATimeout is the X-Timeout of a reply to a peer: how long the
 	// platform waits for a push-mode peer before queueing the message.

@@ -11,8 +11,6 @@ import (
 	"time"
 
 	"github.com/caarlos0/env/v11"
-
-	"github.com/molecule-ai/molecule-relay/pkg/stage"
 )
 
 // Flags binds one command-line flag per environment variable of Config to
@@ -120,7 +118,7 @@ func (f *Flags) describe(err error, values map[string]string) error {
 // another package's constant rather than an envDefault tag, so the number
 // is written once (an environment variable or flag overrides them).
 func codeDefaults() Config {
-	return Config{Concurrency: stage.DefaultConcurrency, ReplyConcurrency: stage.DefaultConcurrency}
+	return Config{Concurrency: DefaultConcurrency, ReplyConcurrency: DefaultConcurrency}
 }
 
 // codeDefault is the codeDefaults value of the top-level field name, for

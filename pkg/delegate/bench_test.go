@@ -8,8 +8,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/molecule-ai/molecule-relay/internal/pipelinetest"
-	"github.com/molecule-ai/molecule-relay/pkg/dispatcher"
+	"github.com/molecule-ai/molecule-relay/internal/dispatcher"
+	"github.com/molecule-ai/molecule-relay/internal/testkit/pipelinetest"
 	"github.com/molecule-ai/molecule-relay/pkg/handler"
 	"github.com/molecule-ai/molecule-relay/pkg/poller"
 )

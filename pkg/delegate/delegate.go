@@ -27,6 +27,7 @@ import (
 
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/molecule-ai/molecule-relay/internal/configerr"
 	"github.com/molecule-ai/molecule-relay/internal/uuid"
 	"github.com/molecule-ai/molecule-relay/pkg/events"
 	"github.com/molecule-ai/molecule-relay/pkg/handler"
@@ -36,7 +37,7 @@ import (
 // Errors of New and Ask, matched with errors.Is.
 var (
 	// ErrInvalidConfig: New got no asks bucket or no workspace client.
-	ErrInvalidConfig = errors.New("delegate: invalid configuration")
+	ErrInvalidConfig = configerr.For("delegate")
 	// ErrInvalidQuestion: the question or its scope cannot be asked
 	// (no peer, nothing to say, an unknown asking workspace).
 	ErrInvalidQuestion = errors.New("delegate: invalid question")

@@ -110,7 +110,7 @@ type Reply struct {
 	// Conversation, InboundText and InboundAttachments are set when
 	// conversation memory is on: once the reply is sent the replier
 	// records the message answered (the user's turn) and the reply (the
-	// agent's) in that conversation (pkg/memory).
+	// agent's) in that conversation (internal/memory).
 	Conversation       string       `json:"conversation,omitempty"`
 	InboundText        string       `json:"inbound_text,omitempty"`
 	InboundAttachments []Attachment `json:"inbound_attachments,omitempty"`

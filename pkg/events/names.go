@@ -19,7 +19,7 @@ const (
 	// SubjectDLQPrefix carries DeadLetter envelopes; the stage name is the
 	// token after the prefix: molecule.dlq.<stage>.<workspace>.
 	SubjectDLQPrefix = "molecule.dlq"
-	// SubjectMemoryPrefix carries conversation memory (pkg/memory): one
+	// SubjectMemoryPrefix carries conversation memory (internal/memory): one
 	// message per recorded set of turns, on
 	// molecule.memory.<workspace>.<conversation> (MemorySubject).
 	SubjectMemoryPrefix = "molecule.memory"
@@ -70,7 +70,7 @@ const (
 	BucketMCPLeases = "molecule_mcp_leases"
 	// BucketHistory held the recent turns of each conversation (key:
 	// HistoryKey) before conversation memory moved to StreamMemory. It is
-	// no longer created; where an earlier version left it, pkg/memory
+	// no longer created; where an earlier version left it, internal/memory
 	// reads it through (a conversation's turns there are carried over to
 	// the stream on its first read) until its TTL empties it.
 	BucketHistory = "molecule_history"
@@ -126,7 +126,7 @@ func PeerMessageKey(workspace, sender, messageID string) string {
 }
 
 // InterimKey is the BucketHandled key that records an interim message of
-// the agent API (pkg/agentapi) before it is posted to a canvas user, so a
+// the agent API (internal/agentapi) before it is posted to a canvas user, so a
 // re-run of the handler after a redelivery does not post it again. Its
 // three tokens never collide with HandledKey's two or PeerMessageKey's
 // four.

@@ -165,7 +165,7 @@ type Topology struct {
 	Memory jetstream.Stream
 	// History is the key-value bucket an earlier version kept
 	// conversation memory in, bound only where it exists (nothing creates
-	// it any more), so that pkg/memory can read it through; else nil.
+	// it any more), so that internal/memory can read it through; else nil.
 	History jetstream.KeyValue
 	// Asks is nil in a LookupTopology of a cluster whose admin has not
 	// created it yet: delegation is then off (the dispatcher says so).
@@ -486,4 +486,15 @@ func LookupTopology(ctx context.Context, js jetstream.JetStream, cfg TopologyCon
 		return nil, err
 	}
 	return t, nil
+}
+
+// StageQueue is one stage's work queue: its work-queue stream, the
+// durable consumer the stage reads it with, and the stage name its dead
+// letters carry. The stage runner (internal/stage) reads it; the max-delivery
+// sweep (internal/dlq) dead-letters from it.
+type StageQueue struct {
+	// Stage is the stage name recorded in the dead letter.
+	Stage    string
+	Stream   jetstream.Stream
+	Consumer jetstream.Consumer
 }

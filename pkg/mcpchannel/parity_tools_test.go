@@ -9,7 +9,7 @@ import (
 
 	"github.com/mark3labs/mcp-go/mcp"
 
-	"github.com/molecule-ai/molecule-relay/internal/pipelinetest"
+	"github.com/molecule-ai/molecule-relay/internal/testkit/pipelinetest"
 	"github.com/molecule-ai/molecule-relay/pkg/handler"
 	"github.com/molecule-ai/molecule-relay/pkg/mcpchannel"
 )

@@ -18,9 +18,9 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/molecule-ai/molecule-relay/internal/uuid"
+	"github.com/molecule-ai/molecule-relay/internal/version"
 	"github.com/molecule-ai/molecule-relay/pkg/molecule"
 	"github.com/molecule-ai/molecule-relay/pkg/relay"
-	"github.com/molecule-ai/molecule-relay/pkg/version"
 )
 
 // ServerConfig configures a Server.

@@ -17,12 +17,12 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/molecule-ai/molecule-relay/internal/stage"
 	"github.com/molecule-ai/molecule-relay/internal/uuid"
 	"github.com/molecule-ai/molecule-relay/pkg/delegate"
 	"github.com/molecule-ai/molecule-relay/pkg/events"
 	"github.com/molecule-ai/molecule-relay/pkg/handler"
 	"github.com/molecule-ai/molecule-relay/pkg/molecule"
-	"github.com/molecule-ai/molecule-relay/pkg/stage"
 )
 
 // The activity ids the tools give their own records, apart from inbound

@@ -13,7 +13,7 @@ import (
 	"sync"
 	"time"
 
-	"github.com/molecule-ai/molecule-relay/pkg/version"
+	"github.com/molecule-ai/molecule-relay/internal/version"
 )
 
 // Defaults applied by New.

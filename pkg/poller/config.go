@@ -11,12 +11,13 @@ import (
 	"slices"
 	"time"
 
+	"github.com/molecule-ai/molecule-relay/internal/configerr"
 	"github.com/molecule-ai/molecule-relay/pkg/events"
 	"github.com/molecule-ai/molecule-relay/pkg/molecule"
 )
 
 // ErrInvalidConfig is matched by every error Config.Validate returns.
-var ErrInvalidConfig = errors.New("poller: invalid configuration")
+var ErrInvalidConfig = configerr.For("poller")
 
 // ErrSecondRelay: another relay answers the same workspace and
 // Config.RefuseSecondRelay is set, so this one stopped polling it.
@@ -138,7 +139,7 @@ type Config struct {
 	// set, 10 minutes.
 	ReprobeEvery time.Duration
 	// Push maps a workspace id to the URL it is registered with in push
-	// mode (the platform POSTs its messages there; pkg/ingress receives
+	// mode (the platform POSTs its messages there; internal/ingress receives
 	// them). Such a workspace is registered with that URL once per process
 	// (unless SkipRegister), its feed is never fetched and the generation
 	// probe never stops it (push works on OLD platforms), but its state is

@@ -6,7 +6,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
-	"github.com/molecule-ai/molecule-relay/pkg/tracing"
+	"github.com/molecule-ai/molecule-relay/internal/tracing"
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/trace"
 	"math"
@@ -17,7 +17,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
-	"github.com/molecule-ai/molecule-relay/pkg/dlq"
+	"github.com/molecule-ai/molecule-relay/internal/dlq"
 	"github.com/molecule-ai/molecule-relay/pkg/events"
 	"github.com/molecule-ai/molecule-relay/pkg/molecule"
 )

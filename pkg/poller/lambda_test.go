@@ -36,7 +36,7 @@ func (b *blockSinceSecs) RoundTrip(r *http.Request) (*http.Response, error) {
 // The first invocation registers the workspace in poll mode, then its
 // deadline ends during the cold-start seed (no cursor saved). A canvas
 // message arrives for the now poll-mode agent. The next invocation — a new
-// Poller, as pkg/lambdafn builds one per invocation — must still deliver
+// Poller, as internal/lambdafn builds one per invocation — must still deliver
 // it: its cold start takes the registration time from the status bucket,
 // not only from memory, so with the backlog window 0 it does not seed past
 // a message queued after the registration.

@@ -12,7 +12,7 @@ import (
 
 	"github.com/nats-io/nats.go/jetstream"
 
-	"github.com/molecule-ai/molecule-relay/pkg/stage"
+	"github.com/molecule-ai/molecule-relay/internal/stage"
 )
 
 // Why a snapshot of the sent set: the cursor record keeps only the newest

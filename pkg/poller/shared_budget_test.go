@@ -12,12 +12,12 @@ import (
 
 	"github.com/nats-io/nats.go"
 
+	"github.com/molecule-ai/molecule-relay/internal/replier"
+	"github.com/molecule-ai/molecule-relay/internal/stage"
 	"github.com/molecule-ai/molecule-relay/pkg/events"
 	"github.com/molecule-ai/molecule-relay/pkg/molecule"
 	"github.com/molecule-ai/molecule-relay/pkg/molecule/moleculetest"
 	"github.com/molecule-ai/molecule-relay/pkg/poller"
-	"github.com/molecule-ai/molecule-relay/pkg/replier"
-	"github.com/molecule-ai/molecule-relay/pkg/stage"
 )
 
 // Several workspaces of one SaaS org share ONE rate-limit bucket: the NEW

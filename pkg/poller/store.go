@@ -11,9 +11,9 @@ import (
 	"github.com/cenkalti/backoff/v4"
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/molecule-ai/molecule-relay/internal/stage"
 	"github.com/molecule-ai/molecule-relay/pkg/events"
 	"github.com/molecule-ai/molecule-relay/pkg/molecule"
-	"github.com/molecule-ai/molecule-relay/pkg/stage"
 )
 
 // errCursorMoved: the cursor's revision changed under us; another poller

@@ -1,8 +1,8 @@
 package relay
 
 import (
-	"github.com/molecule-ai/molecule-relay/pkg/agentapi"
-	"github.com/molecule-ai/molecule-relay/pkg/dispatcher"
+	"github.com/molecule-ai/molecule-relay/internal/agentapi"
+	"github.com/molecule-ai/molecule-relay/internal/dispatcher"
 	"github.com/molecule-ai/molecule-relay/pkg/events"
 )
 

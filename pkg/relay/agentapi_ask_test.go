@@ -7,7 +7,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/molecule-ai/molecule-relay/internal/pipelinetest"
+	"github.com/molecule-ai/molecule-relay/internal/testkit/pipelinetest"
 	"github.com/molecule-ai/molecule-relay/pkg/handler"
 	"github.com/molecule-ai/molecule-relay/pkg/relay"
 )

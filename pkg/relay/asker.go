@@ -5,7 +5,7 @@ import (
 	"errors"
 	"fmt"
 
-	"github.com/molecule-ai/molecule-relay/pkg/agentapi"
+	"github.com/molecule-ai/molecule-relay/internal/agentapi"
 	"github.com/molecule-ai/molecule-relay/pkg/delegate"
 	"github.com/molecule-ai/molecule-relay/pkg/events"
 	"github.com/molecule-ai/molecule-relay/pkg/handler"

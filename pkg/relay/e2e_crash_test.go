@@ -11,14 +11,14 @@ import (
 
 	"github.com/nats-io/nats.go/jetstream"
 
-	"github.com/molecule-ai/molecule-relay/internal/crashpoint"
-	"github.com/molecule-ai/molecule-relay/internal/pipelinetest"
-	"github.com/molecule-ai/molecule-relay/pkg/dispatcher"
+	"github.com/molecule-ai/molecule-relay/internal/dispatcher"
+	"github.com/molecule-ai/molecule-relay/internal/replier"
+	"github.com/molecule-ai/molecule-relay/internal/stage"
+	"github.com/molecule-ai/molecule-relay/internal/stage/crashpoint"
+	"github.com/molecule-ai/molecule-relay/internal/testkit/pipelinetest"
 	"github.com/molecule-ai/molecule-relay/pkg/events"
 	"github.com/molecule-ai/molecule-relay/pkg/handler"
 	"github.com/molecule-ai/molecule-relay/pkg/poller"
-	"github.com/molecule-ai/molecule-relay/pkg/replier"
-	"github.com/molecule-ai/molecule-relay/pkg/stage"
 )
 
 // errKilled is what a crash hook returns: the process died there.

@@ -9,15 +9,15 @@ import (
 	"testing"
 	"time"
 
-	"github.com/molecule-ai/molecule-relay/internal/pipelinetest"
-	"github.com/molecule-ai/molecule-relay/pkg/dispatcher"
-	"github.com/molecule-ai/molecule-relay/pkg/dlq"
+	"github.com/molecule-ai/molecule-relay/internal/dispatcher"
+	"github.com/molecule-ai/molecule-relay/internal/dlq"
+	"github.com/molecule-ai/molecule-relay/internal/replier"
+	"github.com/molecule-ai/molecule-relay/internal/stage"
+	"github.com/molecule-ai/molecule-relay/internal/testkit/pipelinetest"
 	"github.com/molecule-ai/molecule-relay/pkg/events"
 	"github.com/molecule-ai/molecule-relay/pkg/handler"
 	"github.com/molecule-ai/molecule-relay/pkg/molecule/moleculetest"
 	"github.com/molecule-ai/molecule-relay/pkg/poller"
-	"github.com/molecule-ai/molecule-relay/pkg/replier"
-	"github.com/molecule-ai/molecule-relay/pkg/stage"
 )
 
 // checkHandledOnce checks that the handler completed exactly once for every

@@ -8,13 +8,13 @@ import (
 	"testing"
 	"time"
 
-	"github.com/molecule-ai/molecule-relay/internal/crashpoint"
-	"github.com/molecule-ai/molecule-relay/internal/pipelinetest"
-	"github.com/molecule-ai/molecule-relay/pkg/dispatcher"
+	"github.com/molecule-ai/molecule-relay/internal/dispatcher"
+	"github.com/molecule-ai/molecule-relay/internal/replier"
+	"github.com/molecule-ai/molecule-relay/internal/stage"
+	"github.com/molecule-ai/molecule-relay/internal/stage/crashpoint"
+	"github.com/molecule-ai/molecule-relay/internal/testkit/pipelinetest"
 	"github.com/molecule-ai/molecule-relay/pkg/events"
 	"github.com/molecule-ai/molecule-relay/pkg/handler"
-	"github.com/molecule-ai/molecule-relay/pkg/replier"
-	"github.com/molecule-ai/molecule-relay/pkg/stage"
 )
 
 // maxRedelivery is the bound on the time from a stage's death to the

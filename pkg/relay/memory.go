@@ -3,7 +3,7 @@ package relay
 import (
 	"fmt"
 
-	"github.com/molecule-ai/molecule-relay/pkg/memory"
+	"github.com/molecule-ai/molecule-relay/internal/memory"
 )
 
 // Memory is the conversation memory MOLECULE_HISTORY_TURNS and

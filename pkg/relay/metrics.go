@@ -5,8 +5,8 @@ import (
 	"fmt"
 	"sync"
 
-	"github.com/molecule-ai/molecule-relay/pkg/dispatcher"
-	"github.com/molecule-ai/molecule-relay/pkg/replier"
+	"github.com/molecule-ai/molecule-relay/internal/dispatcher"
+	"github.com/molecule-ai/molecule-relay/internal/replier"
 	"github.com/nats-io/nats.go"
 )
 

@@ -7,7 +7,7 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/molecule-ai/molecule-relay/pkg/replier"
+	"github.com/molecule-ai/molecule-relay/internal/replier"
 )
 
 // promState is empty in a Lambda build: see metrics_prom.go.

@@ -17,9 +17,9 @@ import (
 	"sync"
 	"time"
 
-	"github.com/molecule-ai/molecule-relay/pkg/metrics"
-	"github.com/molecule-ai/molecule-relay/pkg/replier"
-	"github.com/molecule-ai/molecule-relay/pkg/version"
+	"github.com/molecule-ai/molecule-relay/internal/metrics"
+	"github.com/molecule-ai/molecule-relay/internal/replier"
+	"github.com/molecule-ai/molecule-relay/internal/version"
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/prometheus/client_golang/prometheus"
 )

@@ -4,9 +4,9 @@ import (
 	"context"
 	"time"
 
-	"github.com/molecule-ai/molecule-relay/pkg/dispatcher"
+	"github.com/molecule-ai/molecule-relay/internal/dispatcher"
+	"github.com/molecule-ai/molecule-relay/internal/replier"
 	"github.com/molecule-ai/molecule-relay/pkg/poller"
-	"github.com/molecule-ai/molecule-relay/pkg/replier"
 )
 
 // CheckpointBatch is how many feed rows per workspace a checkpointed

@@ -8,7 +8,7 @@ import (
 	"net/http"
 	"time"
 
-	"github.com/molecule-ai/molecule-relay/pkg/ingress"
+	"github.com/molecule-ai/molecule-relay/internal/ingress"
 )
 
 // ServePush starts the push ingress when MOLECULE_PUSH_LISTEN is set: one

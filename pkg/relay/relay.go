@@ -16,17 +16,17 @@ import (
 	"sync"
 	"time"
 
-	"github.com/molecule-ai/molecule-relay/pkg/agentapi"
+	"github.com/molecule-ai/molecule-relay/internal/agentapi"
+	"github.com/molecule-ai/molecule-relay/internal/dispatcher"
+	"github.com/molecule-ai/molecule-relay/internal/replier"
+	"github.com/molecule-ai/molecule-relay/internal/stage"
+	"github.com/molecule-ai/molecule-relay/internal/tracing"
 	"github.com/molecule-ai/molecule-relay/pkg/broker"
 	"github.com/molecule-ai/molecule-relay/pkg/config"
-	"github.com/molecule-ai/molecule-relay/pkg/dispatcher"
 	"github.com/molecule-ai/molecule-relay/pkg/events"
 	"github.com/molecule-ai/molecule-relay/pkg/handler"
 	"github.com/molecule-ai/molecule-relay/pkg/molecule"
 	"github.com/molecule-ai/molecule-relay/pkg/poller"
-	"github.com/molecule-ai/molecule-relay/pkg/replier"
-	"github.com/molecule-ai/molecule-relay/pkg/stage"
-	"github.com/molecule-ai/molecule-relay/pkg/tracing"
 )
 
 // Runtime is an open connection to NATS with the topology ensured and the
@@ -336,7 +336,7 @@ func (rt *Runtime) Dispatcher(h handler.Handler) (*dispatcher.Dispatcher, error)
 	}
 	return dispatcher.New(rt.Conn.JS, rt.Topo, h, dispatcher.Config{
 		Agent:          agent,
-		Config:         stage.Config{Concurrency: rt.Cfg.Concurrency, ConfirmAcks: rt.Cfg.Replicas > 1, Logger: rt.Log}, // stage.New names the stage
+		Config:         stage.Config{Concurrency: rt.Cfg.Concurrency, ConfirmAcks: rt.Cfg.Replicas > 1, Logger: rt.Log}, // stage.Open names the stage
 		HandlerTimeout: rt.Cfg.HandlerTimeout.D(),
 		MaxHops:        rt.Cfg.MaxHops,
 		ReplyToReplies: rt.Cfg.ReplyToReplies,
@@ -353,7 +353,7 @@ func (rt *Runtime) Replier() (*replier.Replier, error) {
 		return nil, err
 	}
 	return replier.New(rt.Conn.JS, rt.Topo, rt.ClientMap(), replier.Config{
-		Config:        stage.Config{Concurrency: rt.Cfg.ReplyConcurrency, ConfirmAcks: rt.Cfg.Replicas > 1, Logger: rt.Log}, // stage.New names the stage
+		Config:        stage.Config{Concurrency: rt.Cfg.ReplyConcurrency, ConfirmAcks: rt.Cfg.Replicas > 1, Logger: rt.Log}, // stage.Open names the stage
 		A2ATimeout:    rt.Cfg.A2ATimeout.D(),
 		ReconcileSkew: rt.Cfg.ReconcileSkew.D(),
 		Observer:      rt.replyObserver(),

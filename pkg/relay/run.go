@@ -5,9 +5,9 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/molecule-ai/molecule-relay/pkg/dispatcher"
+	"github.com/molecule-ai/molecule-relay/internal/dispatcher"
+	"github.com/molecule-ai/molecule-relay/internal/replier"
 	"github.com/molecule-ai/molecule-relay/pkg/poller"
-	"github.com/molecule-ai/molecule-relay/pkg/replier"
 	"github.com/nats-io/nats.go/jetstream"
 )
 

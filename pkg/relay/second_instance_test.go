@@ -7,8 +7,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/molecule-ai/molecule-relay/internal/natstest"
-	"github.com/molecule-ai/molecule-relay/internal/pipelinetest"
+	"github.com/molecule-ai/molecule-relay/internal/testkit/natstest"
+	"github.com/molecule-ai/molecule-relay/internal/testkit/pipelinetest"
 	"github.com/molecule-ai/molecule-relay/pkg/relay"
 )
 

@@ -8,9 +8,9 @@ import (
 	"sync"
 	"time"
 
-	"github.com/molecule-ai/molecule-relay/pkg/dispatcher"
-	"github.com/molecule-ai/molecule-relay/pkg/replier"
-	"github.com/molecule-ai/molecule-relay/pkg/stage"
+	"github.com/molecule-ai/molecule-relay/internal/dispatcher"
+	"github.com/molecule-ai/molecule-relay/internal/replier"
+	"github.com/molecule-ai/molecule-relay/internal/stage"
 )
 
 // stopDrainIdle is how long the reply queue must stay empty, once this

@@ -1,0 +1,38 @@
+package dispatcher
+
+import (
+	"context"
+
+	"github.com/molecule-ai/molecule-relay/internal/stage"
+	"github.com/molecule-ai/molecule-relay/pkg/delegate"
+	"github.com/molecule-ai/molecule-relay/pkg/events"
+)
+
+// answers finishes a peer's answer to a question a handler of this
+// workspace asked (pkg/delegate): stored in the question's record for the
+// waiting handler, or dead-lettered when nobody waits for it any more.
+// An ordinary message goes on, to the handler.
+func (d *Dispatcher) answers(next stage.Step[*message]) stage.Step[*message] {
+	return func(runCtx context.Context, m *message) stage.Outcome {
+		in, log := m.in, m.Log
+		if !delegate.MayBeAnswer(d.topo.Asks, in) {
+			return next(runCtx, m) // most messages: no op context needed (6 allocations)
+		}
+		ctx, cancel := d.run.OpContext(runCtx)
+		out, err := delegate.Route(ctx, d.topo.Asks, d.topo.Handled, in)
+		cancel()
+		switch {
+		case out == delegate.Unawaited:
+			log.Warn("dispatcher: peer answer nobody waits for; dead-lettered", "error", err, "in_reply_to_message_id", in.InReplyToMessageID)
+			return stage.DeadLetter(events.ReasonUnawaitedAnswer, err)
+		case err != nil:
+			log.Warn("dispatcher: ask record unreadable; retrying later", "error", err)
+			return stage.Retry(0)
+		case out == delegate.NotAnAnswer:
+			return next(runCtx, m)
+		default:
+			log.Info("dispatcher: peer answer routed to its question", "duplicate", out == delegate.Duplicate, "in_reply_to_message_id", in.InReplyToMessageID)
+			return stage.Ack(ackLost)
+		}
+	}
+}

@@ -1,0 +1,91 @@
+package dispatcher
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/molecule-ai/molecule-relay/internal/configerr"
+	"github.com/molecule-ai/molecule-relay/internal/memory"
+	"github.com/molecule-ai/molecule-relay/internal/stage"
+	"github.com/molecule-ai/molecule-relay/pkg/events"
+	"github.com/molecule-ai/molecule-relay/pkg/handler"
+)
+
+// ErrInvalidConfig is matched by every error Validate returns.
+var ErrInvalidConfig = configerr.For("dispatcher")
+
+// Config configures a Dispatcher. The zero value is valid: SetDefaults (and
+// New) fill every unset field. The embedded stage.Config holds what every
+// stage configures alike (Concurrency, FetchBatch, FetchWait, RetryBase and
+// RetryMax for a retryable handler error, ProgressInterval, StartMargin:
+// a handler is only started if deadline-now >= HandlerTimeout +
+// StartMargin, StoreTimeout for the writes after a handler, SweepInterval,
+// Logger); its defaults are stage's.
+type Config struct {
+	stage.Config
+	// HandlerTimeout bounds one handler run (its context's deadline). If
+	// not set, 5 minutes.
+	HandlerTimeout time.Duration
+	// MaxHops: an inbound message whose Hops is at least MaxHops gets no
+	// reply (loop guard). If not set, 3.
+	MaxHops int
+	// ReplyToReplies lets the dispatcher reply to a message that is itself
+	// a reply: InReplyTo set, or a peer's message with role "agent" (how
+	// other SDKs mark their answers, without our metadata, so the hop count
+	// cannot follow them; docs/protocol.md §6). If not set, false:
+	// such a message is handled but its reply is dropped, so two
+	// auto-replying agents cannot loop.
+	ReplyToReplies bool
+	// ObserveHandler, when set, receives every handler run's duration (the
+	// metrics histogram); it must be quick and safe for concurrent use.
+	ObserveHandler func(time.Duration)
+	// OnReply, when set, is called after every reply publish JetStream
+	// acknowledged (a Lambda dispatcher wakes the replier function with
+	// it). It must be quick and safe for concurrent use. If nil, nothing is
+	// called.
+	OnReply func()
+	// Agent, when set, opens the agent API session of each handler run
+	// (Request.Agent); the dispatcher ends it when the handler returns.
+	// If nil, handlers get no agent API.
+	Agent AgentAPI
+	// Memory, when set, is the conversation memory: handlers get the
+	// history and replies carry what the replier records. If nil, memory
+	// is off and its bucket is never touched.
+	Memory *memory.Store
+}
+
+// AgentAPI opens per-message agent API sessions (internal/agentapi.Server).
+type AgentAPI interface {
+	// Open starts the session of in's handler run, valid until deadline
+	// or until end is called, whichever comes first. ctx is the handler's
+	// context: calls made over HTTP carry its values.
+	Open(ctx context.Context, in *events.Inbound, deadline time.Time) (agent handler.Agent, end func())
+}
+
+// SetDefaults fills every unset field except ProgressInterval, which New
+// derives from the consumer's AckWait.
+func (c *Config) SetDefaults() {
+	c.Config.SetDefaults()
+	if c.HandlerTimeout == 0 {
+		c.HandlerTimeout = 5 * time.Minute
+	}
+	if c.MaxHops == 0 {
+		c.MaxHops = 3
+	}
+}
+
+// Validate reports the first invalid field; ackWait is the dispatcher
+// consumer's AckWait (0 skips the ProgressInterval check).
+func (c *Config) Validate(ackWait time.Duration) error {
+	if err := c.Config.Validate(ackWait); err != nil {
+		return fmt.Errorf("%w: %w", ErrInvalidConfig, err)
+	}
+	switch {
+	case c.HandlerTimeout <= 0:
+		return fmt.Errorf("%w: handler timeout must be positive", ErrInvalidConfig)
+	case c.MaxHops < 1:
+		return fmt.Errorf("%w: max hops must be >= 1, got %d", ErrInvalidConfig, c.MaxHops)
+	}
+	return nil
+}

@@ -1,0 +1,170 @@
+package replier
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/molecule-ai/molecule-relay/internal/stage"
+	"github.com/molecule-ai/molecule-relay/internal/tracing"
+	"github.com/molecule-ai/molecule-relay/pkg/events"
+	"github.com/molecule-ai/molecule-relay/pkg/molecule"
+)
+
+// job is one reply being processed.
+type job struct {
+	*stage.Delivery
+	rep    *events.Reply
+	client *molecule.Client
+	key    string
+	route  string
+	// xTimeout is the X-Timeout of this job's next /a2a post, set by
+	// roomToPost.
+	xTimeout time.Duration
+	// rec is the posting record of the post under way.
+	rec events.ReplyRecord
+}
+
+// steps is the replier's work on one delivery, in the order a reply meets
+// it. Each step either returns how the reply is finished (the
+// stage.Runner applies it) or passes it on.
+func (r *Replier) steps() stage.Step[*stage.Delivery] {
+	return r.decoded(stage.Steps(r.postFirst,
+		r.routable, // a client for its workspace, and something to post
+		r.recorded, // a redelivery follows its reply record: sent → ack, posting → resume
+		r.budgeted, // the workspace's rate budget, shared with the heartbeat
+		r.roomy,    // the start-margin rule
+	))
+	// then postFirst: the posting record, the POST, the sent record, the
+	// turns in memory, the ack (post).
+}
+
+// decoded continues the publisher's trace, decodes the reply (malformed:
+// dead letter) and gives it its route and logger; the reply is finished
+// in that trace.
+func (r *Replier) decoded(next stage.Step[*job]) stage.Step[*stage.Delivery] {
+	return func(runCtx context.Context, d *stage.Delivery) stage.Outcome {
+		runCtx = tracing.Extract(runCtx, d.Msg.Headers())
+		d.FinishIn(runCtx)
+		rep, err := events.DecodeReply(d.Msg.Data())
+		if err != nil {
+			return stage.DeadLetter(events.ReasonMalformed, err)
+		}
+		j := &job{Delivery: d, rep: rep, key: events.ReplyKey(rep.WorkspaceID, rep.ActivityID), route: events.RouteNotify}
+		j.WorkspaceID, j.ActivityID = rep.WorkspaceID, rep.ActivityID
+		if rep.Source == events.SourcePeerAgent {
+			j.route = events.RouteA2A
+		}
+		j.Log = tracing.Log(runCtx, stage.MessageLogger(r.log, slog.String("workspace", rep.WorkspaceID), slog.String("activity", rep.ActivityID),
+			slog.String("route", j.route), slog.Uint64("delivery", d.Meta.NumDelivered)))
+		return next(runCtx, j)
+	}
+}
+
+// routable dead-letters a reply this replier cannot post: no client
+// (token) for its workspace, or nothing to say.
+func (r *Replier) routable(next stage.Step[*job]) stage.Step[*job] {
+	return func(runCtx context.Context, j *job) stage.Outcome {
+		j.client = r.clients[j.rep.WorkspaceID]
+		if j.client == nil {
+			return stage.DeadLetter(events.ReasonPermanent, fmt.Errorf("%w: %s", ErrNoClient, j.rep.WorkspaceID))
+		}
+		if j.rep.Text == "" && len(j.rep.Attachments) == 0 {
+			return stage.DeadLetter(events.ReasonMalformed, fmt.Errorf("replier: reply to %s has neither text nor attachments", j.rep.ActivityID))
+		}
+		return next(runCtx, j)
+	}
+}
+
+// recorded finishes a redelivered reply by its reply record, when there is
+// one: sent → ack; posting → resume. A first delivery almost never finds
+// a record, so it skips the read and lets the posting record's
+// create-only write find one (postFirst); one that does has spent a
+// rate-budget token for nothing.
+func (r *Replier) recorded(next stage.Step[*job]) stage.Step[*job] {
+	return func(runCtx context.Context, j *job) stage.Outcome {
+		if j.Meta.NumDelivered <= 1 {
+			return next(runCtx, j)
+		}
+		ctx, cancel := r.run.OpContext(runCtx)
+		rec, rev, found, err := r.getRecord(ctx, j.key)
+		cancel()
+		switch {
+		case err != nil:
+			j.Log.Warn("replier: reply record unreadable; retrying later", "error", err)
+			return r.retry(j, 0, false, err)
+		case !found:
+			return next(runCtx, j)
+		case rec.State == events.StateSent:
+			return r.ackSent(runCtx, j)
+		case rec.State != events.StatePosting:
+			j.Log.Warn("replier: reply record in an unknown state; treating it as posting", "state", rec.State)
+		}
+		return r.resume(runCtx, j, rec, rev)
+	}
+}
+
+// budgeted holds the reply while the workspace's rate budget is at the
+// reserve (docs/protocol.md §2: notify and a2a share the token's bucket
+// with the heartbeat). The message is kept alive meanwhile; a stop hands
+// it back. Under a deadline, a reply whose budget resets too late for a
+// post to fit is handed back at once, delayed until the reset, instead of
+// holding it (and the run) to the deadline.
+func (r *Replier) budgeted(next stage.Step[*job]) stage.Step[*job] {
+	return func(runCtx context.Context, j *job) stage.Outcome {
+		for {
+			d := j.client.TakeBudget(r.cfg.RateReserve)
+			if d <= 0 {
+				return next(runCtx, j)
+			}
+			if _, ok := r.postFits(runCtx, j, d); !ok {
+				j.Log.Debug("replier: rate budget at reserve until past the deadline; handing the reply back", "wait", d.Round(time.Millisecond))
+				return stage.Defer(d)
+			}
+			if !r.sleepBudget(runCtx, j, d) {
+				return stage.Defer(0)
+			}
+		}
+	}
+}
+
+// roomy hands the reply back at once when its post cannot start under
+// the start-margin rule (roomToPost).
+func (r *Replier) roomy(next stage.Step[*job]) stage.Step[*job] {
+	return func(runCtx context.Context, j *job) stage.Outcome {
+		if !r.roomToPost(runCtx, j) {
+			return stage.Defer(0)
+		}
+		return next(runCtx, j)
+	}
+}
+
+// postFirst writes the posting record of a reply that has none, then
+// posts it.
+func (r *Replier) postFirst(runCtx context.Context, j *job) stage.Outcome {
+	now := time.Now().UTC()
+	rec := events.ReplyRecord{State: events.StatePosting, Route: j.route, PostingAt: now, Deadline: now.Add(r.postTimeout(j)), Attempts: 1}
+	ctx, cancel := r.run.OpContext(runCtx)
+	rev, err := r.createRecord(ctx, j.key, rec)
+	cancel()
+	if errors.Is(err, jetstream.ErrKeyExists) {
+		// Sent already (a reply republished after a NATS restart comes
+		// back as a first delivery): ack. Else another worker holds the
+		// same reply (a redelivery raced us), or this one's own create
+		// was retried after a lost answer: come back later, and the
+		// redelivery follows the record.
+		if j.Meta.NumDelivered == 1 && r.isSent(runCtx, j) {
+			return r.ackSent(runCtx, j)
+		}
+		return r.retry(j, 0, false, err)
+	}
+	if err != nil {
+		j.Log.Warn("replier: posting record not written; retrying later", "error", err)
+		return r.retry(j, 0, false, err)
+	}
+	return r.post(runCtx, j, rec, rev)
+}
