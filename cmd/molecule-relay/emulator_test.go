@@ -44,10 +44,16 @@ func newLineWaiter(r io.Reader) *lineWaiter {
 	return w
 }
 
-// waitFor returns the first line containing s, failing the test at the
+// waitFor returns the first line containing s, among the lines already
+// read too (two replies may come in either order), failing the test at the
 // deadline or when the output ends.
 func (w *lineWaiter) waitFor(t *testing.T, s string, deadline <-chan time.Time) string {
 	t.Helper()
+	for _, l := range w.seen {
+		if strings.Contains(l, s) {
+			return l
+		}
+	}
 	for {
 		select {
 		case l, ok := <-w.lines:
