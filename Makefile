@@ -63,11 +63,13 @@ test-short: ## tests without the race detector (faster local loop)
 lint: ## gofmt check, staticcheck (pinned) and no tracked build output (go vet runs in make test)
 	@out=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$out" ]; then echo "gofmt would change:"; echo "$$out"; exit 1; fi
 	.ci/check-tracked
+	@bad=$$($(GO) list -f '{{range .Imports}}{{$$.ImportPath}} imports {{.}}{{"\n"}}{{end}}' ./examples/... | grep '/internal/' || true); \
+		if [ -n "$$bad" ]; then echo "examples must use the public packages only (pkg/molecule, pkg/handler, pkg/relay):"; echo "$$bad"; exit 1; fi
 	$(GO) run $(STATICCHECK) $(PKGS)
 
 bench: ## benchmarks with their figures (pipeline: BENCH_COUNT=3 for medians, BENCH_FLAGS='-echo-msgs 20000')
 	$(GO) test -run '^$$' -bench . -benchtime 1x -count 1 ./pkg/molecule/...
-	$(GO) test -run '^$$' -bench BenchmarkPollerPath -benchtime 200x -count $(or $(BENCH_COUNT),1) ./pkg/poller
+	$(GO) test -run '^$$' -bench BenchmarkPollerPath -benchtime 200x -count $(or $(BENCH_COUNT),1) ./internal/poller
 	@echo "load average: $$(cat /proc/loadavg 2>/dev/null)"
 	$(GO) test -run '^$$' -bench . -benchtime 1x -count $(or $(BENCH_COUNT),1) -timeout 20m ./bench $(BENCH_FLAGS)
 	@echo "load average: $$(cat /proc/loadavg 2>/dev/null)"

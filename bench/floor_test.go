@@ -18,8 +18,8 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/molecule-ai/molecule-relay/internal/events"
 	"github.com/molecule-ai/molecule-relay/internal/testkit/natstest"
-	"github.com/molecule-ai/molecule-relay/pkg/events"
 )
 
 var flagFloorMsgs = flag.Int("floor-msgs", 20000, "messages per floor run")
@@ -89,7 +89,7 @@ type floorDesign struct {
 }
 
 // floorPayloads are envelopes of the sizes the relay stores: the test
-// fixtures of pkg/events, compacted.
+// fixtures of internal/events, compacted.
 type floorPayloads struct {
 	inbound, reply, handled, posting, sent []byte
 }

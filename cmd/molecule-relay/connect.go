@@ -8,7 +8,7 @@ import (
 	"log/slog"
 	"time"
 
-	"github.com/molecule-ai/molecule-relay/pkg/config"
+	"github.com/molecule-ai/molecule-relay/internal/config"
 	"github.com/molecule-ai/molecule-relay/pkg/relay"
 )
 

@@ -15,8 +15,8 @@ import (
 
 	"github.com/nats-io/nats.go/jetstream"
 
-	"github.com/molecule-ai/molecule-relay/pkg/config"
-	"github.com/molecule-ai/molecule-relay/pkg/events"
+	"github.com/molecule-ai/molecule-relay/internal/config"
+	"github.com/molecule-ai/molecule-relay/internal/events"
 	"github.com/molecule-ai/molecule-relay/pkg/molecule"
 	"github.com/molecule-ai/molecule-relay/pkg/molecule/moleculetest"
 	"github.com/molecule-ai/molecule-relay/pkg/relay"

@@ -16,8 +16,8 @@ import (
 	"github.com/molecule-ai/molecule-relay/internal/configerr"
 	"github.com/molecule-ai/molecule-relay/internal/version"
 	// The CLI embeds a NATS server when NATS_URL is not set.
-	_ "github.com/molecule-ai/molecule-relay/pkg/broker/embedded"
-	"github.com/molecule-ai/molecule-relay/pkg/mcpchannel"
+	"github.com/molecule-ai/molecule-relay/internal/mcpchannel"
+	_ "github.com/molecule-ai/molecule-relay/pkg/relay/embedded"
 )
 
 // Exit codes.

@@ -12,8 +12,8 @@ import (
 	"strings"
 	"syscall"
 
-	"github.com/molecule-ai/molecule-relay/pkg/config"
-	"github.com/molecule-ai/molecule-relay/pkg/mcpchannel"
+	"github.com/molecule-ai/molecule-relay/internal/config"
+	"github.com/molecule-ai/molecule-relay/internal/mcpchannel"
 	"github.com/molecule-ai/molecule-relay/pkg/relay"
 )
 

@@ -5,7 +5,7 @@ import (
 	"sort"
 	"strings"
 
-	"github.com/molecule-ai/molecule-relay/pkg/config"
+	"github.com/molecule-ai/molecule-relay/internal/config"
 )
 
 // settingGroup is a titled group of settings in a command's help.

@@ -11,10 +11,10 @@ import (
 	"text/tabwriter"
 	"time"
 
+	"github.com/molecule-ai/molecule-relay/internal/config"
 	"github.com/molecule-ai/molecule-relay/internal/dlq"
-	"github.com/molecule-ai/molecule-relay/pkg/config"
-	"github.com/molecule-ai/molecule-relay/pkg/events"
-	"github.com/molecule-ai/molecule-relay/pkg/poller"
+	"github.com/molecule-ai/molecule-relay/internal/events"
+	"github.com/molecule-ai/molecule-relay/internal/poller"
 	"github.com/molecule-ai/molecule-relay/pkg/relay"
 	"github.com/nats-io/nats.go/jetstream"
 )

@@ -23,12 +23,10 @@ import (
 	"syscall"
 	"time"
 
-	_ "github.com/molecule-ai/molecule-relay/pkg/broker/embedded" // each relay's own NATS
-	"github.com/molecule-ai/molecule-relay/pkg/config"
-	"github.com/molecule-ai/molecule-relay/pkg/delegate"
 	"github.com/molecule-ai/molecule-relay/pkg/handler"
 	"github.com/molecule-ai/molecule-relay/pkg/molecule/moleculetest"
 	"github.com/molecule-ai/molecule-relay/pkg/relay"
+	_ "github.com/molecule-ai/molecule-relay/pkg/relay/embedded" // each relay's own NATS
 )
 
 func main() {
@@ -41,13 +39,13 @@ func main() {
 }
 
 // coordinator answers a canvas user by asking the researcher and waiting
-// (req.AskPeer: the relay's agent API, pkg/delegate behind it). The
+// (req.AskPeer: the relay's agent API, internal/delegate behind it). The
 // question is the n-th of this handler run, so a re-run after a crash finds
 // the answer instead of asking again.
 func coordinator(researcher string) handler.Func {
 	return func(ctx context.Context, req *handler.Request) (string, error) {
 		ans, err := req.AskPeer(ctx, handler.Question{PeerID: researcher, Text: req.Message.Text})
-		if errors.Is(err, delegate.ErrNoAnswer) {
+		if errors.Is(err, relay.ErrNoAnswer) {
 			return "The researcher did not answer in time; please ask again later.", nil
 		}
 		if err != nil {
@@ -140,12 +138,12 @@ func openRelay(ctx context.Context, platform, org string, a agent, log *slog.Log
 	if err != nil {
 		return nil, nil, err
 	}
-	cfg, err := config.Load(nil, []string{
+	cfg, err := relay.LoadConfig(nil, []string{
 		"MOLECULE_PLATFORM_URL=" + platform, "MOLECULE_WORKSPACE_ID=" + a.id, "MOLECULE_WORKSPACE_TOKEN=" + a.token,
 		"MOLECULE_POLL_INTERVAL=1s", "MOLECULE_BACKLOG_WINDOW=1m", "NATS_STORE_DIR=" + store, "MOLECULE_ORG_ID=" + org,
 	})
 	if err == nil {
-		err = cfg.Validate(config.NeedPlatform)
+		err = cfg.Validate(relay.NeedPlatform)
 	}
 	if err == nil {
 		var rt *relay.Runtime

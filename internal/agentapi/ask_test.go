@@ -17,7 +17,7 @@ import (
 type handlerKey struct{}
 
 // scribe is an Asker that answers every question with its own text and
-// remembers what it was given; the real Asker (pkg/delegate, issue 13
+// remembers what it was given; the real Asker (internal/delegate, issue 13
 // part C) plugs in the same way.
 type scribe struct {
 	mu     sync.Mutex

@@ -6,9 +6,9 @@ import (
 
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/molecule-ai/molecule-relay/internal/config"
 	"github.com/molecule-ai/molecule-relay/internal/configerr"
-	"github.com/molecule-ai/molecule-relay/pkg/config"
-	"github.com/molecule-ai/molecule-relay/pkg/events"
+	"github.com/molecule-ai/molecule-relay/internal/events"
 	"github.com/molecule-ai/molecule-relay/pkg/molecule"
 )
 
@@ -27,7 +27,7 @@ const (
 var ErrInvalidConfig = configerr.For("agentapi")
 
 // Settings are the agent API's environment variables. They live in
-// pkg/config, which depends on nothing above it; this is their name here.
+// internal/config, which depends on nothing above it; this is their name here.
 type Settings = config.Settings
 
 // Config configures a Server. Zero fields take their defaults.

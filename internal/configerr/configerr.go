@@ -16,7 +16,7 @@ var ErrInvalid = errors.New("invalid configuration")
 // For returns the configuration error of one package: its text is
 // "<pkg>: invalid configuration", and it matches ErrInvalid. It is a
 // value: For of the same name is the same error, so a setting checked
-// below its package (pkg/config checks the agent API's) still matches the
+// below its package (internal/config checks the agent API's) still matches the
 // package's own.
 func For(pkg string) error { return invalid{pkg: pkg} }
 

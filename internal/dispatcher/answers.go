@@ -3,13 +3,13 @@ package dispatcher
 import (
 	"context"
 
+	"github.com/molecule-ai/molecule-relay/internal/delegate"
+	"github.com/molecule-ai/molecule-relay/internal/events"
 	"github.com/molecule-ai/molecule-relay/internal/stage"
-	"github.com/molecule-ai/molecule-relay/pkg/delegate"
-	"github.com/molecule-ai/molecule-relay/pkg/events"
 )
 
 // answers finishes a peer's answer to a question a handler of this
-// workspace asked (pkg/delegate): stored in the question's record for the
+// workspace asked (internal/delegate): stored in the question's record for the
 // waiting handler, or dead-lettered when nobody waits for it any more.
 // An ordinary message goes on, to the handler.
 func (d *Dispatcher) answers(next stage.Step[*message]) stage.Step[*message] {

@@ -27,10 +27,10 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/molecule-ai/molecule-relay/internal/dlq"
+	"github.com/molecule-ai/molecule-relay/internal/events"
 	"github.com/molecule-ai/molecule-relay/internal/stage"
 	"github.com/molecule-ai/molecule-relay/internal/stage/crashpoint"
 	"github.com/molecule-ai/molecule-relay/internal/tracing"
-	"github.com/molecule-ai/molecule-relay/pkg/events"
 	"github.com/molecule-ai/molecule-relay/pkg/handler"
 )
 
@@ -167,7 +167,7 @@ func (d *Dispatcher) runHandler(runCtx context.Context, msg *message) (a handler
 			err = fmt.Errorf("%w: %w", errStopGraceOver, err)
 		}
 	}()
-	// A wait for a peer's answer gives the slot back (pkg/delegate).
+	// A wait for a peer's answer gives the slot back (internal/delegate).
 	hctx = stage.WithParking(hctx, del)
 	m := *in // the handler gets its own copy
 	req := &handler.Request{

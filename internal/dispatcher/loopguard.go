@@ -1,6 +1,6 @@
 package dispatcher
 
-import "github.com/molecule-ai/molecule-relay/pkg/events"
+import "github.com/molecule-ai/molecule-relay/internal/events"
 
 // LoopGuard says why an answer to in must not be sent, or "": in is
 // itself a reply (InReplyTo set, or a peer's role "agent" message) and

@@ -8,9 +8,9 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 	"go.opentelemetry.io/otel/trace"
 
+	"github.com/molecule-ai/molecule-relay/internal/events"
 	"github.com/molecule-ai/molecule-relay/internal/stage"
 	"github.com/molecule-ai/molecule-relay/internal/tracing"
-	"github.com/molecule-ai/molecule-relay/pkg/events"
 )
 
 // message is one delivery of an inbound message, once decoded.
@@ -28,7 +28,7 @@ type message struct {
 func (d *Dispatcher) steps() stage.Step[*stage.Delivery] {
 	return d.decoded(stage.Steps(d.handle,
 		d.traced,        // the publisher's trace, and the message's logger
-		d.answers,       // a peer's answer to a handler's question (pkg/delegate)
+		d.answers,       // a peer's answer to a handler's question (internal/delegate)
 		d.handledBefore, // finished by an earlier delivery: republish, ack
 		d.admitted,      // the start-margin rule: no room for a handler, defer
 		d.peerClaimed,   // a peer's messageId another activity row carried: ack

@@ -20,7 +20,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
-	"github.com/molecule-ai/molecule-relay/pkg/events"
+	"github.com/molecule-ai/molecule-relay/internal/events"
 )
 
 // ErrNotFound is returned by Get and Replay for a sequence that holds no

@@ -8,7 +8,7 @@ import (
 	"sync/atomic"
 
 	"github.com/aws/aws-lambda-go/lambdacontext"
-	"github.com/molecule-ai/molecule-relay/pkg/config"
+	"github.com/molecule-ai/molecule-relay/internal/config"
 )
 
 // requestLog is a slog.Handler that adds the invocation's request id

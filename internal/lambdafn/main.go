@@ -14,7 +14,7 @@ import (
 
 	"github.com/aws/aws-lambda-go/lambda"
 	"github.com/caarlos0/env/v11"
-	"github.com/molecule-ai/molecule-relay/pkg/config"
+	"github.com/molecule-ai/molecule-relay/internal/config"
 	"github.com/molecule-ai/molecule-relay/pkg/relay"
 )
 

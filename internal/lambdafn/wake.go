@@ -7,10 +7,10 @@ import (
 	"log/slog"
 	"time"
 
+	"github.com/molecule-ai/molecule-relay/internal/config"
 	"github.com/molecule-ai/molecule-relay/internal/dispatcher"
 	"github.com/molecule-ai/molecule-relay/internal/lambdainvoke"
 	"github.com/molecule-ai/molecule-relay/internal/replier"
-	"github.com/molecule-ai/molecule-relay/pkg/config"
 	"github.com/molecule-ai/molecule-relay/pkg/relay"
 )
 

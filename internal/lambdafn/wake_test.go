@@ -11,8 +11,8 @@ import (
 
 	"github.com/aws/aws-lambda-go/lambdacontext"
 	"github.com/caarlos0/env/v11"
+	"github.com/molecule-ai/molecule-relay/internal/config"
 	"github.com/molecule-ai/molecule-relay/internal/lambdainvoke"
-	"github.com/molecule-ai/molecule-relay/pkg/config"
 )
 
 func TestFanOutCount(t *testing.T) {

@@ -7,7 +7,7 @@ import (
 	"net/http"
 	"strings"
 
-	"github.com/molecule-ai/molecule-relay/pkg/events"
+	"github.com/molecule-ai/molecule-relay/internal/events"
 	"github.com/molecule-ai/molecule-relay/pkg/molecule"
 )
 

@@ -5,8 +5,8 @@ import (
 	"net/http"
 	"time"
 
+	"github.com/molecule-ai/molecule-relay/internal/events"
 	"github.com/molecule-ai/molecule-relay/internal/stage"
-	"github.com/molecule-ai/molecule-relay/pkg/events"
 	"github.com/molecule-ai/molecule-relay/pkg/molecule"
 )
 

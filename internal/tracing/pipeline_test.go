@@ -8,8 +8,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/molecule-ai/molecule-relay/internal/config"
 	"github.com/molecule-ai/molecule-relay/internal/testkit/pipelinetest"
-	"github.com/molecule-ai/molecule-relay/pkg/config"
 	"github.com/molecule-ai/molecule-relay/pkg/relay"
 	"go.opentelemetry.io/otel"
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"

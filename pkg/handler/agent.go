@@ -12,7 +12,6 @@ import (
 	"io"
 	"time"
 
-	"github.com/molecule-ai/molecule-relay/pkg/events"
 	"github.com/molecule-ai/molecule-relay/pkg/molecule"
 )
 
@@ -27,9 +26,9 @@ const (
 // Turn is one earlier turn of the conversation a message belongs to,
 // oldest first in Request.History.
 type Turn struct {
-	Role        string              `json:"role"`
-	Text        string              `json:"text"`
-	Attachments []events.Attachment `json:"attachments,omitempty"`
+	Role        string       `json:"role"`
+	Text        string       `json:"text"`
+	Attachments []Attachment `json:"attachments,omitempty"`
 	// ActivityID is the inbound activity the turn belongs to (a user turn
 	// and the agent's reply to it share it).
 	ActivityID string    `json:"activity_id,omitempty"`
@@ -38,8 +37,8 @@ type Turn struct {
 
 // Answer is a handler's full answer. The zero value means "no reply".
 type Answer struct {
-	Text        string              `json:"text"`
-	Attachments []events.Attachment `json:"attachments,omitempty"`
+	Text        string       `json:"text"`
+	Attachments []Attachment `json:"attachments,omitempty"`
 	// NoReply, when true, sends nothing even if Text is set (the JSON
 	// form is "reply": false).
 	NoReply bool `json:"-"`
@@ -88,16 +87,16 @@ type Agent interface {
 
 // Interim is a message sent to the conversation before the final answer.
 type Interim struct {
-	Text        string              `json:"text"`
-	Attachments []events.Attachment `json:"attachments,omitempty"`
+	Text        string       `json:"text"`
+	Attachments []Attachment `json:"attachments,omitempty"`
 }
 
 // Question is an A2A message to a peer, awaited.
 type Question struct {
 	// PeerID is the workspace asked.
-	PeerID      string              `json:"peer_id"`
-	Text        string              `json:"text"`
-	Attachments []events.Attachment `json:"attachments,omitempty"`
+	PeerID      string       `json:"peer_id"`
+	Text        string       `json:"text"`
+	Attachments []Attachment `json:"attachments,omitempty"`
 	// Timeout bounds the wait; if not set, the relay's default. It never
 	// outlasts the handler's own deadline.
 	Timeout time.Duration `json:"-"`
@@ -105,8 +104,8 @@ type Question struct {
 
 // PeerAnswer is a peer's answer to a Question.
 type PeerAnswer struct {
-	Text        string              `json:"text"`
-	Attachments []events.Attachment `json:"attachments,omitempty"`
+	Text        string       `json:"text"`
+	Attachments []Attachment `json:"attachments,omitempty"`
 	// MessageID is the messageId the question was sent with.
 	MessageID string `json:"message_id"`
 	// ActivityID is the answer's activity on this workspace's feed (empty
@@ -119,7 +118,7 @@ type PeerAnswer struct {
 var ErrNoAgent = errors.New("handler: no agent API for this request")
 
 // Interim posts text to the conversation now; see Agent.Interim.
-func (r *Request) Interim(ctx context.Context, text string, attachments ...events.Attachment) error {
+func (r *Request) Interim(ctx context.Context, text string, attachments ...Attachment) error {
 	if r.Agent == nil {
 		return ErrNoAgent
 	}

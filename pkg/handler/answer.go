@@ -12,8 +12,6 @@ import (
 	"io"
 	"mime"
 	"strings"
-
-	"github.com/molecule-ai/molecule-relay/pkg/events"
 )
 
 // AnswerContentType is the media type an http: handler's server answers
@@ -26,9 +24,9 @@ const answerForm = `{"text": "...", "attachments": [{"uri": "...", "name": "..."
 // answerJSON is the wire form of a structured answer. Pointers tell a
 // missing key from an empty one.
 type answerJSON struct {
-	Text        *string                 `json:"text"`
-	Attachments []events.AttachmentJSON `json:"attachments"`
-	Reply       *bool                   `json:"reply"`
+	Text        *string          `json:"text"`
+	Attachments []AttachmentJSON `json:"attachments"`
+	Reply       *bool            `json:"reply"`
 }
 
 // DecodeStrictJSON decodes exactly one JSON value from r into v, refusing

@@ -13,8 +13,6 @@ import (
 	"errors"
 	"log/slog"
 	"time"
-
-	"github.com/molecule-ai/molecule-relay/pkg/events"
 )
 
 // Handler handles one inbound message. It returns the reply text, or "" for
@@ -38,7 +36,7 @@ var ErrPermanent = errors.New("handler: permanent failure")
 // Request is what a handler sees. It never carries a platform token.
 type Request struct {
 	// Message is the inbound envelope.
-	Message *events.Inbound
+	Message *Message
 	// Delivery is the 1-based delivery count; > 1 means an earlier attempt
 	// failed or crashed mid-handler.
 	Delivery uint64

@@ -54,7 +54,7 @@ func Parse(spec string, opts Options) (Handler, error) {
 	case kind == "openai":
 		return NewOpenAI(rest, opts)
 	case spec == "mcp":
-		// Claude answers through the MCP session (pkg/mcpchannel).
+		// Claude answers through the MCP session (internal/mcpchannel).
 		return nil, fmt.Errorf("%w: the mcp handler runs only under molecule-relay mcp", ErrInvalidSpec)
 	}
 	return nil, fmt.Errorf("%w: %q; use one of: %s", ErrInvalidSpec, redactSpec(spec), SpecForms)

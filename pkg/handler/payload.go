@@ -7,8 +7,6 @@ import (
 	"io"
 	"log/slog"
 	"time"
-
-	"github.com/molecule-ai/molecule-relay/pkg/events"
 )
 
 // Payload is the JSON the exec: and http: handlers send: on the program's
@@ -17,7 +15,7 @@ import (
 type Payload struct {
 	// Message is the inbound envelope, including the original activity
 	// row under "raw".
-	Message *events.Inbound `json:"message"`
+	Message *Message `json:"message"`
 	// Delivery is the 1-based delivery count (> 1: an earlier attempt
 	// failed or crashed).
 	Delivery uint64 `json:"delivery"`

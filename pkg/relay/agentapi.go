@@ -3,7 +3,7 @@ package relay
 import (
 	"github.com/molecule-ai/molecule-relay/internal/agentapi"
 	"github.com/molecule-ai/molecule-relay/internal/dispatcher"
-	"github.com/molecule-ai/molecule-relay/pkg/events"
+	"github.com/molecule-ai/molecule-relay/internal/events"
 )
 
 // agentAPI starts the agent API on the first call and returns it for the
@@ -22,7 +22,7 @@ func (rt *Runtime) agentAPI() (dispatcher.AgentAPI, error) {
 			Clients: rt.ClientMap(),
 			Records: rt.Topo.Handled,
 			Secrets: rt.Cfg.AgentAPISecrets,
-			Asker:   rt.agentAsker(), // pkg/delegate, through asker.go
+			Asker:   rt.agentAsker(), // internal/delegate, through asker.go
 			Logger:  rt.Log.With("stage", "agentapi"),
 			LoopGuard: func(in *events.Inbound) string {
 				return dispatcher.LoopGuard(in, rt.Cfg.ReplyToReplies, rt.Cfg.MaxHops)

@@ -6,8 +6,8 @@ import (
 	"fmt"
 
 	"github.com/molecule-ai/molecule-relay/internal/agentapi"
-	"github.com/molecule-ai/molecule-relay/pkg/delegate"
-	"github.com/molecule-ai/molecule-relay/pkg/events"
+	"github.com/molecule-ai/molecule-relay/internal/delegate"
+	"github.com/molecule-ai/molecule-relay/internal/events"
 	"github.com/molecule-ai/molecule-relay/pkg/handler"
 )
 
@@ -16,7 +16,7 @@ import (
 var ErrNoAsksBucket = errors.New("relay: no " + events.BucketAsks + " bucket: create the topology as an admin (molecule-relay status) to let handlers ask peers")
 
 // Asker is the delegation asker of the runtime's workspaces: a handler
-// uses it to ask a peer and wait for the answer (pkg/delegate). The
+// uses it to ask a peer and wait for the answer (internal/delegate). The
 // dispatcher routes the answers to it on its own; MOLECULE_ASK_TIMEOUT is
 // the default wait.
 func (rt *Runtime) Asker() (*delegate.Asker, error) {

@@ -6,9 +6,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/molecule-ai/molecule-relay/internal/config"
 	"github.com/molecule-ai/molecule-relay/internal/testkit/natstest"
 	"github.com/molecule-ai/molecule-relay/internal/testkit/pipelinetest"
-	"github.com/molecule-ai/molecule-relay/pkg/config"
 	"github.com/molecule-ai/molecule-relay/pkg/molecule/moleculetest"
 	"github.com/molecule-ai/molecule-relay/pkg/relay"
 )

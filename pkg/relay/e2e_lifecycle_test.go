@@ -7,10 +7,10 @@ import (
 	"testing"
 	"time"
 
+	"github.com/molecule-ai/molecule-relay/internal/poller"
 	"github.com/molecule-ai/molecule-relay/internal/testkit/pipelinetest"
 	"github.com/molecule-ai/molecule-relay/pkg/molecule"
 	"github.com/molecule-ai/molecule-relay/pkg/molecule/moleculetest"
-	"github.com/molecule-ai/molecule-relay/pkg/poller"
 )
 
 // pollerStatus reads the poller's recorded status of workspace ws.

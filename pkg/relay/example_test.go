@@ -8,10 +8,10 @@ import (
 	"os"
 	"time"
 
-	_ "github.com/molecule-ai/molecule-relay/pkg/broker/embedded" // NATS in the process
-	"github.com/molecule-ai/molecule-relay/pkg/config"
+	"github.com/molecule-ai/molecule-relay/internal/config"
 	"github.com/molecule-ai/molecule-relay/pkg/molecule/moleculetest"
 	"github.com/molecule-ai/molecule-relay/pkg/relay"
+	_ "github.com/molecule-ai/molecule-relay/pkg/relay/embedded" // NATS in the process
 )
 
 // A relay in-process: configured as `molecule-relay connect` is (here the

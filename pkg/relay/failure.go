@@ -4,7 +4,7 @@ import (
 	"fmt"
 	"io"
 
-	"github.com/molecule-ai/molecule-relay/pkg/poller"
+	"github.com/molecule-ai/molecule-relay/internal/poller"
 )
 
 // Failure is one reason a one-shot run did not do all its work: a

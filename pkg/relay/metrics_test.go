@@ -10,8 +10,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/molecule-ai/molecule-relay/internal/config"
 	"github.com/molecule-ai/molecule-relay/internal/testkit/pipelinetest"
-	"github.com/molecule-ai/molecule-relay/pkg/config"
 	"github.com/molecule-ai/molecule-relay/pkg/relay"
 	dto "github.com/prometheus/client_model/go"
 	"github.com/prometheus/common/expfmt"

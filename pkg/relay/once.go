@@ -5,8 +5,8 @@ import (
 	"time"
 
 	"github.com/molecule-ai/molecule-relay/internal/dispatcher"
+	"github.com/molecule-ai/molecule-relay/internal/poller"
 	"github.com/molecule-ai/molecule-relay/internal/replier"
-	"github.com/molecule-ai/molecule-relay/pkg/poller"
 )
 
 // CheckpointBatch is how many feed rows per workspace a checkpointed

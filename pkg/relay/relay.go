@@ -17,16 +17,16 @@ import (
 	"time"
 
 	"github.com/molecule-ai/molecule-relay/internal/agentapi"
+	"github.com/molecule-ai/molecule-relay/internal/broker"
+	"github.com/molecule-ai/molecule-relay/internal/config"
 	"github.com/molecule-ai/molecule-relay/internal/dispatcher"
+	"github.com/molecule-ai/molecule-relay/internal/events"
+	"github.com/molecule-ai/molecule-relay/internal/poller"
 	"github.com/molecule-ai/molecule-relay/internal/replier"
 	"github.com/molecule-ai/molecule-relay/internal/stage"
 	"github.com/molecule-ai/molecule-relay/internal/tracing"
-	"github.com/molecule-ai/molecule-relay/pkg/broker"
-	"github.com/molecule-ai/molecule-relay/pkg/config"
-	"github.com/molecule-ai/molecule-relay/pkg/events"
 	"github.com/molecule-ai/molecule-relay/pkg/handler"
 	"github.com/molecule-ai/molecule-relay/pkg/molecule"
-	"github.com/molecule-ai/molecule-relay/pkg/poller"
 )
 
 // Runtime is an open connection to NATS with the topology ensured and the

@@ -6,8 +6,8 @@ import (
 	"time"
 
 	"github.com/molecule-ai/molecule-relay/internal/dispatcher"
+	"github.com/molecule-ai/molecule-relay/internal/poller"
 	"github.com/molecule-ai/molecule-relay/internal/replier"
-	"github.com/molecule-ai/molecule-relay/pkg/poller"
 	"github.com/nats-io/nats.go/jetstream"
 )
 

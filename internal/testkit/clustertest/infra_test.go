@@ -11,9 +11,9 @@ import (
 
 	"github.com/nats-io/nats-server/v2/server"
 
+	"github.com/molecule-ai/molecule-relay/internal/events"
 	"github.com/molecule-ai/molecule-relay/internal/testkit/clustertest"
 	"github.com/molecule-ai/molecule-relay/internal/testkit/samtemplate"
-	"github.com/molecule-ai/molecule-relay/pkg/events"
 )
 
 // infraDocs parses every YAML file under infra/ and returns its documents by
@@ -173,7 +173,7 @@ func TestInfraYAML(t *testing.T) {
 				stream, _ := path(md, "stream").(string)
 				consumer, _ := path(md, "consumer").(string)
 				if pairs[stream] != consumer || consumer == "" {
-					t.Errorf("%s: stream %q consumer %q is not one of the pkg/events pairs %v", key, stream, consumer, pairs)
+					t.Errorf("%s: stream %q consumer %q is not one of the internal/events pairs %v", key, stream, consumer, pairs)
 				}
 				if path(md, "account") != "RELAY" {
 					t.Errorf("%s: account %v, want RELAY", key, path(md, "account"))

@@ -10,8 +10,8 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/molecule-ai/molecule-relay/internal/events"
 	"github.com/molecule-ai/molecule-relay/internal/testkit/clustertest"
-	"github.com/molecule-ai/molecule-relay/pkg/events"
 )
 
 // actor is one user of accounts.conf with two connections: ok for what the
@@ -263,7 +263,7 @@ func TestPermissions(t *testing.T) {
 		if _, err := handled.Get(ctx, events.HandledKey(ws, "a1")); err != nil {
 			t.Fatalf("handled get: %v", err)
 		}
-		// Awaited delegation (pkg/delegate): the handler creates, watches
+		// Awaited delegation (internal/delegate): the handler creates, watches
 		// and updates its question's record; the dispatcher stores answers.
 		asks, err := js.KeyValue(ctx, events.BucketAsks)
 		if err != nil {

@@ -4,11 +4,11 @@ import (
 	"time"
 
 	"github.com/molecule-ai/molecule-relay/internal/dispatcher"
+	"github.com/molecule-ai/molecule-relay/internal/poller"
 	"github.com/molecule-ai/molecule-relay/internal/replier"
 	"github.com/molecule-ai/molecule-relay/internal/testkit/natstest"
 	"github.com/molecule-ai/molecule-relay/pkg/handler"
 	"github.com/molecule-ai/molecule-relay/pkg/molecule"
-	"github.com/molecule-ai/molecule-relay/pkg/poller"
 )
 
 // StartPeerRelay runs a second Molecule Relay for peer i on its own NATS

@@ -1,0 +1,115 @@
+package mcpchannel
+
+import (
+	"fmt"
+	"strings"
+	"time"
+	"unicode"
+
+	"github.com/molecule-ai/molecule-relay/internal/events"
+)
+
+// Method is the MCP notification Claude Code turns into a conversation
+// turn, and Capability the experimental capability that makes it listen
+// for it (docs/protocol.md, "Claude Code channel").
+const (
+	Method     = "notifications/claude/channel"
+	Capability = "claude/channel"
+)
+
+// nameMax caps a peer-supplied name or role, as the TypeScript channel
+// does, so the header stays one short line.
+const nameMax = 64
+
+// Notification is the params of one Method notification: content becomes
+// the turn Claude reads, meta its attributes (string to string; Claude Code
+// keeps only keys made of letters, digits and underscores).
+type Notification struct {
+	Content string            `json:"content"`
+	Meta    map[string]string `json:"meta"`
+}
+
+// NewNotification builds the notification of an inbound message with the
+// TypeScript channel's meta keys and content layout: a header line naming
+// the sender, the text, and a line with the exact reply call. Peer-supplied
+// names pass through Sanitize, so they cannot start a line of their own or
+// close the header's brackets.
+func NewNotification(in *events.Inbound) Notification {
+	kind := string(events.SourceCanvasUser)
+	peerID := ""
+	if in.Source == events.SourcePeerAgent {
+		kind = string(events.SourcePeerAgent)
+		if events.ValidateWorkspaceID(in.SourceWorkspaceID) == nil {
+			peerID = in.SourceWorkspaceID
+		}
+	}
+	meta := map[string]string{
+		"source":       "molecule",
+		"kind":         kind,
+		"workspace_id": in.WorkspaceID,
+		"watching_as":  in.WorkspaceID,
+		"peer_id":      peerID,
+		"method":       Sanitize(in.Method),
+		"activity_id":  in.ActivityID,
+		"ts":           in.CreatedAt.UTC().Format(time.RFC3339Nano),
+	}
+	name, role := Sanitize(in.PeerName), Sanitize(in.PeerRole)
+	if peerID != "" && name != "" {
+		meta["peer_name"] = name
+	}
+	if peerID != "" && role != "" {
+		meta["peer_role"] = role
+	}
+	var b strings.Builder
+	b.WriteString(header(in.WorkspaceID, peerID, name, role))
+	b.WriteByte('\n')
+	b.WriteString(in.Text)
+	for _, a := range in.Attachments {
+		fmt.Fprintf(&b, "\n[attachment %s · %s · %s]", Sanitize(a.Name), Sanitize(a.MimeType), Sanitize(a.URI))
+	}
+	b.WriteByte('\n')
+	b.WriteString(replyHint(in.WorkspaceID, peerID, in.ActivityID))
+	return Notification{Content: b.String(), Meta: meta}
+}
+
+func header(ws, peerID, name, role string) string {
+	if peerID == "" {
+		return "[from canvas user · workspace=" + ws + "]"
+	}
+	who := "peer-agent"
+	switch {
+	case name != "" && role != "":
+		who = name + " (" + role + ")"
+	case name != "":
+		who = name
+	}
+	return "[from " + who + " · peer_id=" + peerID + " · watching=" + ws + "]"
+}
+
+func replyHint(ws, peerID, activity string) string {
+	peer := ""
+	if peerID != "" {
+		peer = `, peer_id: "` + peerID + `"`
+	}
+	return `↩ Reply: reply_to_workspace({workspace_id: "` + ws + `"` + peer +
+		`, activity_id: "` + activity + `", text: "..."}) · no reply: dismiss({activity_id: "` + activity + `"})`
+}
+
+// Sanitize makes a peer-supplied field safe to show in a header: letters,
+// digits, spaces and _ . - / + : @ ( ) are kept, anything else (newlines,
+// control characters, brackets, quotes) becomes a space; runs of spaces
+// collapse; the result is trimmed and capped at 64 characters, the last
+// one an ellipsis when cut.
+func Sanitize(s string) string {
+	mapped := strings.Map(func(r rune) rune {
+		if unicode.IsLetter(r) || unicode.IsDigit(r) || strings.ContainsRune(" _.-/+:@()", r) {
+			return r
+		}
+		return ' '
+	}, s)
+	out := strings.Join(strings.Fields(mapped), " ")
+	if r := []rune(out); len(r) > nameMax {
+		out = string(r[:nameMax-1]) + "…"
+	}
+	return out
+}

@@ -1,0 +1,551 @@
+package poller
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"github.com/molecule-ai/molecule-relay/internal/tracing"
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/trace"
+	"math"
+	"slices"
+	"sort"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/molecule-ai/molecule-relay/internal/dlq"
+	"github.com/molecule-ai/molecule-relay/internal/events"
+	"github.com/molecule-ai/molecule-relay/pkg/molecule"
+)
+
+const (
+	// maxCursorRestarts bounds how often one cycle reloads a cursor another
+	// poller advanced before giving up until the next cycle.
+	maxCursorRestarts = 5
+	// maxRateLimitRetries bounds consecutive 429s waited out in one cycle.
+	maxRateLimitRetries = 3
+	// maxWindowPages bounds the pages of one since_secs window read.
+	maxWindowPages = 50
+	// maxSinceSecs is the platform's cap on since_secs (30 days).
+	maxSinceSecs = 30 * 24 * 3600
+	// defaultRetryAfter is the wait after a 429 that named none.
+	defaultRetryAfter = time.Second
+	// maxRetryAfter caps one wait after a 429.
+	maxRetryAfter = 65 * time.Second
+)
+
+// ErrRateWaitPastDeadline: the next request had to wait (for the rate
+// budget's window to reset, or for a 429's Retry-After) until after the
+// context's deadline, so it was not sent. pace returns it at once rather
+// than sleeping until the deadline.
+var ErrRateWaitPastDeadline = errors.New("poller: the rate-limit wait ends after the deadline")
+
+// pace blocks until the workspace may send its next request: not before a
+// 429's Retry-After, and not while taking one would leave the shared rate
+// budget at RateReserve per workspace or below (molecule.Client.TakeBudget;
+// until the window resets). When that wait would end after ctx's deadline
+// it returns ErrRateWaitPastDeadline at once. Heartbeats never call it.
+func (p *Poller) pace(ctx context.Context, w *workspace) error {
+	for {
+		until, why := w.getNotBefore(), "the platform's Retry-After"
+		if time.Until(until) <= 0 {
+			wait := w.c.TakeBudget(p.cfg.RateReserve)
+			if wait <= 0 {
+				return nil
+			}
+			// Once the window has reset, the observation is in the past.
+			until, why = time.Now().Add(wait), "the rate budget is at its reserve until the window resets"
+			w.log.Debug("poller: rate budget at reserve; waiting for the window to reset",
+				"remaining", w.c.RateLimit().Remaining, "reserve", p.cfg.RateReserve, "wait", time.Until(until).Round(time.Millisecond))
+		}
+		if dl, ok := ctx.Deadline(); ok && until.After(dl) {
+			return fmt.Errorf("%w: %s (in %s; the deadline is in %s)", ErrRateWaitPastDeadline, why,
+				time.Until(until).Round(time.Millisecond), time.Until(dl).Round(time.Millisecond))
+		}
+		t := time.NewTimer(time.Until(until))
+		select {
+		case <-t.C:
+		case <-ctx.Done():
+			t.Stop()
+			return ctx.Err()
+		}
+	}
+}
+
+// noteRateLimited records a 429: no activity request before its Retry-After.
+func (p *Poller) noteRateLimited(w *workspace, err error, res *WorkspaceResult) bool {
+	if !errors.Is(err, molecule.ErrRateLimited) {
+		return false
+	}
+	res.RateLimited++
+	d := molecule.RetryAfterOf(err)
+	if d <= 0 {
+		d = defaultRetryAfter
+	}
+	d = min(d, maxRetryAfter)
+	w.setNotBefore(time.Now().Add(d))
+	w.log.Warn("poller: rate limited by the platform; backing off", "retry_after", d)
+	return true
+}
+
+// activity reads one page, pacing first and waiting out up to
+// maxRateLimitRetries consecutive 429s.
+func (p *Poller) activity(ctx context.Context, w *workspace, q molecule.ActivityQuery, res *WorkspaceResult) (*molecule.ActivityPage, error) {
+	for attempt := 0; ; attempt++ {
+		if err := p.pace(ctx, w); err != nil {
+			return nil, err
+		}
+		page, err := w.c.Activity(ctx, q)
+		if p.noteRateLimited(w, err, res) && attempt < maxRateLimitRetries {
+			continue
+		}
+		if err != nil {
+			return nil, err
+		}
+		res.Fetched += len(page.Rows)
+		return page, nil
+	}
+}
+
+// fetch delivers every row after the cursor, page by page until a short
+// page, advancing the cursor after each acknowledged page. A cursor moved
+// by another poller is reloaded, never overwritten.
+func (p *Poller) fetch(ctx context.Context, w *workspace, res *WorkspaceResult) error {
+	for restarts := 0; ; restarts++ {
+		err := p.fetchFromCursor(ctx, w, res)
+		if !errors.Is(err, errCursorMoved) {
+			return err
+		}
+		if restarts >= maxCursorRestarts {
+			return fmt.Errorf("poller: cursor keeps moving under concurrent pollers: %w", err)
+		}
+		w.log.Debug("poller: cursor advanced by another poller; reloading")
+	}
+}
+
+func (p *Poller) fetchFromCursor(ctx context.Context, w *workspace, res *WorkspaceResult) error {
+	cur, err := p.loadCursor(ctx, w.id)
+	if err != nil {
+		return err
+	}
+	if cur.Cursor == "" {
+		if cur, err = p.seed(ctx, w, cur, false, res); err != nil {
+			return err
+		}
+		if cur.Cursor == "" || res.More {
+			return nil // the feed is empty (the seed marker remembers when), or a batch is full
+		}
+	}
+	limit := p.cfg.PageLimit
+	if b := p.cfg.BatchRows; b > 0 {
+		limit = min(limit, b)
+	}
+	for {
+		res.Cursor = cur.Cursor
+		page, err := p.activity(ctx, w, molecule.ActivityQuery{Type: activityType, SinceID: cur.Cursor, Limit: limit}, res)
+		if errors.Is(err, molecule.ErrCursorLost) {
+			w.log.Warn("poller: the platform no longer knows the cursor row (410: pruned, or another workspace's id); resetting and re-seeding",
+				"cursor", cur.Cursor)
+			if cur, err = p.seed(ctx, w, cur, true, res); err != nil {
+				return err
+			}
+			if cur.Cursor == "" || res.More {
+				return nil
+			}
+			continue
+		}
+		if err != nil {
+			return fmt.Errorf("poller: fetch activity: %w", err)
+		}
+		if err := ignoredSinceID(page, cur.Cursor); err != nil {
+			return err
+		}
+		if len(page.Rows) == 0 {
+			return nil
+		}
+		if err := p.deliver(ctx, w, page.Rows, &cur.cursorValue, time.Now().UTC(), res); err != nil {
+			return err
+		}
+		newest := page.Newest()
+		cur, err = p.saveCursor(ctx, w.id, cur, cursorValue{
+			Cursor: newest.ID, CreatedAt: newest.CreatedAt, UpdatedAt: time.Now().UTC(), Generation: res.Generation.String(),
+		}, res.published)
+		if err != nil {
+			return err
+		}
+		res.Cursor = cur.Cursor
+		if !page.Full {
+			return nil
+		}
+		if p.cfg.BatchRows > 0 {
+			res.More = true // the caller answers this batch first (FetchMore)
+			return nil
+		}
+	}
+}
+
+// ignoredSinceID detects a platform that answered a since_id query as if
+// the cursor were absent (an OLD platform that the probe could not
+// identify): a newest-first answer, or the cursor row itself in the page.
+// Polling on would redeliver the same rows forever.
+func ignoredSinceID(page *molecule.ActivityPage, cursor string) error {
+	if page.Descending && len(page.Rows) > 1 {
+		return fmt.Errorf("poller: activity answered newest-first to a since_id query: %w", molecule.ErrOldPlatform)
+	}
+	for _, r := range page.Rows {
+		if r.ID == cursor {
+			return fmt.Errorf("poller: activity returned the cursor row itself to a since_id query: %w", molecule.ErrOldPlatform)
+		}
+	}
+	return nil
+}
+
+// seed sets a cursor when there is none (cold start, an empty seed, or a
+// lost cursor after a 410), following docs/protocol.md §4: a query without
+// since_id answers newest-first, and the NEWEST row becomes the cursor.
+//
+// Which existing rows are delivered:
+//   - cold start: rows newer than BacklogWindow (none if it is 0);
+//   - empty seed (the feed was empty when seeded at UpdatedAt): every row
+//     created since then, plus the overlap slack for late commits;
+//   - cold start after this relay registered the workspace in poll mode
+//     (this process, or an earlier run that ended before its first seed):
+//     at least every row created since the registration was asked for;
+//   - lost cursor: every row created since the cursor was last saved, plus
+//     the overlap slack (any newer row would have advanced it, so these are
+//     undelivered), and at least BacklogWindow.
+func (p *Poller) seed(ctx context.Context, w *workspace, cur *cursorEntry, lost bool, res *WorkspaceResult) (*cursorEntry, error) {
+	cold := cur.UpdatedAt.IsZero() // no cursor, or an unreadable one
+	if cold && p.cfg.ResumeFromCheckpoint {
+		restored, err := p.restoreCheckpoint(ctx, w, cur, res)
+		if err != nil {
+			return nil, err
+		}
+		if restored != nil && restored.Cursor != "" {
+			return restored, nil // fetched from there on
+		}
+		if restored != nil { // the feed was empty then: an empty seed
+			cur, cold = restored, false
+		}
+	}
+	window := p.cfg.BacklogWindow
+	v := cursorValue{Floor: cur.Floor, FloorID: cur.FloorID, Generation: res.Generation.String()}
+	if cold {
+		// Whatever was queued since this relay asked to register the
+		// workspace was sent to a poll-mode agent — us — and is not backlog,
+		// whatever the backlog window says. (The edge is our clock against
+		// the platform's created_at: a platform clock behind ours by more
+		// than the request's latency could still exclude a message queued
+		// in that first instant.)
+		reg, err := p.registeredAt(ctx, w)
+		if err != nil {
+			return nil, err
+		}
+		if !reg.IsZero() {
+			window = max(window, time.Since(reg))
+		}
+	}
+	if !cold {
+		window = max(window, time.Since(cur.UpdatedAt)+max(p.cfg.OverlapWindow, 0))
+	} else if window > 0 {
+		// Rows older than the window are not ours to deliver, not even by a
+		// later overlap re-read. (Poller clock: a clock skew with the
+		// platform shifts this edge by the skew.)
+		v.Floor, v.FloorID = time.Now().Add(-window).UTC(), ""
+	}
+	var newest *molecule.ActivityRow
+	if window > 0 {
+		rows, err := p.window(ctx, w, window, res)
+		if err != nil {
+			return nil, err
+		}
+		if b := p.cfg.BatchRows; b > 0 && len(rows) > b {
+			// The oldest batch now; the cursor lands on its newest row and
+			// the next batches are fetched from there.
+			rows, res.More = rows[:b], true
+		}
+		v.Recent = cur.Recent // recognise what was published before a lost cursor
+		before := res.Published
+		if err := p.deliver(ctx, w, rows, &v, time.Now().UTC(), res); err != nil {
+			return nil, err
+		}
+		if len(rows) > 0 {
+			newest = &rows[len(rows)-1]
+		}
+		if cold && len(rows) > 0 {
+			// Rows read are not rows delivered: own notifies, rows below
+			// the floor and duplicates are among them.
+			w.log.Info("poller: cold start; read the backlog window", "rows_read", len(rows),
+				"published", res.Published-before, "window", window)
+		}
+	} else {
+		page, err := p.activity(ctx, w, molecule.ActivityQuery{Type: activityType, Limit: 1}, res)
+		if err != nil {
+			return nil, fmt.Errorf("poller: seed cursor: %w", err)
+		}
+		if newest = page.Newest(); newest != nil {
+			v.Floor, v.FloorID = newest.CreatedAt, newest.ID
+			w.log.Info("poller: cold start; cursor seeded at the newest row, existing backlog not delivered (backlog window 0)")
+		}
+	}
+	v.UpdatedAt = time.Now().UTC()
+	if newest != nil {
+		v.Cursor, v.CreatedAt = newest.ID, newest.CreatedAt
+	} else if !cold && !lost {
+		return cur, nil // still empty: keep the original seed time
+	}
+	ncur, err := p.saveCursor(ctx, w.id, cur, v, res.published)
+	if err != nil {
+		return nil, err
+	}
+	res.Cursor = ncur.Cursor
+	return ncur, nil
+}
+
+// registeredAt is when this relay last asked the platform to register w:
+// this process's own registration, else the poll-mode registration the
+// status bucket records (a one-shot run or Lambda invocation that ended
+// before its first seed; the next one is a new Poller). Zero if none.
+func (p *Poller) registeredAt(ctx context.Context, w *workspace) (time.Time, error) {
+	if t := w.registeredSince(); !t.IsZero() {
+		return t, nil
+	}
+	rec, _, err := loadStatus(ctx, p.topo.Status, w.id)
+	if err != nil {
+		return time.Time{}, err
+	}
+	if !rec.Registered || rec.DeliveryMode != string(molecule.DeliveryPoll) {
+		return time.Time{}, nil
+	}
+	return rec.RegisteredAt, nil
+}
+
+// window reads every row created in the last d (since_secs queries answer
+// newest-first; older pages continue with before_ts), oldest first,
+// without repeats.
+func (p *Poller) window(ctx context.Context, w *workspace, d time.Duration, res *WorkspaceResult) ([]molecule.ActivityRow, error) {
+	secs := int(math.Ceil(d.Seconds()))
+	secs = min(max(secs, 1), maxSinceSecs)
+	seen := map[string]bool{}
+	var rows []molecule.ActivityRow
+	var before time.Time
+	for i := 0; ; i++ {
+		if i == maxWindowPages {
+			w.log.Warn("poller: window re-read stopped at its page cap; older rows in the window were not re-read",
+				"pages", maxWindowPages, "window", d)
+			break
+		}
+		page, err := p.activity(ctx, w, molecule.ActivityQuery{Type: activityType, SinceSecs: secs, Limit: p.cfg.PageLimit, BeforeTS: before}, res)
+		if err != nil {
+			return nil, fmt.Errorf("poller: read the last %ds of activity: %w", secs, err)
+		}
+		added := 0
+		for _, r := range page.Rows {
+			if !seen[r.ID] {
+				seen[r.ID] = true
+				rows = append(rows, r)
+				added++
+			}
+		}
+		if !page.Full || added == 0 {
+			break
+		}
+		// Rows sharing the oldest row's microsecond are read again and
+		// dropped above; before_ts is exclusive.
+		before = page.Rows[0].CreatedAt.Add(time.Microsecond)
+	}
+	sort.SliceStable(rows, func(i, j int) bool { return rows[i].CreatedAt.Before(rows[j].CreatedAt) })
+	return rows, nil
+}
+
+// overlap re-reads the last d (OverlapWindow, or a quick follow-up's few
+// seconds) and publishes it again: rows the platform committed behind the
+// cursor are delivered, the ones already published are dropped by the
+// inbound stream's de-duplication. The cursor is not moved.
+func (p *Poller) overlap(ctx context.Context, w *workspace, d time.Duration, res *WorkspaceResult) error {
+	cur, err := p.loadCursor(ctx, w.id)
+	if err != nil {
+		return err
+	}
+	if cur.UpdatedAt.IsZero() {
+		return nil // not seeded yet: nothing is ours to re-read
+	}
+	p.loadSent(ctx, w, cur.Recent) // a restarted poller's first re-read
+	rows, err := p.window(ctx, w, d, res)
+	if err != nil {
+		return err
+	}
+	if p.cfg.BatchRows > 0 && !cur.CreatedAt.IsZero() {
+		// Rows after the cursor belong to the next batches: a batch is
+		// answered and checkpointed before the next one is published.
+		rows = slices.DeleteFunc(rows, func(r molecule.ActivityRow) bool { return r.CreatedAt.After(cur.CreatedAt) })
+	}
+	res.Overlap = true
+	before, mark := res.Published, len(res.published)
+	if err := p.deliver(ctx, w, rows, &cur.cursorValue, time.Now().UTC(), res); err != nil {
+		return err
+	}
+	n := res.Published - before
+	if n == 0 {
+		w.log.Debug("poller: overlap re-read", "reread", len(rows), "new", 0)
+		return nil
+	}
+	w.log.Info("poller: overlap re-read found rows the cursor had skipped (late commits)", "reread", len(rows), "new", n)
+	// Remember them, so the next re-read does not publish them again. The
+	// cursor itself does not move; another poller's save wins.
+	v := cur.cursorValue
+	if _, err := p.saveCursor(ctx, w.id, cur, v, res.published[mark:]); err != nil && !errors.Is(err, errCursorMoved) {
+		return err
+	}
+	return nil
+}
+
+// skipReason says why a parsed row is not delivered, or "".
+func skipReason(m *molecule.Message, allowSelf bool) string {
+	if m.ActivityType != "" && m.ActivityType != activityType {
+		return SkipOtherType
+	}
+	return m.Skip(allowSelf)
+}
+
+// deliver publishes rows (oldest first) asynchronously, each with
+// Nats-Msg-Id <workspace>:<activity id>, and waits for every ack. Rows
+// below the cursor's floor (backlog left undelivered at a cold start) are
+// passed. Skipped
+// rows are counted; malformed rows go to the dead-letter stream. Any
+// failure returns an error, and the caller then does not advance the
+// cursor.
+func (p *Poller) deliver(ctx context.Context, w *workspace, rows []molecule.ActivityRow, floor *cursorValue, polledAt time.Time, res *WorkspaceResult) error {
+	var futures []pendingPublish
+	for _, row := range rows {
+		pub, err := p.publishRow(ctx, w, row, floor, polledAt, res)
+		if err != nil {
+			return err
+		}
+		if pub != nil {
+			futures = append(futures, *pub)
+		}
+	}
+	if len(futures) == 0 {
+		return nil
+	}
+	mark := len(res.published)
+	err := p.awaitAcks(ctx, futures, res)
+	w.sent.add(res.published[mark:], p.recentKeep(), time.Now())
+	return err
+}
+
+// pendingPublish is a publish of deliver whose acknowledgement is awaited.
+type pendingPublish struct {
+	f          jetstream.PubAckFuture
+	activity   string
+	createdAt  time.Time
+	deadLetter bool
+}
+
+// publishRow publishes one row asynchronously: its inbound envelope, or a
+// dead letter when it does not parse. A row that is skipped (before the
+// floor, published already, our own notify, or skipped by kind) is
+// counted and publishes nothing (nil).
+func (p *Poller) publishRow(ctx context.Context, w *workspace, row molecule.ActivityRow, floor *cursorValue, polledAt time.Time, res *WorkspaceResult) (*pendingPublish, error) {
+	if floor.excluded(row.ID, row.CreatedAt) {
+		res.Skipped[SkipBeforeSeed]++
+		return nil, nil
+	}
+	if floor.alreadyPublished(row) || w.sent.has(row) {
+		res.Skipped[SkipPublished]++
+		return nil, nil
+	}
+	if row.Method == "notify" && row.ID != "" {
+		// Our own replies (half of a busy feed): skipped without the full
+		// parse, as ParseRow would classify them (KindOwnNotify).
+		res.Skipped[SkipOwnNotify]++
+		p.checkForeignNotify(w, row)
+		return nil, nil
+	}
+	m, perr := row.Parse(w.id) // reuses the split Activity made
+	if perr != nil {
+		return p.deadLetterRow(ctx, w, row, perr, res)
+	}
+	if reason := skipReason(m, p.cfg.AllowSelf); reason != "" {
+		res.Skipped[reason]++
+		return nil, nil
+	}
+	if m.ActivityID == "" {
+		m.ActivityID = row.ID
+	}
+	if m.CreatedAt.IsZero() {
+		m.CreatedAt = row.CreatedAt
+	}
+	data, err := events.NewInbound(w.id, m, polledAt).Marshal()
+	if err != nil {
+		return nil, fmt.Errorf("poller: encode inbound %s: %w", m.ActivityID, err)
+	}
+	pctx, span := tracing.Start(ctx, "publish", trace.SpanKindProducer, attribute.String("molecule.activity_id", m.ActivityID))
+	f, err := p.js.PublishMsgAsync(&nats.Msg{Subject: events.InboundSubject(w.id), Data: data, Header: tracing.Header(pctx)},
+		jetstream.WithMsgID(events.InboundMsgID(w.id, m.ActivityID)), jetstream.WithExpectStream(events.StreamInbound))
+	span.End()
+	if err != nil {
+		return nil, fmt.Errorf("poller: publish inbound %s: %w", m.ActivityID, err)
+	}
+	return &pendingPublish{f: f, activity: m.ActivityID, createdAt: row.CreatedAt}, nil
+}
+
+// deadLetterRow publishes the dead letter of a row that does not parse,
+// named by its id or, without one, by a hash of its content.
+func (p *Poller) deadLetterRow(ctx context.Context, w *workspace, row molecule.ActivityRow, perr error, res *WorkspaceResult) (*pendingPublish, error) {
+	res.Malformed++
+	id := row.ID
+	if id == "" {
+		sum := sha256.Sum256(row.JSON)
+		id = "sha256-" + hex.EncodeToString(sum[:12])
+	}
+	w.log.Warn("poller: malformed activity row; sent to the dead-letter stream and skipped", "activity_id", id, "error", perr)
+	dl := events.DeadLetter{
+		Stage: events.StagePoller, WorkspaceID: w.id, ActivityID: row.ID, Reason: events.ReasonMalformed,
+		Error: perr.Error(), Deliveries: 1, OriginalSubject: events.InboundSubject(w.id),
+		Envelope: row.JSON, FailedAt: time.Now().UTC(),
+	}
+	f, err := dlq.PublishAsync(ctx, p.js, dl, "malformed:"+events.InboundMsgID(w.id, id))
+	if err != nil {
+		return nil, fmt.Errorf("poller: dead letter of row %s: %w", id, err)
+	}
+	return &pendingPublish{f: f, activity: id, deadLetter: true}, nil
+}
+
+// awaitAcks waits for every publish's acknowledgement (at most
+// PublishTimeout in all) and counts the inbound ones as published or
+// duplicates; it returns the first failure.
+func (p *Poller) awaitAcks(ctx context.Context, futures []pendingPublish, res *WorkspaceResult) error {
+	timer := time.NewTimer(p.cfg.PublishTimeout)
+	defer timer.Stop()
+	var firstErr error
+	for _, pf := range futures {
+		select {
+		case ack := <-pf.f.Ok():
+			switch {
+			case pf.deadLetter:
+			case ack.Duplicate:
+				res.Duplicates++
+			default:
+				res.Published++
+			}
+			if !pf.deadLetter {
+				res.published = append(res.published, recentID{pf.activity, pf.createdAt})
+			}
+		case err := <-pf.f.Err():
+			if firstErr == nil {
+				firstErr = fmt.Errorf("poller: publish of activity %s not acknowledged: %w", pf.activity, err)
+			}
+		case <-timer.C:
+			return fmt.Errorf("poller: publish acknowledgements not received within %s", p.cfg.PublishTimeout)
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
+	return firstErr
+}

@@ -1,0 +1,44 @@
+//go:build unix
+
+package embedded
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+
+	"github.com/molecule-ai/molecule-relay/internal/broker"
+)
+
+// lockName is the file in the store directory that one process holds
+// locked while its embedded server uses the store.
+const lockName = "molecule-relay.lock"
+
+// lockStore takes an exclusive, non-blocking lock on dir: nats-server
+// itself takes none, and two servers writing one file store corrupt it.
+// The lock dies with the process (a SIGKILL frees it), so no stale lock
+// ever needs clearing by hand. The file holds the holder's pid, for the
+// error message.
+func lockStore(dir string) (release func(), err error) {
+	path := filepath.Join(dir, lockName)
+	f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE, 0o600)
+	if err != nil {
+		return nil, fmt.Errorf("lock file %q: %w", path, err)
+	}
+	if err := syscall.Flock(int(f.Fd()), syscall.LOCK_EX|syscall.LOCK_NB); err != nil {
+		holder, _ := os.ReadFile(path)
+		f.Close()
+		if errors.Is(err, syscall.EWOULDBLOCK) {
+			return nil, fmt.Errorf("%w: store %q, pid %s: stop it, or give this one its own NATS_STORE_DIR, or share one NATS server through NATS_URL",
+				broker.ErrStoreLocked, dir, strings.TrimSpace(string(holder)))
+		}
+		return nil, fmt.Errorf("lock %q: %w", path, err)
+	}
+	_ = f.Truncate(0)
+	_, _ = f.WriteAt([]byte(strconv.Itoa(os.Getpid())+"\n"), 0)
+	return func() { f.Close() }, nil
+}
