@@ -8,7 +8,6 @@ import (
 	"os"
 	"time"
 
-	"github.com/molecule-ai/molecule-relay/internal/config"
 	"github.com/molecule-ai/molecule-relay/pkg/molecule/moleculetest"
 	"github.com/molecule-ai/molecule-relay/pkg/relay"
 	_ "github.com/molecule-ai/molecule-relay/pkg/relay/embedded" // NATS in the process
@@ -27,12 +26,12 @@ func Example() {
 	}
 	defer os.RemoveAll(store)
 
-	cfg, err := config.Load(nil, []string{
+	cfg, err := relay.LoadConfig(nil, []string{
 		"MOLECULE_PLATFORM_URL=" + platform.URL(), "MOLECULE_WORKSPACE_ID=" + ws.ID, "MOLECULE_WORKSPACE_TOKEN=" + ws.Token,
 		"MOLECULE_HANDLER=echo", "MOLECULE_POLL_INTERVAL=1s", "MOLECULE_BACKLOG_WINDOW=1m", "NATS_STORE_DIR=" + store,
 	})
 	if err == nil {
-		err = cfg.Validate(config.NeedPlatform | config.NeedHandler)
+		err = cfg.Validate(relay.NeedPlatform | relay.NeedHandler)
 	}
 	if err != nil {
 		log.Fatal(err)
