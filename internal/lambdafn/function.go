@@ -157,12 +157,12 @@ func (f *Function) load(ctx context.Context) error {
 	if f.cfg != nil {
 		switch {
 		case err != nil:
-			f.log.Warn("secrets not re-read; keeping the ones loaded", "error", err)
+			f.log.WarnContext(ctx, "secrets not re-read; keeping the ones loaded", "error", err)
 			return nil
 		case sv == f.secrets:
 			return nil
 		}
-		f.log.Info("a secret changed; reloading the configuration", "nats_credentials_changed", sv.creds != f.secrets.creds)
+		f.log.InfoContext(ctx, "a secret changed; reloading the configuration", "nats_credentials_changed", sv.creds != f.secrets.creds)
 		if f.rt != nil && sv.creds != f.secrets.creds {
 			f.rt.Close()
 			f.rt = nil
@@ -229,7 +229,7 @@ func (f *Function) connect(ctx context.Context, res *Result) error {
 			res.Warm = true
 			return nil
 		} else {
-			f.log.Warn("NATS connection is dead; redialling", "err", err)
+			f.log.WarnContext(ctx, "NATS connection is dead; redialling", "err", err)
 			f.rt.Close()
 			f.rt = nil
 			res.Redialled = true
@@ -285,7 +285,7 @@ func (f *Function) Invoke(ctx context.Context, _ json.RawMessage) (*Result, erro
 	if err != nil {
 		return nil, err
 	}
-	f.log.Info("invocation done", "published", res.Published, "handled", res.Handled,
+	f.log.InfoContext(ctx, "invocation done", "published", res.Published, "handled", res.Handled,
 		"replied", res.Replied, "dead_lettered", res.DeadLettered, "woken", res.Woken, "warm", res.Warm, "redialled", res.Redialled)
 	return res, nil
 }
