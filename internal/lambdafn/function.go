@@ -22,7 +22,6 @@ import (
 	"sync"
 	"sync/atomic"
 
-	"github.com/aws/aws-lambda-go/lambdacontext"
 	"github.com/caarlos0/env/v11"
 	"github.com/molecule-ai/molecule-relay/internal/config"
 	"github.com/molecule-ai/molecule-relay/pkg/relay"
@@ -133,9 +132,6 @@ type Function struct {
 	secrets   secretValues
 	credsFile string // the NATS creds file written for cfg, if any
 	wakers    wakers
-	// setRequestID tags the log lines of the invocation in progress (nil
-	// outside the Lambda runtime).
-	setRequestID func(string)
 }
 
 // New builds a Function; nothing is read or dialled until the first
@@ -249,10 +245,6 @@ func (f *Function) connect(ctx context.Context, res *Result) error {
 func (f *Function) Invoke(ctx context.Context, _ json.RawMessage) (*Result, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	if lc, ok := lambdacontext.FromContext(ctx); ok && f.setRequestID != nil {
-		f.setRequestID(lc.AwsRequestID)
-		defer f.setRequestID("")
-	}
 	res := &Result{Stage: f.stage}
 	if err := f.load(ctx); err != nil {
 		return nil, err
