@@ -116,7 +116,7 @@ func (s *Server) getFile(w http.ResponseWriter, r *http.Request, sess *Session) 
 	_, _ = w.Write(buf[:n])
 	if rerr == nil {
 		if _, err := io.Copy(w, body); err != nil {
-			s.cfg.Logger.Warn("agentapi: file body cut short", "workspace", sess.in.WorkspaceID, "activity", sess.in.ActivityID, "error", err)
+			s.cfg.Logger.WarnContext(sess.base, "agentapi: file body cut short", "workspace", sess.in.WorkspaceID, "activity", sess.in.ActivityID, "error", err)
 			panic(http.ErrAbortHandler) // the client sees a broken body, never a short "complete" one
 		}
 	}

@@ -69,7 +69,7 @@ func (s *Server) postInterim(w http.ResponseWriter, r *http.Request, sess *Sessi
 	}
 	res, err := sess.interim(r.Context(), handler.Interim{Text: body.Text, Attachments: fromJSON(body.Attachments)})
 	if err != nil {
-		s.cfg.Logger.Warn("agentapi: interim failed", "workspace", sess.in.WorkspaceID, "activity", sess.in.ActivityID, "error", err)
+		s.cfg.Logger.WarnContext(sess.base, "agentapi: interim failed", "workspace", sess.in.WorkspaceID, "activity", sess.in.ActivityID, "error", err)
 		writeError(w, err)
 		return
 	}

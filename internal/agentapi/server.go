@@ -89,7 +89,7 @@ func (s *Server) Open(ctx context.Context, in *events.Inbound, deadline time.Tim
 	s.mu.Lock()
 	s.sessions[sess.key] = sess
 	s.mu.Unlock()
-	s.cfg.Logger.Debug("agentapi: session opened", "workspace", in.WorkspaceID, "activity", in.ActivityID, "until", deadline)
+	s.cfg.Logger.DebugContext(ctx, "agentapi: session opened", "workspace", in.WorkspaceID, "activity", in.ActivityID, "until", deadline)
 	return sess, sess.end
 }
 

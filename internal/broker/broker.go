@@ -105,7 +105,7 @@ func Connect(ctx context.Context, cfg Config, log *slog.Logger) (*Conn, error) {
 		return nil, fmt.Errorf("broker: jetstream: %w", err)
 	}
 	c.lastURL.Store(RedactURL(nc.ConnectedUrl()))
-	log.Info("nats connected", "url", c.lastURL.Load(), "embedded", c.Server != nil, "server_id", nc.ConnectedServerId())
+	log.InfoContext(ctx, "nats connected", "url", c.lastURL.Load(), "embedded", c.Server != nil, "server_id", nc.ConnectedServerId())
 	return c, nil
 }
 

@@ -25,7 +25,7 @@ func (a *Asker) await(ctx context.Context, key, id string, deadline time.Time, l
 		ans, err = a.watch(wctx, key)
 	})
 	if ans != nil {
-		log.Info("delegate: answered", "answer_activity", ans.ActivityID)
+		log.InfoContext(ctx, "delegate: answered", "answer_activity", ans.ActivityID)
 		return peerAnswer(id, ans), nil
 	}
 	if ctx.Err() == nil && err != nil && !errors.Is(err, context.DeadlineExceeded) {
@@ -45,9 +45,9 @@ func (a *Asker) await(ctx context.Context, key, id string, deadline time.Time, l
 		return peerAnswer(id, rec.Answer), nil
 	}
 	if uerr != nil {
-		log.Warn("delegate: ask record not marked abandoned; a late answer may be stored unused", "error", uerr)
+		log.WarnContext(ctx, "delegate: ask record not marked abandoned; a late answer may be stored unused", "error", uerr)
 	}
-	log.Warn("delegate: no answer in time")
+	log.WarnContext(ctx, "delegate: no answer in time")
 	return nil, fmt.Errorf("%w: question %s unanswered at %s", ErrNoAnswer, id, deadline.UTC().Format(time.RFC3339))
 }
 

@@ -168,7 +168,7 @@ func (a *Asker) Ask(ctx context.Context, s Scope, q handler.Question) (*handler.
 		return nil, err
 	}
 	if rec.State == events.AskAnswered {
-		log.Info("delegate: question answered before this run; not asked again")
+		log.InfoContext(ctx, "delegate: question answered before this run; not asked again")
 		return peerAnswer(id, rec.Answer), nil
 	}
 	if rec.SentAt.IsZero() {
@@ -176,7 +176,7 @@ func (a *Asker) Ask(ctx context.Context, s Scope, q handler.Question) (*handler.
 			return ans, err
 		}
 	} else {
-		log.Info("delegate: question sent by an earlier run; waiting for its answer")
+		log.InfoContext(ctx, "delegate: question sent by an earlier run; waiting for its answer")
 	}
 	return a.await(ctx, key, id, deadline, log)
 }

@@ -35,7 +35,7 @@ func (a *Asker) send(ctx context.Context, c *molecule.Client, key, id string, s 
 	}
 	pa, perr := molecule.ParseA2AAnswer(res.Body)
 	if perr != nil {
-		log.Warn("delegate: peer's answer unreadable; waiting for one through the feed", "error", perr)
+		log.WarnContext(ctx, "delegate: peer's answer unreadable; waiting for one through the feed", "error", perr)
 	}
 	rec, err := update(ctx, a.cfg.Asks, key, func(r *events.AskRecord) bool {
 		if r.State == events.AskAnswered {
@@ -52,10 +52,10 @@ func (a *Asker) send(ctx context.Context, c *molecule.Client, key, id string, s 
 		return nil, fmt.Errorf("delegate: question sent, record not updated: %w", err)
 	}
 	if rec.State == events.AskAnswered {
-		log.Debug("delegate: answered in the send's response", "status", res.StatusCode)
+		log.DebugContext(ctx, "delegate: answered in the send's response", "status", res.StatusCode)
 		return peerAnswer(id, rec.Answer), nil
 	}
-	log.Debug("delegate: question queued; waiting", "status", res.StatusCode, "delivery_mode", res.DeliveryMode)
+	log.DebugContext(ctx, "delegate: question queued; waiting", "status", res.StatusCode, "delivery_mode", res.DeliveryMode)
 	return nil, nil
 }
 

@@ -23,15 +23,15 @@ func (d *Dispatcher) answers(next stage.Step[*message]) stage.Step[*message] {
 		cancel()
 		switch {
 		case out == delegate.Unawaited:
-			log.Warn("dispatcher: peer answer nobody waits for; dead-lettered", "error", err, "in_reply_to_message_id", in.InReplyToMessageID)
+			log.WarnContext(ctx, "dispatcher: peer answer nobody waits for; dead-lettered", "error", err, "in_reply_to_message_id", in.InReplyToMessageID)
 			return stage.DeadLetter(events.ReasonUnawaitedAnswer, err)
 		case err != nil:
-			log.Warn("dispatcher: ask record unreadable; retrying later", "error", err)
+			log.WarnContext(ctx, "dispatcher: ask record unreadable; retrying later", "error", err)
 			return stage.Retry(0)
 		case out == delegate.NotAnAnswer:
 			return next(runCtx, m)
 		default:
-			log.Info("dispatcher: peer answer routed to its question", "duplicate", out == delegate.Duplicate, "in_reply_to_message_id", in.InReplyToMessageID)
+			log.InfoContext(ctx, "dispatcher: peer answer routed to its question", "duplicate", out == delegate.Duplicate, "in_reply_to_message_id", in.InReplyToMessageID)
 			return stage.Ack(ackLost)
 		}
 	}

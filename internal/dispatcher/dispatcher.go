@@ -127,7 +127,7 @@ func (d *Dispatcher) handle(runCtx context.Context, m *message) stage.Outcome {
 		if !errors.Is(herr, errStopGraceOver) {
 			d.stats.handlerErrors.Add(1)
 		}
-		return d.handlerFailed(m, herr)
+		return d.handlerFailed(runCtx, m, herr)
 	}
 	return d.complete(runCtx, m, answer)
 }
@@ -221,27 +221,27 @@ func (d *Dispatcher) invoke(ctx context.Context, req *handler.Request) (a handle
 	return handler.AnswerOf(ctx, d.h, req)
 }
 
-func (d *Dispatcher) handlerFailed(m *message, herr error) stage.Outcome {
+func (d *Dispatcher) handlerFailed(runCtx context.Context, m *message, herr error) stage.Outcome {
 	log := m.Log
 	// The handler's answer or stderr may quote the message: whole only at
 	// debug level (and in the dead letter, which holds the message anyway).
-	log.Debug("dispatcher: handler error in full", "error", herr)
+	log.DebugContext(runCtx, "dispatcher: handler error in full", "error", herr)
 	brief := handler.Brief(herr)
 	switch {
 	case errors.Is(herr, errStopGraceOver):
 		// Not the handler's fault: hand it back at once, for another
 		// dispatcher or the next start.
-		log.Info("dispatcher: handler cut by the end of the stop's grace; the message is handed back")
+		log.InfoContext(runCtx, "dispatcher: handler cut by the end of the stop's grace; the message is handed back")
 		d.stats.cutByStop.Add(1)
 		return stage.Defer(0)
 	case errors.Is(herr, handler.ErrPermanent):
-		log.Warn("dispatcher: handler failed permanently", "error", brief)
+		log.WarnContext(runCtx, "dispatcher: handler failed permanently", "error", brief)
 		return stage.DeadLetter(events.ReasonPermanent, herr)
 	case d.run.LastDelivery(m.Delivery):
-		log.Warn("dispatcher: handler failed on the last allowed delivery", "error", brief, "max_deliver", d.run.MaxDeliver())
+		log.WarnContext(runCtx, "dispatcher: handler failed on the last allowed delivery", "error", brief, "max_deliver", d.run.MaxDeliver())
 		return stage.DeadLetter(events.ReasonMaxDeliveries, herr)
 	default:
-		log.Warn("dispatcher: handler failed; will retry", "error", brief)
+		log.WarnContext(runCtx, "dispatcher: handler failed; will retry", "error", brief)
 		return stage.Retry(0)
 	}
 }
@@ -288,19 +288,19 @@ func (d *Dispatcher) complete(runCtx context.Context, m *message, a handler.Answ
 		rec.Outcome = events.OutcomeNoReply
 	} else if why := d.loopGuard(in); why != "" {
 		rec.Outcome = events.OutcomeSuppressed
-		log.Info("dispatcher: reply dropped by the loop guard", "why", why, "hops", in.Hops, "in_reply_to", in.InReplyTo)
+		log.InfoContext(runCtx, "dispatcher: reply dropped by the loop guard", "why", why, "hops", in.Hops, "in_reply_to", in.InReplyTo)
 	} else {
 		reply := d.withMemory(BuildReply(in, a.Text, now), in)
 		reply.Attachments = a.Attachments
 		data, err := reply.Marshal()
 		if err != nil {
-			return d.handlerFailed(m, fmt.Errorf("%w: encode reply: %v", handler.ErrPermanent, err))
+			return d.handlerFailed(runCtx, m, fmt.Errorf("%w: encode reply: %v", handler.ErrPermanent, err))
 		}
 		rec.Reply = data
 	}
 	recData, err := rec.Marshal()
 	if err != nil {
-		return d.handlerFailed(m, fmt.Errorf("%w: encode handled record: %v", handler.ErrPermanent, err))
+		return d.handlerFailed(runCtx, m, fmt.Errorf("%w: encode handled record: %v", handler.ErrPermanent, err))
 	}
 
 	ctx, cancel := d.run.OpContext(runCtx)
@@ -316,7 +316,7 @@ func (d *Dispatcher) complete(runCtx context.Context, m *message, a handler.Answ
 		return d.duplicate(runCtx, m, entry.Value())
 	}
 	if err != nil {
-		log.Error("dispatcher: handled record not stored; the handler will run again on redelivery", "error", err)
+		log.ErrorContext(ctx, "dispatcher: handled record not stored; the handler will run again on redelivery", "error", err)
 		return stage.Retry(0)
 	}
 	if crashpoint.Hit(runCtx, crashpoint.DispatcherOf(runCtx).AfterRecord, in) {
@@ -324,7 +324,7 @@ func (d *Dispatcher) complete(runCtx context.Context, m *message, a handler.Answ
 	}
 	if rec.Reply != nil {
 		if err := d.publishReply(ctx, in, rec.Reply); err != nil {
-			log.Error("dispatcher: reply publish failed; will republish on redelivery", "error", err)
+			log.ErrorContext(ctx, "dispatcher: reply publish failed; will republish on redelivery", "error", err)
 			return stage.Retry(0)
 		}
 	}
@@ -341,7 +341,7 @@ func (d *Dispatcher) complete(runCtx context.Context, m *message, a handler.Answ
 	default:
 		d.stats.skipped.Add(1)
 	}
-	log.Debug("dispatcher: handled", "outcome", rec.Outcome)
+	log.DebugContext(ctx, "dispatcher: handled", "outcome", rec.Outcome)
 	return stage.Ack(ackLost)
 }
 
@@ -353,13 +353,13 @@ func (d *Dispatcher) duplicate(runCtx context.Context, m *message, value []byte)
 	in, log := m.in, m.Log
 	var rec events.HandledRecord
 	if err := json.Unmarshal(value, &rec); err != nil {
-		log.Error("dispatcher: handled record unreadable; acking without republishing", "error", err)
+		log.ErrorContext(runCtx, "dispatcher: handled record unreadable; acking without republishing", "error", err)
 	}
 	ctx, cancel := d.run.OpContext(runCtx)
 	defer cancel()
 	if len(rec.Reply) > 0 {
 		if err := d.publishReply(ctx, in, rec.Reply); err != nil {
-			log.Error("dispatcher: republish of recorded reply failed; retrying", "error", err)
+			log.ErrorContext(ctx, "dispatcher: republish of recorded reply failed; retrying", "error", err)
 			return stage.Retry(0)
 		}
 	}
@@ -368,7 +368,7 @@ func (d *Dispatcher) duplicate(runCtx context.Context, m *message, value []byte)
 	}
 	d.rememberUnanswered(runCtx, in, rec.Outcome, log)
 	d.stats.duplicates.Add(1)
-	log.Info("dispatcher: redelivery of a handled message; handler not run again", "outcome", rec.Outcome)
+	log.InfoContext(ctx, "dispatcher: redelivery of a handled message; handler not run again", "outcome", rec.Outcome)
 	return stage.Ack(ackLost)
 }
 

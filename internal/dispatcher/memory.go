@@ -54,7 +54,7 @@ func (d *Dispatcher) recall(hctx context.Context, req *handler.Request) {
 	})
 	if err != nil {
 		d.stats.memoryErrors.Add(1)
-		log.Warn("dispatcher: conversation history not read; the handler runs without it", "conversation", req.Conversation, "error", err)
+		log.WarnContext(ctx, "dispatcher: conversation history not read; the handler runs without it", "conversation", req.Conversation, "error", err)
 	}
 	req.History = turns
 }
@@ -88,6 +88,6 @@ func (d *Dispatcher) rememberUnanswered(runCtx context.Context, in *events.Inbou
 		return err
 	}); err != nil {
 		d.stats.memoryErrors.Add(1)
-		log.Warn("dispatcher: turn not recorded in the conversation's memory", "conversation", conv, "error", err)
+		log.WarnContext(ctx, "dispatcher: turn not recorded in the conversation's memory", "conversation", conv, "error", err)
 	}
 }

@@ -80,11 +80,11 @@ func (d *Dispatcher) peerClaimed(next stage.Step[*message]) stage.Step[*message]
 		dup, holder, err := d.claimPeerMessage(runCtx, m.in)
 		switch {
 		case err != nil:
-			m.Log.Warn("dispatcher: peer messageId claim failed; retrying later", "error", err)
+			m.Log.WarnContext(runCtx, "dispatcher: peer messageId claim failed; retrying later", "error", err)
 			return stage.Retry(0)
 		case dup:
 			d.stats.peerDuplicates.Add(1)
-			m.Log.Info("dispatcher: peer message already received in another activity row; handler not run",
+			m.Log.InfoContext(runCtx, "dispatcher: peer message already received in another activity row; handler not run",
 				"sender", m.in.SourceWorkspaceID, "first_activity", holder)
 			return stage.Ack(ackLost)
 		}

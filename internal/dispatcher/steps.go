@@ -82,7 +82,7 @@ func (d *Dispatcher) handledBefore(next stage.Step[*message]) stage.Step[*messag
 		case errors.Is(err, jetstream.ErrKeyNotFound):
 			return next(runCtx, m)
 		default:
-			m.Log.Warn("dispatcher: handled record unreadable; retrying later", "error", err)
+			m.Log.WarnContext(ctx, "dispatcher: handled record unreadable; retrying later", "error", err)
 			return stage.Retry(0)
 		}
 	}

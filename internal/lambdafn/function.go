@@ -22,7 +22,6 @@ import (
 	"sync"
 	"sync/atomic"
 
-	"github.com/aws/aws-lambda-go/lambdacontext"
 	"github.com/caarlos0/env/v11"
 	"github.com/molecule-ai/molecule-relay/internal/config"
 	"github.com/molecule-ai/molecule-relay/pkg/relay"
@@ -133,9 +132,6 @@ type Function struct {
 	secrets   secretValues
 	credsFile string // the NATS creds file written for cfg, if any
 	wakers    wakers
-	// setRequestID tags the log lines of the invocation in progress (nil
-	// outside the Lambda runtime).
-	setRequestID func(string)
 }
 
 // New builds a Function; nothing is read or dialled until the first
@@ -157,12 +153,12 @@ func (f *Function) load(ctx context.Context) error {
 	if f.cfg != nil {
 		switch {
 		case err != nil:
-			f.log.Warn("secrets not re-read; keeping the ones loaded", "error", err)
+			f.log.WarnContext(ctx, "secrets not re-read; keeping the ones loaded", "error", err)
 			return nil
 		case sv == f.secrets:
 			return nil
 		}
-		f.log.Info("a secret changed; reloading the configuration", "nats_credentials_changed", sv.creds != f.secrets.creds)
+		f.log.InfoContext(ctx, "a secret changed; reloading the configuration", "nats_credentials_changed", sv.creds != f.secrets.creds)
 		if f.rt != nil && sv.creds != f.secrets.creds {
 			f.rt.Close()
 			f.rt = nil
@@ -229,7 +225,7 @@ func (f *Function) connect(ctx context.Context, res *Result) error {
 			res.Warm = true
 			return nil
 		} else {
-			f.log.Warn("NATS connection is dead; redialling", "err", err)
+			f.log.WarnContext(ctx, "NATS connection is dead; redialling", "err", err)
 			f.rt.Close()
 			f.rt = nil
 			res.Redialled = true
@@ -249,10 +245,6 @@ func (f *Function) connect(ctx context.Context, res *Result) error {
 func (f *Function) Invoke(ctx context.Context, _ json.RawMessage) (*Result, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	if lc, ok := lambdacontext.FromContext(ctx); ok && f.setRequestID != nil {
-		f.setRequestID(lc.AwsRequestID)
-		defer f.setRequestID("")
-	}
 	res := &Result{Stage: f.stage}
 	if err := f.load(ctx); err != nil {
 		return nil, err
@@ -285,7 +277,7 @@ func (f *Function) Invoke(ctx context.Context, _ json.RawMessage) (*Result, erro
 	if err != nil {
 		return nil, err
 	}
-	f.log.Info("invocation done", "published", res.Published, "handled", res.Handled,
+	f.log.InfoContext(ctx, "invocation done", "published", res.Published, "handled", res.Handled,
 		"replied", res.Replied, "dead_lettered", res.DeadLettered, "woken", res.Woken, "warm", res.Warm, "redialled", res.Redialled)
 	return res, nil
 }

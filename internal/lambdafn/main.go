@@ -24,9 +24,7 @@ import (
 // configuration.
 func Main(stage Stage) int {
 	if os.Getenv("AWS_LAMBDA_RUNTIME_API") != "" {
-		log, setRequestID := lambdaLogger(os.Stderr, os.Getenv)
-		fn := New(stage, os.Environ(), log)
-		fn.setRequestID = setRequestID
+		fn := New(stage, os.Environ(), lambdaLogger(os.Stderr, os.Getenv))
 		lambda.StartWithOptions(fn.Invoke, lambda.WithEnableSIGTERM(fn.Close))
 		return 0
 	}

@@ -158,12 +158,12 @@ func (f *Function) startMore(ctx context.Context, why string, self int) {
 	defer cancel()
 	info, err := f.rt.Topo.Dispatcher.Info(ictx)
 	if err != nil {
-		f.log.Warn(why+": consumer info not read; no more dispatchers started", "error", err)
+		f.log.WarnContext(ctx, why+": consumer info not read; no more dispatchers started", "error", err)
 		return
 	}
 	extra := fanOutCount(info.NumPending, uint64(info.NumAckPending), f.cfg.Concurrency, f.wakers.fanout, self)
 	if extra > 0 {
-		f.log.Info(why+": starting more dispatcher invocations", "pending", info.NumPending, "ack_pending", info.NumAckPending, "starting", extra)
+		f.log.InfoContext(ctx, why+": starting more dispatcher invocations", "pending", info.NumPending, "ack_pending", info.NumAckPending, "starting", extra)
 		f.wakers.self.Wake(extra)
 	}
 }

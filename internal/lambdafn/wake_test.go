@@ -5,6 +5,8 @@ import (
 	"context"
 	"encoding/json"
 	"log/slog"
+	"os"
+	"os/exec"
 	"strings"
 	"testing"
 	"time"
@@ -42,36 +44,43 @@ func TestFanOutCount(t *testing.T) {
 	}
 }
 
-// TestLambdaLogger: every line carries the invocation's request id, from
-// the record's context or the invocation in progress; AWS_LAMBDA_LOG_LEVEL
-// and AWS_LAMBDA_LOG_FORMAT (the template's LoggingConfig) win over
-// MOLECULE_LOG_*.
+// TestLambdaLogger: with the function's JSON logging configuration the
+// logger is lambdacontext's (its variables are read when the package is
+// initialised, so a child process runs it): AWS_LAMBDA_LOG_LEVEL and
+// AWS_LAMBDA_LOG_FORMAT win over MOLECULE_LOG_*, and a line logged with an
+// invocation's context carries its request id. Without them,
+// MOLECULE_LOG_* decide.
 func TestLambdaLogger(t *testing.T) {
-	var buf bytes.Buffer
-	env := map[string]string{"MOLECULE_LOG_LEVEL": "debug", "MOLECULE_LOG_FORMAT": "text",
-		"AWS_LAMBDA_LOG_LEVEL": "WARN", "AWS_LAMBDA_LOG_FORMAT": "JSON"}
-	log, setID := lambdaLogger(&buf, func(k string) string { return env[k] })
-	log = log.With("stage", "poller")
-	log.Warn("before any invocation")
-	setID("req-1")
-	log.Info("filtered by AWS_LAMBDA_LOG_LEVEL")
-	log.Warn("inside", "n", 1)
-	ctx := lambdacontext.NewContext(context.Background(), &lambdacontext.LambdaContext{AwsRequestID: "req-ctx"})
-	log.ErrorContext(ctx, "with a context")
-	setID("")
-	log.Warn("after")
+	if os.Getenv("LAMBDAFN_TEST_LOGGER") == "1" {
+		log := lambdaLogger(os.Stderr, os.Getenv).With("stage", "poller")
+		log.Warn("before any invocation")
+		ctx := lambdacontext.NewContext(context.Background(), &lambdacontext.LambdaContext{AwsRequestID: "req-1"})
+		log.InfoContext(ctx, "filtered by AWS_LAMBDA_LOG_LEVEL")
+		log.WarnContext(ctx, "inside", "n", 1)
+		log.ErrorContext(ctx, "with a context")
+		os.Exit(0)
+	}
+	cmd := exec.Command(os.Args[0], "-test.run=^TestLambdaLogger$")
+	cmd.Env = append(os.Environ(), "LAMBDAFN_TEST_LOGGER=1", "MOLECULE_LOG_LEVEL=debug", "MOLECULE_LOG_FORMAT=text",
+		"AWS_LAMBDA_LOG_LEVEL=WARN", "AWS_LAMBDA_LOG_FORMAT=JSON")
+	var stderr bytes.Buffer
+	cmd.Stderr = &stderr
+	out, err := cmd.Output()
+	if err != nil {
+		t.Fatalf("child: %v\n%s", err, stderr.String())
+	}
 	var lines []map[string]any
-	for _, l := range strings.Split(strings.TrimSpace(buf.String()), "\n") {
+	for _, l := range strings.Split(strings.TrimSpace(string(out)), "\n") {
 		var m map[string]any
 		if err := json.Unmarshal([]byte(l), &m); err != nil {
 			t.Fatalf("not a JSON line: %q", l)
 		}
 		lines = append(lines, m)
 	}
-	if len(lines) != 4 {
-		t.Fatalf("%d lines, want 4 (the info line filtered):\n%s", len(lines), buf.String())
+	if len(lines) != 3 {
+		t.Fatalf("%d lines, want 3 (the info line filtered):\n%s", len(lines), out)
 	}
-	want := []string{"", "req-1", "req-ctx", ""}
+	want := []string{"", "req-1", "req-1"}
 	for i, m := range lines {
 		id, _ := m["requestId"].(string)
 		if id != want[i] || m["message"] == nil || m["timestamp"] == nil || m["stage"] != "poller" {
@@ -79,12 +88,20 @@ func TestLambdaLogger(t *testing.T) {
 		}
 	}
 	// Without the Lambda variables, MOLECULE_LOG_* decide.
-	buf.Reset()
-	env = map[string]string{"MOLECULE_LOG_LEVEL": "debug", "MOLECULE_LOG_FORMAT": "text"}
-	log, setID = lambdaLogger(&buf, func(k string) string { return env[k] })
-	setID("req-2")
+	var buf bytes.Buffer
+	env := map[string]string{"MOLECULE_LOG_LEVEL": "debug", "MOLECULE_LOG_FORMAT": "text"}
+	log := lambdaLogger(&buf, func(k string) string { return env[k] })
 	log.Debug("debug line")
-	if s := buf.String(); !strings.Contains(s, "requestId=req-2") || !strings.Contains(s, "level=DEBUG") {
+	if s := buf.String(); !strings.Contains(s, "msg=\"debug line\"") || !strings.Contains(s, "level=DEBUG") {
+		t.Errorf("text output %q", s)
+	}
+	// Lambda's Text format, with a level: text at that level.
+	buf.Reset()
+	env = map[string]string{"MOLECULE_LOG_LEVEL": "debug", "MOLECULE_LOG_FORMAT": "json", "AWS_LAMBDA_LOG_FORMAT": "Text", "AWS_LAMBDA_LOG_LEVEL": "WARN"}
+	log = lambdaLogger(&buf, func(k string) string { return env[k] })
+	log.Info("filtered")
+	log.Warn("kept")
+	if s := buf.String(); strings.Contains(s, "filtered") || !strings.Contains(s, "level=WARN msg=kept") {
 		t.Errorf("text output %q", s)
 	}
 }

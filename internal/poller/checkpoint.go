@@ -80,7 +80,7 @@ func (p *Poller) WriteCheckpoints(ctx context.Context, ids []string) error {
 		for _, id := range ids {
 			if id == w.id {
 				if err := p.writeCheckpoint(ctx, w); err != nil {
-					w.log.Warn("poller: checkpoint not written; a fresh runner would start from the previous one", "error", err)
+					w.log.WarnContext(ctx, "poller: checkpoint not written; a fresh runner would start from the previous one", "error", err)
 					errs = append(errs, fmt.Errorf("workspace %s: %w", w.id, err))
 				}
 			}
@@ -118,7 +118,7 @@ func (p *Poller) writeCheckpoint(ctx context.Context, w *workspace) error {
 			return fmt.Errorf("poller: read the checkpoint back: %w", err)
 		}
 		if got != nil && got.Cursor == cp.Cursor && got.SavedAt.Equal(cp.SavedAt) {
-			w.log.Info("poller: checkpoint written on the workspace's feed", "cursor", cp.Cursor)
+			w.log.InfoContext(ctx, "poller: checkpoint written on the workspace's feed", "cursor", cp.Cursor)
 			return nil
 		}
 		if i+1 < checkpointReads {
@@ -187,7 +187,7 @@ func (p *Poller) restoreCheckpoint(ctx context.Context, w *workspace, cur *curso
 	if err != nil {
 		return nil, err
 	}
-	w.log.Info("poller: empty store; resuming from the checkpoint on the workspace's feed",
+	w.log.InfoContext(ctx, "poller: empty store; resuming from the checkpoint on the workspace's feed",
 		"cursor", cp.Cursor, "saved_at", cp.SavedAt, "by_instance", cp.Instance)
 	return ncur, nil
 }
@@ -221,6 +221,6 @@ func (p *Poller) registeredByCheckpoint(ctx context.Context, w *workspace, set f
 	}
 	at := cp.RegisteredAt
 	set(func(r *statusRecord) { r.Registered, r.RegisteredAt, r.DeliveryMode = true, at, cp.DeliveryMode })
-	w.log.Info("poller: an earlier run registered this workspace in poll mode (checkpoint on its feed); not registering again")
+	w.log.InfoContext(ctx, "poller: an earlier run registered this workspace in poll mode (checkpoint on its feed); not registering again")
 	return true
 }

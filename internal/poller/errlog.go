@@ -1,6 +1,7 @@
 package poller
 
 import (
+	"context"
 	"log/slog"
 	"sync"
 	"time"
@@ -25,7 +26,7 @@ type repeatLog struct {
 // failed logs err (with its cause and the operator's action) unless it is
 // the same as the last failure and that was logged less than
 // RepeatLogEvery ago.
-func (r *repeatLog) failed(log *slog.Logger, msg string, err error) {
+func (r *repeatLog) failed(ctx context.Context, log *slog.Logger, msg string, err error) {
 	cause, action := DiagnoseErr(err)
 	text := err.Error()
 	r.mu.Lock()
@@ -44,16 +45,16 @@ func (r *repeatLog) failed(log *slog.Logger, msg string, err error) {
 	if same {
 		args = append(args, "repeated", repeats+1, "every", RepeatLogEvery)
 	}
-	log.Warn(msg, args...)
+	log.WarnContext(ctx, msg, args...)
 }
 
 // ok logs msg once after failures: the recovery.
-func (r *repeatLog) ok(log *slog.Logger, msg string) {
+func (r *repeatLog) ok(ctx context.Context, log *slog.Logger, msg string) {
 	r.mu.Lock()
 	total := r.total
 	r.last, r.loggedAt, r.repeats, r.total = "", time.Time{}, 0, 0
 	r.mu.Unlock()
 	if total > 0 {
-		log.Info(msg, "failures", total)
+		log.InfoContext(ctx, msg, "failures", total)
 	}
 }

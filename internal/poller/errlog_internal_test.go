@@ -17,17 +17,17 @@ func TestRepeatLogInterval(t *testing.T) {
 	var r repeatLog
 	boom := errors.New("boom")
 	for range 4 {
-		r.failed(log, "failed", boom)
+		r.failed(t.Context(), log, "failed", boom)
 	}
 	if n := strings.Count(buf.String(), "boom"); n != 1 {
 		t.Fatalf("%d lines for 4 identical failures:\n%s", n, buf.String())
 	}
 	r.loggedAt = time.Now().Add(-RepeatLogEvery) // as if the interval passed
-	r.failed(log, "failed", boom)
+	r.failed(t.Context(), log, "failed", boom)
 	if !strings.Contains(buf.String(), "repeated=4") {
 		t.Fatalf("the repeat line lacks the count:\n%s", buf.String())
 	}
-	r.failed(log, "failed", errors.New("other"))
+	r.failed(t.Context(), log, "failed", errors.New("other"))
 	if !strings.Contains(buf.String(), "error=other") {
 		t.Fatalf("a changed failure was not logged:\n%s", buf.String())
 	}

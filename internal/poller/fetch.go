@@ -59,7 +59,7 @@ func (p *Poller) pace(ctx context.Context, w *workspace) error {
 			}
 			// Once the window has reset, the observation is in the past.
 			until, why = time.Now().Add(wait), "the rate budget is at its reserve until the window resets"
-			w.log.Debug("poller: rate budget at reserve; waiting for the window to reset",
+			w.log.DebugContext(ctx, "poller: rate budget at reserve; waiting for the window to reset",
 				"remaining", w.c.RateLimit().Remaining, "reserve", p.cfg.RateReserve, "wait", time.Until(until).Round(time.Millisecond))
 		}
 		if dl, ok := ctx.Deadline(); ok && until.After(dl) {
@@ -77,7 +77,7 @@ func (p *Poller) pace(ctx context.Context, w *workspace) error {
 }
 
 // noteRateLimited records a 429: no activity request before its Retry-After.
-func (p *Poller) noteRateLimited(w *workspace, err error, res *WorkspaceResult) bool {
+func (p *Poller) noteRateLimited(ctx context.Context, w *workspace, err error, res *WorkspaceResult) bool {
 	if !errors.Is(err, molecule.ErrRateLimited) {
 		return false
 	}
@@ -88,7 +88,7 @@ func (p *Poller) noteRateLimited(w *workspace, err error, res *WorkspaceResult) 
 	}
 	d = min(d, maxRetryAfter)
 	w.setNotBefore(time.Now().Add(d))
-	w.log.Warn("poller: rate limited by the platform; backing off", "retry_after", d)
+	w.log.WarnContext(ctx, "poller: rate limited by the platform; backing off", "retry_after", d)
 	return true
 }
 
@@ -100,7 +100,7 @@ func (p *Poller) activity(ctx context.Context, w *workspace, q molecule.Activity
 			return nil, err
 		}
 		page, err := w.c.Activity(ctx, q)
-		if p.noteRateLimited(w, err, res) && attempt < maxRateLimitRetries {
+		if p.noteRateLimited(ctx, w, err, res) && attempt < maxRateLimitRetries {
 			continue
 		}
 		if err != nil {
@@ -123,7 +123,7 @@ func (p *Poller) fetch(ctx context.Context, w *workspace, res *WorkspaceResult) 
 		if restarts >= maxCursorRestarts {
 			return fmt.Errorf("poller: cursor keeps moving under concurrent pollers: %w", err)
 		}
-		w.log.Debug("poller: cursor advanced by another poller; reloading")
+		w.log.DebugContext(ctx, "poller: cursor advanced by another poller; reloading")
 	}
 }
 
@@ -148,7 +148,7 @@ func (p *Poller) fetchFromCursor(ctx context.Context, w *workspace, res *Workspa
 		res.Cursor = cur.Cursor
 		page, err := p.activity(ctx, w, molecule.ActivityQuery{Type: activityType, SinceID: cur.Cursor, Limit: limit}, res)
 		if errors.Is(err, molecule.ErrCursorLost) {
-			w.log.Warn("poller: the platform no longer knows the cursor row (410: pruned, or another workspace's id); resetting and re-seeding",
+			w.log.WarnContext(ctx, "poller: the platform no longer knows the cursor row (410: pruned, or another workspace's id); resetting and re-seeding",
 				"cursor", cur.Cursor)
 			if cur, err = p.seed(ctx, w, cur, true, res); err != nil {
 				return err
@@ -279,7 +279,7 @@ func (p *Poller) seed(ctx context.Context, w *workspace, cur *cursorEntry, lost 
 		if cold && len(rows) > 0 {
 			// Rows read are not rows delivered: own notifies, rows below
 			// the floor and duplicates are among them.
-			w.log.Info("poller: cold start; read the backlog window", "rows_read", len(rows),
+			w.log.InfoContext(ctx, "poller: cold start; read the backlog window", "rows_read", len(rows),
 				"published", res.Published-before, "window", window)
 		}
 	} else {
@@ -289,7 +289,7 @@ func (p *Poller) seed(ctx context.Context, w *workspace, cur *cursorEntry, lost 
 		}
 		if newest = page.Newest(); newest != nil {
 			v.Floor, v.FloorID = newest.CreatedAt, newest.ID
-			w.log.Info("poller: cold start; cursor seeded at the newest row, existing backlog not delivered (backlog window 0)")
+			w.log.InfoContext(ctx, "poller: cold start; cursor seeded at the newest row, existing backlog not delivered (backlog window 0)")
 		}
 	}
 	v.UpdatedAt = time.Now().UTC()
@@ -335,7 +335,7 @@ func (p *Poller) window(ctx context.Context, w *workspace, d time.Duration, res 
 	var before time.Time
 	for i := 0; ; i++ {
 		if i == maxWindowPages {
-			w.log.Warn("poller: window re-read stopped at its page cap; older rows in the window were not re-read",
+			w.log.WarnContext(ctx, "poller: window re-read stopped at its page cap; older rows in the window were not re-read",
 				"pages", maxWindowPages, "window", d)
 			break
 		}
@@ -391,10 +391,10 @@ func (p *Poller) overlap(ctx context.Context, w *workspace, d time.Duration, res
 	}
 	n := res.Published - before
 	if n == 0 {
-		w.log.Debug("poller: overlap re-read", "reread", len(rows), "new", 0)
+		w.log.DebugContext(ctx, "poller: overlap re-read", "reread", len(rows), "new", 0)
 		return nil
 	}
-	w.log.Info("poller: overlap re-read found rows the cursor had skipped (late commits)", "reread", len(rows), "new", n)
+	w.log.InfoContext(ctx, "poller: overlap re-read found rows the cursor had skipped (late commits)", "reread", len(rows), "new", n)
 	// Remember them, so the next re-read does not publish them again. The
 	// cursor itself does not move; another poller's save wins.
 	v := cur.cursorValue
@@ -464,7 +464,7 @@ func (p *Poller) publishRow(ctx context.Context, w *workspace, row molecule.Acti
 		// Our own replies (half of a busy feed): skipped without the full
 		// parse, as ParseRow would classify them (KindOwnNotify).
 		res.Skipped[SkipOwnNotify]++
-		p.checkForeignNotify(w, row)
+		p.checkForeignNotify(ctx, w, row)
 		return nil, nil
 	}
 	m, perr := row.Parse(w.id) // reuses the split Activity made
@@ -504,7 +504,7 @@ func (p *Poller) deadLetterRow(ctx context.Context, w *workspace, row molecule.A
 		sum := sha256.Sum256(row.JSON)
 		id = "sha256-" + hex.EncodeToString(sum[:12])
 	}
-	w.log.Warn("poller: malformed activity row; sent to the dead-letter stream and skipped", "activity_id", id, "error", perr)
+	w.log.WarnContext(ctx, "poller: malformed activity row; sent to the dead-letter stream and skipped", "activity_id", id, "error", perr)
 	dl := events.DeadLetter{
 		Stage: events.StagePoller, WorkspaceID: w.id, ActivityID: row.ID, Reason: events.ReasonMalformed,
 		Error: perr.Error(), Deliveries: 1, OriginalSubject: events.InboundSubject(w.id),

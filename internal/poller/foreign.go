@@ -1,6 +1,7 @@
 package poller
 
 import (
+	"context"
 	"crypto/sha256"
 	"encoding/json"
 	"sync"
@@ -80,7 +81,7 @@ func (l *NotifyLedger) foreign(ws, id, text string, created time.Time) bool {
 
 // checkForeignNotify warns once per workspace when a notify row on its
 // feed was not posted by this relay.
-func (p *Poller) checkForeignNotify(w *workspace, row molecule.ActivityRow) {
+func (p *Poller) checkForeignNotify(ctx context.Context, w *workspace, row molecule.ActivityRow) {
 	l := p.cfg.OwnNotify
 	if l == nil || w.warnedForeign.Load() {
 		return
@@ -100,7 +101,7 @@ func (p *Poller) checkForeignNotify(w *workspace, row molecule.ActivityRow) {
 		}
 		// The platform's notify row names no sender, so the other relay
 		// cannot be named; its heartbeats carry its own instance id.
-		w.log.Warn("poller: a reply on this workspace's feed was not posted by this relay; another relay (or agent) is probably answering the same workspace, and every message may be answered twice. "+action,
+		w.log.WarnContext(ctx, "poller: a reply on this workspace's feed was not posted by this relay; another relay (or agent) is probably answering the same workspace, and every message may be answered twice. "+action,
 			"activity_id", row.ID, "instance", p.cfg.InstanceID)
 	}
 }

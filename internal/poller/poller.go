@@ -427,9 +427,9 @@ func (p *Poller) endCycle(ctx context.Context, w *workspace, res *WorkspaceResul
 	}
 	switch {
 	case res.Err == nil:
-		w.errs.ok(w.log, "poller: polling works again")
+		w.errs.ok(ctx, w.log, "poller: polling works again")
 	case !res.Stopped && ctx.Err() == nil:
-		w.errs.failed(w.log, "poller: poll failed", res.Err)
+		w.errs.failed(ctx, w.log, "poller: poll failed", res.Err)
 	}
 }
 
@@ -498,7 +498,7 @@ func (p *Poller) poll(ctx context.Context, w *workspace, rec *statusRecord, res 
 		// A follow-up is a bonus: never at the expense of the polls and
 		// heartbeats sharing the token's rate budget. The slow cadence
 		// (or a later follow-up) covers its window.
-		w.log.Debug("poller: quick overlap re-read skipped; the rate budget is low")
+		w.log.DebugContext(ctx, "poller: quick overlap re-read skipped; the rate budget is low")
 	case o.quick > 0:
 		err = p.overlap(ctx, w, min(o.quick, p.cfg.OverlapWindow), res)
 	case o.woken && res.Published == 0 && len(p.cfg.OverlapFollowUps) > 0:
@@ -513,7 +513,7 @@ func (p *Poller) poll(ctx context.Context, w *workspace, rec *statusRecord, res 
 	case errors.Is(err, molecule.ErrUnauthorized):
 		p.unauthorized(ctx, w, err, res, set)
 	case errors.Is(err, molecule.ErrOldPlatform):
-		w.log.Error("poller: the platform ignored since_id; it does not support poll mode. Refusing to poll (it would redeliver the same rows forever); use push ingress",
+		w.log.ErrorContext(ctx, "poller: the platform ignored since_id; it does not support poll mode. Refusing to poll (it would redeliver the same rows forever); use push ingress",
 			"error", err)
 		res.Generation, res.Stopped, res.Err = molecule.GenerationOld, true, oldPlatformError(w.id)
 		now := time.Now().UTC()
@@ -546,13 +546,13 @@ func (p *Poller) generation(ctx context.Context, w *workspace, rec *statusRecord
 		rec.Generation, rec.ProbedAt = g.String(), now
 		switch g {
 		case molecule.GenerationUnknown:
-			w.log.Warn("poller: platform generation probe inconclusive; polling anyway", "error", err)
+			w.log.WarnContext(ctx, "poller: platform generation probe inconclusive; polling anyway", "error", err)
 		case molecule.GenerationNew:
-			w.log.Info("poller: platform supports poll mode")
+			w.log.InfoContext(ctx, "poller: platform supports poll mode")
 		}
 	}
 	if gen == molecule.GenerationOld && w.pushURL == "" { // push works on OLD
-		w.log.Error("poller: platform does not support poll mode (since_id ignored); refusing to poll this workspace. Use push ingress (register a public URL) or upgrade the platform")
+		w.log.ErrorContext(ctx, "poller: platform does not support poll mode (since_id ignored); refusing to poll this workspace. Use push ingress (register a public URL) or upgrade the platform")
 		res.Stopped, res.Err = true, oldPlatformError(w.id)
 		set(func(r *statusRecord) { r.Stopped = StoppedOldPlatform })
 		return gen, true
@@ -572,7 +572,7 @@ func (p *Poller) checkState(ctx context.Context, w *workspace, rec *statusRecord
 		return true
 	}
 	st, err := w.c.State(ctx)
-	p.noteRateLimited(w, err, res)
+	p.noteRateLimited(ctx, w, err, res)
 	if errors.Is(err, molecule.ErrUnauthorized) {
 		p.unauthorized(ctx, w, err, res, set)
 		return true
@@ -583,15 +583,15 @@ func (p *Poller) checkState(ctx context.Context, w *workspace, rec *statusRecord
 	}
 	if st.Deleted {
 		res.Removed, res.Stopped, res.Err = true, true, removedError(w.id)
-		w.log.Error("poller: workspace was deleted on the platform; regenerate the workspace and token. Polling of this workspace stops")
+		w.log.ErrorContext(ctx, "poller: workspace was deleted on the platform; regenerate the workspace and token. Polling of this workspace stops")
 		set(func(r *statusRecord) { r.Removed, r.Stopped = true, StoppedRemoved })
 		return true
 	}
 	if changed := w.setPaused(st.Paused); changed || st.Paused != rec.Paused {
 		if st.Paused {
-			w.log.Info("poller: workspace is paused; not fetching (heartbeats continue)")
+			w.log.InfoContext(ctx, "poller: workspace is paused; not fetching (heartbeats continue)")
 		} else if rec.Paused {
-			w.log.Info("poller: workspace resumed; fetching again")
+			w.log.InfoContext(ctx, "poller: workspace resumed; fetching again")
 		}
 	}
 	paused := st.Paused
@@ -612,7 +612,7 @@ func (p *Poller) register(ctx context.Context, w *workspace, res *WorkspaceResul
 		card = map[string]any{"name": p.cfg.AgentName}
 	}
 	if w.isPaused() {
-		w.log.Warn("poller: registering a paused workspace at its first start; registration un-pauses it")
+		w.log.WarnContext(ctx, "poller: registering a paused workspace at its first start; registration un-pauses it")
 	}
 	req := molecule.RegisterRequest{Mode: molecule.DeliveryPoll, AgentCard: card}
 	if w.pushURL != "" {
@@ -635,12 +635,12 @@ func (p *Poller) register(ctx context.Context, w *workspace, res *WorkspaceResul
 	switch {
 	case req.Mode == molecule.DeliveryPush && (rr.DeliveryMode == molecule.DeliveryPush || rr.DeliveryMode == ""):
 		// An OLD platform answers no delivery mode; it only has push.
-		w.log.Info("poller: registered in push mode; messages arrive through the push ingress")
+		w.log.InfoContext(ctx, "poller: registered in push mode; messages arrive through the push ingress")
 	case rr.DeliveryMode != req.Mode:
-		w.log.Error("poller: the platform did not confirm the delivery mode asked for at registration; messages may not arrive",
+		w.log.ErrorContext(ctx, "poller: the platform did not confirm the delivery mode asked for at registration; messages may not arrive",
 			"asked", string(req.Mode), "delivery_mode", string(rr.DeliveryMode), "status", rr.Status)
 	default:
-		w.log.Info("poller: registered in poll mode")
+		w.log.InfoContext(ctx, "poller: registered in poll mode")
 	}
 	res.Registered = true
 	w.setPushRegistered()
@@ -670,16 +670,16 @@ func (p *Poller) unauthorized(ctx context.Context, w *workspace, cause error, re
 	switch {
 	case err != nil:
 		res.Err = fmt.Errorf("poller: token rejected and the removal check failed: %w", errors.Join(cause, err))
-		w.log.Error("poller: token rejected; could not check whether the workspace was removed", "error", res.Err)
+		w.log.ErrorContext(ctx, "poller: token rejected; could not check whether the workspace was removed", "error", res.Err)
 	case removed:
 		res.Removed, res.Stopped, res.Err = true, true, removedError(w.id)
-		w.log.Error("poller: workspace was deleted on the platform; regenerate the workspace and token. Polling of this workspace stops")
+		w.log.ErrorContext(ctx, "poller: workspace was deleted on the platform; regenerate the workspace and token. Polling of this workspace stops")
 		set(func(r *statusRecord) { r.Removed, r.Stopped = true, StoppedRemoved })
 	default:
 		res.Stopped = true
 		res.Err = fmt.Errorf("%w (%w): workspace %s exists but its token was refused (revoked or wrong); configure a valid token: %w",
 			ErrTokenRejected, molecule.ErrUnauthorized, w.id, cause)
-		w.log.Error("poller: workspace token rejected (revoked or invalid) although the workspace exists; configure a new token. Polling of this workspace stops")
+		w.log.ErrorContext(ctx, "poller: workspace token rejected (revoked or invalid) although the workspace exists; configure a new token. Polling of this workspace stops")
 		set(func(r *statusRecord) { r.Stopped = StoppedTokenRejected })
 	}
 }
@@ -709,11 +709,11 @@ func (p *Poller) heartbeat(ctx context.Context, w *workspace) (ok bool, status s
 	r, err := w.c.Heartbeat(ctx, hb)
 	if err != nil {
 		if ctx.Err() == nil {
-			w.hbErrs.failed(w.log, "poller: heartbeat failed; without heartbeats the workspace goes offline", err)
+			w.hbErrs.failed(ctx, w.log, "poller: heartbeat failed; without heartbeats the workspace goes offline", err)
 		}
 		return false, "", err
 	}
-	w.hbErrs.ok(w.log, "poller: heartbeats work again")
+	w.hbErrs.ok(ctx, w.log, "poller: heartbeats work again")
 	return true, r.Status, nil
 }
 

@@ -163,7 +163,7 @@ func (l *pollLoop) run() {
 		// A stop is reported even when ctx ended meanwhile: the status
 		// already says so, and the caller must learn why.
 		if res.Stopped {
-			w.log.Error("poller: stopped polling this workspace", "error", res.Err)
+			w.log.ErrorContext(ctx, "poller: stopped polling this workspace", "error", res.Err)
 			l.end(res.Err)
 			return
 		}
@@ -172,7 +172,7 @@ func (l *pollLoop) run() {
 			return
 		}
 		if p.cfg.RefuseSecondRelay && w.warnedForeign.Load() {
-			w.log.Error("poller: stopped polling this workspace: another relay answers it (MOLECULE_SINGLETON=refuse)")
+			w.log.ErrorContext(ctx, "poller: stopped polling this workspace: another relay answers it (MOLECULE_SINGLETON=refuse)")
 			l.end(ErrSecondRelay)
 			return
 		}
@@ -285,7 +285,7 @@ func (p *Poller) startHeartbeats(ctx context.Context, w *workspace, bg *sync.Wai
 // for the next one after retry instead of a whole interval later.
 func (p *Poller) heartbeatOnce(ctx context.Context, w *workspace) (retry time.Duration, ok bool) {
 	if w.cad.reopenIfSilent(time.Now(), p.echoGrace()) {
-		w.log.Warn("poller: the event stream delivered nothing since the last heartbeat (the platform echoes each one); reopening it and polling every poll interval meanwhile")
+		w.log.WarnContext(ctx, "poller: the event stream delivered nothing since the last heartbeat (the platform echoes each one); reopening it and polling every poll interval meanwhile")
 	}
 	sent := time.Now()
 	_, status, err := p.heartbeat(ctx, w)
@@ -298,7 +298,7 @@ func (p *Poller) heartbeatOnce(ctx context.Context, w *workspace) (retry time.Du
 	// A 401 here is left to the poll loop: after a delete the platform
 	// still answers heartbeats 200, and state/activity decide.
 	if _, serr := p.updateStatus(ctx, w.id, heartbeatSetter(status, err)); serr != nil && ctx.Err() == nil {
-		w.log.Warn("poller: could not record the heartbeat", "error", serr)
+		w.log.WarnContext(ctx, "poller: could not record the heartbeat", "error", serr)
 	}
 	// A refused heartbeat is sent again after the platform's Retry-After
 	// rather than a whole interval later: a workspace without heartbeats
@@ -309,7 +309,7 @@ func (p *Poller) heartbeatOnce(ctx context.Context, w *workspace) (retry time.Du
 			d = defaultRetryAfter
 		}
 		if d < p.cfg.HeartbeatInterval {
-			w.log.Warn("poller: heartbeat rate-limited; sending it again after the platform's Retry-After", "retry_after", d)
+			w.log.WarnContext(ctx, "poller: heartbeat rate-limited; sending it again after the platform's Retry-After", "retry_after", d)
 			return d, true
 		}
 	}
@@ -379,7 +379,7 @@ func (p *Poller) sseLoop(ctx context.Context, w *workspace, l *pollLoop) {
 		if d == backoff.Stop {
 			return
 		}
-		w.log.Debug("poller: event stream ended; reconnecting", "error", err, "wait", d)
+		w.log.DebugContext(ctx, "poller: event stream ended; reconnecting", "error", err, "wait", d)
 		// Polls continue on the timer meanwhile, every poll interval (the
 		// stream is not healthy); poll once now in case it missed an event.
 		l.wake()

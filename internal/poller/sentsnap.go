@@ -97,7 +97,7 @@ func (p *Poller) saveSent(ctx context.Context, w *workspace) {
 	wctx, cancel := context.WithTimeout(ctx, stage.AttemptTimeout)
 	defer cancel()
 	if _, err := p.topo.Status.Put(wctx, sentKey(w.id), encodeSent(rows)); err != nil {
-		w.log.Debug("poller: could not save the published-row snapshot; trying again later", "error", err)
+		w.log.DebugContext(ctx, "poller: could not save the published-row snapshot; trying again later", "error", err)
 		w.sent.mu.Lock()
 		w.sent.added += len(rows) // due again at the next cycle
 		w.sent.mu.Unlock()
@@ -129,12 +129,12 @@ func (p *Poller) loadSent(ctx context.Context, w *workspace, recent map[string]i
 	switch {
 	case errors.Is(err, jetstream.ErrKeyNotFound):
 	case err != nil:
-		w.log.Debug("poller: could not read the published-row snapshot; the re-read relies on the cursor's recent set", "error", err)
+		w.log.DebugContext(ctx, "poller: could not read the published-row snapshot; the re-read relies on the cursor's recent set", "error", err)
 		return
 	default:
 		rows, derr := decodeSent(e.Value())
 		if derr != nil {
-			w.log.Warn("poller: unreadable published-row snapshot; ignored", "error", derr)
+			w.log.WarnContext(ctx, "poller: unreadable published-row snapshot; ignored", "error", derr)
 		}
 		w.sent.mu.Lock()
 		added := w.sent.added

@@ -77,7 +77,7 @@ func (p *Poller) loadCursor(ctx context.Context, ws string) (*cursorEntry, error
 	if err := json.Unmarshal(e.Value(), &ce.cursorValue); err != nil {
 		// A value we cannot read is treated as no cursor, but the next write
 		// still goes through compare-and-set on its revision.
-		p.log.Error("poller: unreadable cursor value; re-seeding", "workspace", ws, "error", err)
+		p.log.ErrorContext(ctx, "poller: unreadable cursor value; re-seeding", "workspace", ws, "error", err)
 		return &cursorEntry{Revision: e.Revision()}, nil
 	}
 	return ce, nil

@@ -34,6 +34,6 @@ func (r *Replier) remember(runCtx context.Context, j *job) {
 		return err
 	}); err != nil {
 		r.stats.memoryErrors.Add(1)
-		j.Log.Warn("replier: reply sent but not recorded in the conversation's memory", "conversation", j.rep.Conversation, "error", err)
+		j.Log.WarnContext(ctx, "replier: reply sent but not recorded in the conversation's memory", "conversation", j.rep.Conversation, "error", err)
 	}
 }

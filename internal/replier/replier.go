@@ -171,14 +171,14 @@ func (r *Replier) isSent(runCtx context.Context, j *job) bool {
 // ackSent acks a redelivery of a reply that was sent.
 func (r *Replier) ackSent(runCtx context.Context, j *job) stage.Outcome {
 	r.stats.duplicates.Add(1)
-	j.Log.Info("replier: reply already sent; acking the redelivery")
+	j.Log.InfoContext(runCtx, "replier: reply already sent; acking the redelivery")
 	return r.ack(runCtx, j)
 }
 
 // sleepBudget waits d for the rate budget; false when the run stopped
 // first (the reply is then handed back).
 func (r *Replier) sleepBudget(runCtx context.Context, j *job, d time.Duration) bool {
-	j.Log.Debug("replier: rate budget at reserve; waiting for the window to reset", "wait", d.Round(time.Millisecond))
+	j.Log.DebugContext(runCtx, "replier: rate budget at reserve; waiting for the window to reset", "wait", d.Round(time.Millisecond))
 	t := time.NewTimer(d)
 	defer t.Stop()
 	select {
@@ -244,7 +244,7 @@ func (r *Replier) resume(runCtx context.Context, j *job, rec events.ReplyRecord,
 		if settled, o := r.settle(runCtx, j, rec, rev); settled != settledNotDelivered {
 			return o
 		}
-		j.Log.Info("replier: earlier notify not on the feed; posting it")
+		j.Log.InfoContext(runCtx, "replier: earlier notify not on the feed; posting it")
 	}
 	if !r.roomToPost(runCtx, j) {
 		return stage.Defer(0)
@@ -256,7 +256,7 @@ func (r *Replier) resume(runCtx context.Context, j *job, rec events.ReplyRecord,
 	newRev, err := r.updateRecord(ctx, j.key, rec, rev)
 	cancel()
 	if err != nil {
-		j.Log.Warn("replier: posting record not updated; retrying later", "error", err)
+		j.Log.WarnContext(ctx, "replier: posting record not updated; retrying later", "error", err)
 		return r.retry(j, 0, true, err)
 	}
 	r.stats.reposted.Add(1)
@@ -279,7 +279,7 @@ func (r *Replier) post(runCtx context.Context, j *job, rec events.ReplyRecord, r
 	span.End()
 	cancel()
 	if err != nil && classifyRefusal(j.route, err).verdict == delivered {
-		j.Log.Info("replier: the platform answered an error but confirmed the peer received the reply", "error", err)
+		j.Log.InfoContext(ctx, "replier: the platform answered an error but confirmed the peer received the reply", "error", err)
 		err = nil
 	}
 	if err != nil {
@@ -301,7 +301,7 @@ func (r *Replier) post(runCtx context.Context, j *job, rec events.ReplyRecord, r
 	if crashpoint.Hit(runCtx, crashpoint.ReplierOf(runCtx).AfterSent, j.rep) {
 		return stage.Abandon()
 	}
-	j.Log.Debug("replier: reply delivered", "text", j.rep.Text)
+	j.Log.DebugContext(ctx, "replier: reply delivered", "text", j.rep.Text)
 	return r.ack(runCtx, j)
 }
 
@@ -348,7 +348,7 @@ func (r *Replier) send(ctx context.Context, j *job) error {
 	if err == nil && !res.Queued {
 		// A push-mode peer answered synchronously; its answer reaches us
 		// (if at all) through our own feed, not through this call.
-		j.Log.Debug("replier: peer answered synchronously", "status", res.StatusCode, "body", string(res.Body))
+		j.Log.DebugContext(ctx, "replier: peer answered synchronously", "status", res.StatusCode, "body", string(res.Body))
 	}
 	return err
 }
@@ -362,19 +362,19 @@ func (r *Replier) postFailed(runCtx context.Context, j *job, rev uint64, err err
 	switch rf.verdict {
 	case permanentFailure:
 		r.forgetPosting(runCtx, j, rev)
-		j.Log.Warn("replier: the platform refused the reply permanently; dead-lettering it", "error", err, "status", molecule.StatusOf(err), "action", rf.reason)
+		j.Log.WarnContext(runCtx, "replier: the platform refused the reply permanently; dead-lettering it", "error", err, "status", molecule.StatusOf(err), "action", rf.reason)
 		return stage.DeadLetter(events.ReasonPermanent, cause)
 	case refusedForNow:
 		r.forgetPosting(runCtx, j, rev)
 		if j.Meta.NumDelivered >= RefusalRetries {
-			j.Log.Warn("replier: the platform kept refusing the reply; dead-lettering it", "error", err, "deliveries", j.Meta.NumDelivered, "action", rf.reason)
+			j.Log.WarnContext(runCtx, "replier: the platform kept refusing the reply; dead-lettering it", "error", err, "deliveries", j.Meta.NumDelivered, "action", rf.reason)
 			return stage.DeadLetter(events.ReasonPermanent, cause)
 		}
-		j.Log.Warn("replier: the platform refused the reply; retrying a few times before dead-lettering it", "error", err, "deliveries", j.Meta.NumDelivered, "of", RefusalRetries)
+		j.Log.WarnContext(runCtx, "replier: the platform refused the reply; retrying a few times before dead-lettering it", "error", err, "deliveries", j.Meta.NumDelivered, "of", RefusalRetries)
 		return r.retry(j, molecule.RetryAfterOf(err), false, cause)
 	case notDelivered:
 		r.forgetPosting(runCtx, j, rev)
-		j.Log.Warn("replier: post refused for now; retrying later", "error", err, "retry_after", molecule.RetryAfterOf(err))
+		j.Log.WarnContext(runCtx, "replier: post refused for now; retrying later", "error", err, "retry_after", molecule.RetryAfterOf(err))
 		return r.retry(j, molecule.RetryAfterOf(err), false, err)
 	default:
 		return r.unknownOutcome(runCtx, j, rev, err)
@@ -389,7 +389,7 @@ func (r *Replier) forgetPosting(runCtx context.Context, j *job, rev uint64) {
 	ctx, cancel := r.run.OpContext(runCtx)
 	defer cancel()
 	if err := r.topo.Replies.Delete(ctx, j.key, jetstream.LastRevision(rev)); err != nil {
-		j.Log.Debug("replier: posting record not deleted", "error", err)
+		j.Log.DebugContext(ctx, "replier: posting record not deleted", "error", err)
 	}
 }
 
@@ -427,7 +427,7 @@ func (r *Replier) markSent(runCtx context.Context, j *job, rec events.ReplyRecor
 		})
 	}
 	if err != nil {
-		j.Log.Error("replier: reply delivered but not recorded as sent; the redelivery will reconcile", "error", err)
+		j.Log.ErrorContext(ctx, "replier: reply delivered but not recorded as sent; the redelivery will reconcile", "error", err)
 		return false
 	}
 	return true

@@ -37,7 +37,7 @@ func (r *Replier) settle(runCtx context.Context, j *job, rec events.ReplyRecord,
 	found, err := r.reconcileNotify(ctx, j, rec)
 	cancel()
 	if err != nil {
-		j.Log.Warn("replier: cannot settle whether an earlier notify arrived; retrying later", "error", err)
+		j.Log.WarnContext(ctx, "replier: cannot settle whether an earlier notify arrived; retrying later", "error", err)
 		return settledLater, r.retry(j, molecule.RetryAfterOf(err), true, err)
 	}
 	if !found {
@@ -48,7 +48,7 @@ func (r *Replier) settle(runCtx context.Context, j *job, rec events.ReplyRecord,
 		return settledLater, stage.Retry(0)
 	}
 	r.stats.reconciled.Add(1)
-	j.Log.Info("replier: earlier notify found on the feed; not posting again")
+	j.Log.InfoContext(ctx, "replier: earlier notify found on the feed; not posting again")
 	return settledDelivered, r.ack(runCtx, j)
 }
 
@@ -81,7 +81,7 @@ func (r *Replier) awaitFlight(runCtx context.Context, j *job, rec events.ReplyRe
 	if dl, ok := runCtx.Deadline(); ok && time.Until(dl) < wait+r.cfg.StartMargin {
 		return handBack()
 	}
-	j.Log.Debug("replier: an earlier post may still be in flight; waiting it out", "wait", wait.Round(time.Millisecond))
+	j.Log.DebugContext(runCtx, "replier: an earlier post may still be in flight; waiting it out", "wait", wait.Round(time.Millisecond))
 	t := time.NewTimer(wait)
 	defer t.Stop()
 	select {
@@ -113,10 +113,10 @@ func answered(err error) bool {
 // refused post.
 func (r *Replier) unknownOutcome(runCtx context.Context, j *job, rev uint64, cause error) stage.Outcome {
 	if j.route != events.RouteNotify {
-		j.Log.Warn("replier: post outcome unknown; will post again with the same messageId", "error", cause)
+		j.Log.WarnContext(runCtx, "replier: post outcome unknown; will post again with the same messageId", "error", cause)
 		return r.retry(j, molecule.RetryAfterOf(cause), true, cause)
 	}
-	j.Log.Warn("replier: post outcome unknown; settling it against the feed", "error", cause, "status", molecule.StatusOf(cause))
+	j.Log.WarnContext(runCtx, "replier: post outcome unknown; settling it against the feed", "error", cause, "status", molecule.StatusOf(cause))
 	rec := j.rec
 	if answered(cause) {
 		rec.AnsweredAt = time.Now().UTC()
@@ -132,6 +132,6 @@ func (r *Replier) unknownOutcome(runCtx context.Context, j *job, rev uint64, cau
 		return o
 	}
 	r.forgetPosting(runCtx, j, rev)
-	j.Log.Info("replier: the feed shows the notify was not delivered; retrying it later")
+	j.Log.InfoContext(runCtx, "replier: the feed shows the notify was not delivered; retrying it later")
 	return r.retry(j, molecule.RetryAfterOf(cause), false, cause)
 }

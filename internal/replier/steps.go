@@ -95,14 +95,14 @@ func (r *Replier) recorded(next stage.Step[*job]) stage.Step[*job] {
 		cancel()
 		switch {
 		case err != nil:
-			j.Log.Warn("replier: reply record unreadable; retrying later", "error", err)
+			j.Log.WarnContext(ctx, "replier: reply record unreadable; retrying later", "error", err)
 			return r.retry(j, 0, false, err)
 		case !found:
 			return next(runCtx, j)
 		case rec.State == events.StateSent:
 			return r.ackSent(runCtx, j)
 		case rec.State != events.StatePosting:
-			j.Log.Warn("replier: reply record in an unknown state; treating it as posting", "state", rec.State)
+			j.Log.WarnContext(ctx, "replier: reply record in an unknown state; treating it as posting", "state", rec.State)
 		}
 		return r.resume(runCtx, j, rec, rev)
 	}
@@ -122,7 +122,7 @@ func (r *Replier) budgeted(next stage.Step[*job]) stage.Step[*job] {
 				return next(runCtx, j)
 			}
 			if _, ok := r.postFits(runCtx, j, d); !ok {
-				j.Log.Debug("replier: rate budget at reserve until past the deadline; handing the reply back", "wait", d.Round(time.Millisecond))
+				j.Log.DebugContext(runCtx, "replier: rate budget at reserve until past the deadline; handing the reply back", "wait", d.Round(time.Millisecond))
 				return stage.Defer(d)
 			}
 			if !r.sleepBudget(runCtx, j, d) {
@@ -163,7 +163,7 @@ func (r *Replier) postFirst(runCtx context.Context, j *job) stage.Outcome {
 		return r.retry(j, 0, false, err)
 	}
 	if err != nil {
-		j.Log.Warn("replier: posting record not written; retrying later", "error", err)
+		j.Log.WarnContext(ctx, "replier: posting record not written; retrying later", "error", err)
 		return r.retry(j, 0, false, err)
 	}
 	return r.post(runCtx, j, rec, rev)

@@ -112,7 +112,7 @@ func (r *Runner) finish(runCtx context.Context, d *Delivery, o Outcome) {
 		r.deadLetter(runCtx, d, o.reason, o.cause)
 	case outcomeAbandon:
 	default:
-		r.log.Error(r.target.Stage+": a step returned no outcome; the message is left to its AckWait (a bug)", "subject", d.Msg.Subject())
+		r.log.ErrorContext(runCtx, r.target.Stage+": a step returned no outcome; the message is left to its AckWait (a bug)", "subject", d.Msg.Subject())
 	}
 }
 
@@ -163,7 +163,7 @@ func (r *Runner) ack(runCtx context.Context, d *Delivery, lost string) {
 	}
 	if !r.cfg.ConfirmAcks {
 		if err := d.Msg.Ack(); err != nil {
-			log.Warn(r.target.Stage+": ack not sent; a redelivery will find "+lost, "error", err)
+			log.WarnContext(runCtx, r.target.Stage+": ack not sent; a redelivery will find "+lost, "error", err)
 		}
 		return
 	}
@@ -177,7 +177,7 @@ func (r *Runner) ack(runCtx context.Context, d *Delivery, lost string) {
 		return err
 	})
 	if err != nil {
-		log.Warn(r.target.Stage+": ack not confirmed; a redelivery will find "+lost, "error", err)
+		log.WarnContext(ctx, r.target.Stage+": ack not confirmed; a redelivery will find "+lost, "error", err)
 	}
 }
 
@@ -204,12 +204,12 @@ func (r *Runner) deadLetter(runCtx context.Context, d *Delivery, reason string, 
 	ctx, cancel := r.OpContext(runCtx)
 	defer cancel()
 	if err := dlq.Publish(ctx, r.js, dl); err != nil {
-		r.log.Error(r.target.Stage+": dead letter not written; retrying the message", "subject", msg.Subject(), "reason", reason, "error", err)
+		r.log.ErrorContext(ctx, r.target.Stage+": dead letter not written; retrying the message", "subject", msg.Subject(), "reason", reason, "error", err)
 		r.retry(d, 0)
 		return
 	}
 	r.stats.deadLettered.Add(1)
-	r.log.Warn(r.target.Stage+": message dead-lettered", "workspace", dl.WorkspaceID, "activity", dl.ActivityID, "reason", reason, "deliveries", meta.NumDelivered,
+	r.log.WarnContext(ctx, r.target.Stage+": message dead-lettered", "workspace", dl.WorkspaceID, "activity", dl.ActivityID, "reason", reason, "deliveries", meta.NumDelivered,
 		"action", "inspect it with `molecule-relay dlq show SEQ`, fix the cause, then `dlq replay SEQ`")
 	if err := msg.TermWithReason(reason); err == nil {
 		r.stats.terminated.Add(1)

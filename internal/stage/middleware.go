@@ -19,7 +19,7 @@ func (r *Runner) withMetadata(next process) process {
 	return func(ctx context.Context, d *Delivery) {
 		meta, err := d.Msg.Metadata()
 		if err != nil {
-			r.log.Error(r.target.Stage+": message without JetStream metadata", "subject", d.Msg.Subject(), "error", err)
+			r.log.ErrorContext(ctx, r.target.Stage+": message without JetStream metadata", "subject", d.Msg.Subject(), "error", err)
 			_ = d.Msg.Term()
 			return
 		}

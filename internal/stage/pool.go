@@ -97,7 +97,7 @@ func (p *pool) loop(ctx context.Context) error {
 			// reaches the new leader. Said once at the start of an outage
 			// and then every tenth failure, not every 100 ms.
 			if p.failures == 1 || p.failures%10 == 0 {
-				p.log.Warn("stage: pull failed; retrying (a consumer without a leader, during a NATS failover, answers nothing until one is elected)",
+				p.log.WarnContext(ctx, "stage: pull failed; retrying (a consumer without a leader, during a NATS failover, answers nothing until one is elected)",
 					"error", err, "failures", p.failures)
 			}
 			if !sleep(ctx, backoffDelay(p.failures)) {
@@ -106,7 +106,7 @@ func (p *pool) loop(ctx context.Context) error {
 			continue
 		}
 		if p.failures > 0 {
-			p.log.Info("stage: pulls work again", "failed_pulls", p.failures)
+			p.log.InfoContext(ctx, "stage: pulls work again", "failed_pulls", p.failures)
 		}
 		p.failures = 0
 		if p.opts.idle > 0 && got == 0 && p.inflight.Load() == 0 && time.Since(p.lastMsg) >= p.opts.idle {

@@ -184,9 +184,9 @@ func (r *Runner) Drain(ctx context.Context, idle time.Duration) (Stats, error) {
 	}
 	before := r.stats.snapshot()
 	if n, err := dlq.SweepOnce(ctx, r.js, r.target); err != nil && ctx.Err() == nil {
-		r.log.Warn(r.target.Stage+": sweep of max-delivered messages failed", "error", err)
+		r.log.WarnContext(ctx, r.target.Stage+": sweep of max-delivered messages failed", "error", err)
 	} else if n > 0 {
-		r.log.Warn(r.target.Stage+": moved max-delivered messages to the dead-letter stream", "count", n)
+		r.log.WarnContext(ctx, r.target.Stage+": moved max-delivered messages to the dead-letter stream", "count", n)
 	}
 	if sw, err := dlq.StartSweeper(r.js, r.target, r.log); err == nil {
 		defer sw.Stop()
@@ -227,7 +227,7 @@ func (r *Runner) admitWait(ctx context.Context) func() time.Duration {
 			wait = r.admit(left)
 		}
 		if first && wait <= 0 {
-			r.log.Warn(r.target.Stage+": the run's deadline leaves no room to start any work; nothing taken",
+			r.log.WarnContext(ctx, r.target.Stage+": the run's deadline leaves no room to start any work; nothing taken",
 				"time_left", time.Until(dl).Round(time.Millisecond), "start_margin", r.cfg.StartMargin,
 				"hint", "give the run more time than the stage's work needs (handler or post timeout plus the start margin)")
 		}
