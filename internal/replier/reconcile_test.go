@@ -46,19 +46,11 @@ func (e *env) fillFeed(n int) error {
 // then on fall after it however quickly the crashed replier stopped.
 func (e *env) pastWindow(t *testing.T, activity string, skew time.Duration) {
 	t.Helper()
-	ent, err := e.topo.Replies.Get(bg(t), events.ReplyKey(e.a.ID, activity))
-	if err != nil {
-		t.Fatal(err)
+	rec, ok := e.record(t, activity)
+	if !ok {
+		t.Fatalf("no reply record of %s", activity)
 	}
-	var rec events.ReplyRecord
-	if err := json.Unmarshal(ent.Value(), &rec); err != nil {
-		t.Fatal(err)
-	}
-	end := rec.Deadline
-	if !rec.AnsweredAt.IsZero() {
-		end = rec.AnsweredAt
-	}
-	wait := time.Until(end.Add(skew + 10*time.Millisecond))
+	wait := time.Until(flightEnd(rec, 0).Add(skew + 10*time.Millisecond))
 	if wait > 10*time.Second {
 		t.Fatalf("the post's window ends in %s", wait)
 	}
@@ -183,28 +175,30 @@ func TestReconcilePagesWholeWindow(t *testing.T) {
 	t.Logf("%d of the 2,600 rows landed in the post's window; %d pages read", inWindow, reads-failed)
 }
 
+// flightEnd is when rec's post stopped being in flight, as the replier's
+// reconciliation reckons it: answered, else its deadline, else
+// notifyTimeout after posting.
+func flightEnd(rec events.ReplyRecord, notifyTimeout time.Duration) time.Time {
+	switch {
+	case !rec.AnsweredAt.IsZero():
+		return rec.AnsweredAt
+	case !rec.Deadline.IsZero():
+		return rec.Deadline
+	}
+	return rec.PostingAt.Add(notifyTimeout)
+}
+
 // rowsInPostWindow counts the workspace's feed rows created inside the
 // window of activity's post (from its posting record to the end of its
 // flight: answered, deadline, or notifyTimeout after posting), widened by
 // skew on both sides, as reconciliation searches it.
 func (e *env) rowsInPostWindow(t *testing.T, activity string, notifyTimeout, skew time.Duration) int {
 	t.Helper()
-	ent, err := e.topo.Replies.Get(bg(t), events.ReplyKey(e.a.ID, activity))
-	if err != nil {
-		t.Fatal(err)
+	rec, ok := e.record(t, activity)
+	if !ok {
+		t.Fatalf("no reply record of %s", activity)
 	}
-	var rec events.ReplyRecord
-	if err := json.Unmarshal(ent.Value(), &rec); err != nil {
-		t.Fatal(err)
-	}
-	end := rec.PostingAt.Add(notifyTimeout)
-	switch {
-	case !rec.AnsweredAt.IsZero():
-		end = rec.AnsweredAt
-	case !rec.Deadline.IsZero():
-		end = rec.Deadline
-	}
-	lo, hi := rec.PostingAt.Add(-skew), end.Add(skew)
+	lo, hi := rec.PostingAt.Add(-skew), flightEnd(rec, notifyTimeout).Add(skew)
 	n := 0
 	for _, raw := range e.plat.Rows(e.a.ID) {
 		var row struct {
