@@ -301,16 +301,22 @@ func runChaos(ctx context.Context, t *testing.T, rng *rand.Rand, stages []*chaos
 		}
 		// A supervisor restarts it after a short while, as a process
 		// manager would.
-		back := time.Duration(rng.Int64N(int64(500 * time.Millisecond)))
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			pause(context.Background(), back)
-			if err := s.Start(); err != nil {
-				t.Errorf("restart %s: %v", s.Name, err)
-			}
-		}()
+		restartSoon(t, rng, &wg, s)
 	}
+}
+
+// restartSoon starts s again within half a second, as a process manager
+// restarts a killed process; wg counts the restart.
+func restartSoon(t *testing.T, rng *rand.Rand, wg *sync.WaitGroup, s *chaos.Process) {
+	back := time.Duration(rng.Int64N(int64(500 * time.Millisecond)))
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		pause(context.Background(), back)
+		if err := s.Start(); err != nil {
+			t.Errorf("restart %s: %v", s.Name, err)
+		}
+	}()
 }
 
 // supervise restarts a stage that exited by itself (for example at

@@ -244,15 +244,7 @@ func killStages(ctx context.Context, t *testing.T, rng *rand.Rand, stages []*cha
 		}
 		kills.Add(1)
 		t.Logf("chaos %6.1fs: SIGKILL %s", time.Since(start).Seconds(), s.Name)
-		back := time.Duration(rng.Int64N(int64(500 * time.Millisecond)))
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			pause(context.Background(), back)
-			if err := s.Start(); err != nil {
-				t.Errorf("restart %s: %v", s.Name, err)
-			}
-		}()
+		restartSoon(t, rng, &wg, s)
 	}
 }
 
