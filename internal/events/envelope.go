@@ -164,7 +164,13 @@ func (m DeadLetter) Marshal() ([]byte, error) { m.V = Version; return json.Marsh
 // DecodeInbound decodes and validates an Inbound envelope.
 func DecodeInbound(data []byte) (*Inbound, error) {
 	var m Inbound
-	if err := decode(data, &m, &m.V); err != nil {
+	if !decodeInboundFast(data, &m) {
+		m = Inbound{}
+		if err := json.Unmarshal(data, &m); err != nil {
+			return nil, fmt.Errorf("events: decode envelope: %w", err)
+		}
+	}
+	if err := checkVersion(m.V); err != nil {
 		return nil, err
 	}
 	if m.WorkspaceID == "" || m.ActivityID == "" {
@@ -176,7 +182,13 @@ func DecodeInbound(data []byte) (*Inbound, error) {
 // DecodeReply decodes and validates a Reply envelope.
 func DecodeReply(data []byte) (*Reply, error) {
 	var m Reply
-	if err := decode(data, &m, &m.V); err != nil {
+	if !decodeReplyFast(data, &m) {
+		m = Reply{}
+		if err := json.Unmarshal(data, &m); err != nil {
+			return nil, fmt.Errorf("events: decode envelope: %w", err)
+		}
+	}
+	if err := checkVersion(m.V); err != nil {
 		return nil, err
 	}
 	if m.WorkspaceID == "" || m.ActivityID == "" {
@@ -207,8 +219,12 @@ func decode(data []byte, into any, v *int) error {
 	if err := json.Unmarshal(data, into); err != nil {
 		return fmt.Errorf("events: decode envelope: %w", err)
 	}
-	if *v < 1 || *v > Version {
-		return fmt.Errorf("%w: v=%d (this build reads 1..%d)", ErrUnsupportedVersion, *v, Version)
+	return checkVersion(*v)
+}
+
+func checkVersion(v int) error {
+	if v < 1 || v > Version {
+		return fmt.Errorf("%w: v=%d (this build reads 1..%d)", ErrUnsupportedVersion, v, Version)
 	}
 	return nil
 }
