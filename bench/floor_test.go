@@ -96,7 +96,7 @@ type floorPayloads struct {
 
 func loadFloorPayloads(b *testing.B) floorPayloads {
 	read := func(name string) []byte {
-		raw, err := os.ReadFile(filepath.Join("..", "pkg", "events", "testdata", name))
+		raw, err := os.ReadFile(filepath.Join("..", "internal", "events", "testdata", name))
 		if err != nil {
 			b.Fatal(err)
 		}
