@@ -106,3 +106,28 @@ func FuzzTurnDecoderMatchesEncodingJSON(f *testing.F) {
 	}
 	f.Fuzz(checkRecordDecoder)
 }
+
+// BenchmarkDecodeRecord compares decodeRecord with the encoding/json-only
+// decoder on a record of two turns as the replier writes it.
+func BenchmarkDecodeRecord(b *testing.B) {
+	at := time.Date(2026, 11, 26, 21, 40, 0, 123456789, time.UTC)
+	data, err := json.Marshal([]handler.Turn{
+		{Role: "user", Text: "hello there, message 1234 of the burst", ActivityID: "3f2a9c1e-1111-2222-3333-444455556666", At: at},
+		{Role: "agent", Text: "echo: hello there, message 1234 of the burst", ActivityID: "3f2a9c1e-1111-2222-3333-444455556666", At: at},
+	})
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Run("encoding-json", func(b *testing.B) {
+		b.ReportAllocs()
+		for b.Loop() {
+			recordByEncodingJSON(data)
+		}
+	})
+	b.Run("decodeRecord", func(b *testing.B) {
+		b.ReportAllocs()
+		for b.Loop() {
+			decodeRecord(data)
+		}
+	})
+}
