@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"log/slog"
+	"sort"
 	"strings"
 	"time"
 
@@ -32,18 +33,27 @@ type ended struct {
 // member is one membership's state. Only serve's goroutine touches it,
 // but for the poll goroutines, which report on ended.
 type member struct {
-	ctx       context.Context
-	kv        jetstream.KeyValue
-	cfg       Config
-	log       *slog.Logger
-	deadAfter time.Duration
+	ctx context.Context
+	kv  jetstream.KeyValue
+	cfg Config
+	log *slog.Logger
 
-	seen    map[string]time.Time // member instance → when its key last changed, on our clock
-	memRevs map[string]uint64    // member instance → revision of its key
-	claims  map[string]claim     // workspace → its claim
-	polls   map[string]*polling
-	failed  map[string]bool // stopped by itself: claimed, not started again
-	ended   chan ended
+	// Liveness is counted in this member's own renewals as the watch
+	// delivers them, not on a clock: renewals counts them, and lastAt
+	// holds, per member, the count when its key last changed. A member
+	// whose key missed deadRenewals of ours (2 TTL) is dead. A view that
+	// is behind (a slow watch, a loop busy with KV requests) is behind for
+	// our renewals too, so it never counts a live member dead.
+	renewals uint64
+	lastAt   map[string]uint64
+	memRevs  map[string]uint64 // member instance → revision of its key
+	claims   map[string]claim  // workspace → its claim, as the watch showed it
+	// contested: a claim we tried to write failed on a newer one that the
+	// watch has not shown yet; wait for it.
+	contested map[string]bool
+	polls     map[string]*polling
+	failed    map[string]bool // stopped by itself: claimed, not started again
+	ended     chan ended
 
 	// The assignment, computed again only when the live members change.
 	liveKey string
@@ -52,8 +62,8 @@ type member struct {
 }
 
 func newMember(ctx context.Context, kv jetstream.KeyValue, cfg Config) *member {
-	return &member{ctx: ctx, kv: kv, cfg: cfg, log: cfg.Logger, deadAfter: 2 * cfg.TTL,
-		seen: map[string]time.Time{}, memRevs: map[string]uint64{}, claims: map[string]claim{},
+	return &member{ctx: ctx, kv: kv, cfg: cfg, log: cfg.Logger,
+		lastAt: map[string]uint64{}, memRevs: map[string]uint64{}, claims: map[string]claim{}, contested: map[string]bool{},
 		polls: map[string]*polling{}, failed: map[string]bool{}, ended: make(chan ended, len(cfg.Workspaces)+1)}
 }
 
@@ -68,13 +78,17 @@ func (m *member) apply(e jetstream.KeyValueEntry) {
 	case strings.HasPrefix(rest, "m."):
 		id := rest[2:]
 		if gone {
-			delete(m.seen, id)
+			delete(m.lastAt, id)
 			delete(m.memRevs, id)
 			return
 		}
-		m.seen[id], m.memRevs[id] = time.Now(), e.Revision()
+		if id == m.cfg.Instance {
+			m.renewals++
+		}
+		m.lastAt[id], m.memRevs[id] = m.renewals, e.Revision()
 	case strings.HasPrefix(rest, "c."):
 		ws := rest[2:]
+		delete(m.contested, ws)
 		if c, ok := m.claims[ws]; ok && c.rev > e.Revision() {
 			return // our own later write is already recorded
 		}
@@ -92,14 +106,36 @@ func (m *member) apply(e jetstream.KeyValueEntry) {
 	}
 }
 
+// drain applies every change the watch holds already: liveness is
+// judged on the newest view, never on one that is behind because this
+// loop was busy with KV requests. It reports whether it met the end of
+// the initial values.
+func (m *member) drain(updates <-chan jetstream.KeyValueEntry) (synced bool) {
+	for {
+		select {
+		case e, ok := <-updates:
+			if !ok {
+				return synced
+			}
+			if e == nil {
+				synced = true
+			} else {
+				m.apply(e)
+			}
+		default:
+			return synced
+		}
+	}
+}
+
 // reconcile makes what this member polls agree with the assignment.
-func (m *member) reconcile(now time.Time) {
-	m.assign(now)
+func (m *member) reconcile() {
+	m.assign()
 	for _, ws := range m.cfg.Workspaces {
 		c, claimed := m.claims[ws]
 		ours := claimed && c.owner == m.cfg.Instance
 		switch {
-		case m.mine[ws] && !ours && (!claimed || !m.isLive(c.owner, now)):
+		case m.mine[ws] && !ours && !m.contested[ws] && (!claimed || !m.isLive(c.owner)):
 			m.take(ws, c, claimed)
 		case m.mine[ws] && ours && m.polls[ws] == nil && !m.failed[ws]:
 			m.start(ws) // claimed by an earlier membership of this process
@@ -110,13 +146,13 @@ func (m *member) reconcile(now time.Time) {
 			m.release(ws, c) // a failed workspace, or one never started
 		}
 	}
-	m.forgetDead(now)
+	m.forgetDead()
 }
 
 // assign computes which workspaces are this member's, when the live
 // members changed.
-func (m *member) assign(now time.Time) {
-	live := sortedLive(m.seen, m.cfg.Instance, now, m.deadAfter)
+func (m *member) assign() {
+	live := m.liveMembers()
 	key := strings.Join(live, ",")
 	if key == m.liveKey {
 		return
@@ -131,12 +167,26 @@ func (m *member) assign(now time.Time) {
 	m.log.Info("poller group: members changed", "members", len(live), "assigned", len(m.mine), "of", len(m.cfg.Workspaces))
 }
 
-func (m *member) isLive(id string, now time.Time) bool {
-	if id == m.cfg.Instance {
-		return true
+// deadRenewals: a member is dead once its key missed this many renewals
+// of ours, 2 TTL (we renew every TTL/4).
+const deadRenewals = 8
+
+func (m *member) isLive(id string) bool {
+	at, ok := m.lastAt[id]
+	return id == m.cfg.Instance || (ok && m.renewals-at <= deadRenewals)
+}
+
+// liveMembers returns the live members, sorted (a stable key for caching
+// the assignment).
+func (m *member) liveMembers() []string {
+	live := []string{m.cfg.Instance}
+	for id := range m.lastAt {
+		if id != m.cfg.Instance && m.isLive(id) {
+			live = append(live, id)
+		}
 	}
-	t, ok := m.seen[id]
-	return ok && now.Sub(t) < m.deadAfter
+	sort.Strings(live)
+	return live
 }
 
 // take claims ws (create, or compare-and-set over a dead member's claim)
@@ -153,7 +203,7 @@ func (m *member) take(ws string, c claim, claimed bool) {
 	}
 	if err != nil {
 		if errors.Is(err, jetstream.ErrKeyExists) || errors.Is(err, jetstream.ErrKeyRevisionMismatch) {
-			m.refresh(ws)
+			m.contested[ws] = true
 			return
 		}
 		if m.ctx.Err() == nil {
@@ -167,17 +217,6 @@ func (m *member) take(ws string, c claim, claimed bool) {
 	m.claims[ws] = claim{owner: m.cfg.Instance, rev: rev}
 	delete(m.failed, ws)
 	m.start(ws)
-}
-
-// refresh reads a claim another member wrote before the watch shows it.
-func (m *member) refresh(ws string) {
-	e, err := m.kv.Get(m.ctx, claimKey(m.cfg.Group, ws))
-	switch {
-	case errors.Is(err, jetstream.ErrKeyNotFound):
-		delete(m.claims, ws)
-	case err == nil:
-		m.claims[ws] = claim{owner: string(e.Value()), rev: e.Revision()}
-	}
 }
 
 func (m *member) start(ws string) {
@@ -219,16 +258,17 @@ func (m *member) release(ws string, c claim) {
 	delete(m.failed, ws)
 }
 
-// forgetDead deletes the key of a member dead for two DeadAfter, so the
-// bucket does not keep every instance that ever crashed.
-func (m *member) forgetDead(now time.Time) {
-	for id, t := range m.seen {
-		if id == m.cfg.Instance || now.Sub(t) < 2*m.deadAfter {
+// forgetDead deletes the key of a member dead for twice as long as it
+// takes to count it dead, so the bucket does not keep every instance that
+// ever crashed.
+func (m *member) forgetDead() {
+	for id, at := range m.lastAt {
+		if id == m.cfg.Instance || m.renewals-at <= 2*deadRenewals {
 			continue
 		}
 		err := m.kv.Delete(m.ctx, memberKey(m.cfg.Group, id), jetstream.LastRevision(m.memRevs[id]))
 		if err == nil || errors.Is(err, jetstream.ErrKeyRevisionMismatch) {
-			delete(m.seen, id)
+			delete(m.lastAt, id)
 			delete(m.memRevs, id)
 		}
 	}

@@ -7,9 +7,9 @@
 // Everything lives in one key-value bucket, events.BucketPollerGroups:
 //   - membership: each member holds a kvlease lease on <group>.m.<instance>
 //     (renewed every TTL/4). The members watch the group's keys and count a
-//     member live while they saw its key renewed within DeadAfter (2 TTL),
-//     measured on their own clock, so clock skew between machines does not
-//     matter;
+//     member dead once its key missed 8 of their own renewals in the watch
+//     (2 TTL): no clock is compared, so neither skew between machines nor
+//     a watch that is behind counts a live member dead;
 //   - assignment: rendezvous hashing (Owner) of each workspace over the live
 //     members: every member computes it alone;
 //   - claims: before it polls a workspace, a member claims it, creating
@@ -19,8 +19,8 @@
 //     with that revision; the new owner, watching, creates its claim at
 //     once. So two members never poll one workspace, except when one was
 //     cut off from NATS: it stops polling when its lease is lost (TTL
-//     without a renewal), before the others count it dead (2 TTL after they
-//     last saw it); and it stops a workspace whose claim it sees taken.
+//     without a renewal), before the others count it dead (2 TTL after its
+//     last renewal); and it stops a workspace whose claim it sees taken.
 //
 // A claim is not renewed: it lives as long as its owner's membership. The
 // cost is one KV write per member per TTL/4, whatever the fleet's size,
@@ -33,7 +33,6 @@ import (
 	"fmt"
 	"log/slog"
 	"regexp"
-	"sort"
 	"strings"
 	"time"
 
@@ -165,12 +164,13 @@ func serve(ctx context.Context, js jetstream.JetStream, cfg Config) error {
 			} else {
 				m.apply(e)
 			}
+			synced = m.drain(watch.Updates()) || synced
 		case ev := <-m.ended:
 			m.onEnded(ev)
 		case <-tick.C:
 		}
 		if synced {
-			m.reconcile(time.Now())
+			m.reconcile()
 		}
 	}
 }
@@ -199,17 +199,4 @@ func Owners(ctx context.Context, js jetstream.JetStream, group string) (map[stri
 		out[strings.TrimPrefix(e.Key(), prefix)] = string(e.Value())
 	}
 	return out, nil
-}
-
-// sortedLive returns the live members, sorted (a stable key for caching
-// the assignment).
-func sortedLive(seen map[string]time.Time, self string, now time.Time, deadAfter time.Duration) []string {
-	live := []string{self}
-	for id, t := range seen {
-		if id != self && now.Sub(t) < deadAfter {
-			live = append(live, id)
-		}
-	}
-	sort.Strings(live)
-	return live
 }
