@@ -2,10 +2,12 @@ package main
 
 import (
 	"context"
+	"encoding/json"
 	"flag"
 	"fmt"
 	"math/rand/v2"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"sort"
 	"strings"
@@ -62,7 +64,7 @@ func TestPollerGroupSharesAFleet(t *testing.T) {
 		"MOLECULE_TOPOLOGY=lookup",
 		// A poll every 2 s per workspace, stream or not, so that the
 		// request log shows every gap.
-		"MOLECULE_SSE=false", "MOLECULE_POLL_INTERVAL=2s", "MOLECULE_SAFETY_NET_INTERVAL=0",
+		"MOLECULE_SSE=false", "MOLECULE_POLL_INTERVAL=" + fleetPoll.String(), "MOLECULE_SAFETY_NET_INTERVAL=0",
 		"MOLECULE_LOG_LEVEL=info",
 	}
 	start := func(name, cmd string, extra ...string) *chaos.Process {
@@ -161,6 +163,25 @@ func TestPollerGroupSharesAFleet(t *testing.T) {
 		t.Errorf("%d messages: %d lost, %d answered more than once, %d distinct answers", len(sent), lost, twice, len(got))
 	}
 
+	// status shows the three live members, each polling its share.
+	st := exec.Command(bin, "status", "--json")
+	st.Env = append(append([]string{}, env...), group)
+	out, err := st.Output()
+	if err != nil {
+		t.Fatalf("status: %v", err)
+	}
+	var rep statusReport
+	if err := json.Unmarshal(out, &rep); err != nil {
+		t.Fatal(err)
+	}
+	share := map[string]int{}
+	for _, m := range rep.PolledBy {
+		share[m]++
+	}
+	if len(rep.PolledBy) != fleetSize || len(share) != 3 {
+		t.Errorf("status: %d workspaces polled, by %d members (%v); want %d by 3", len(rep.PolledBy), len(share), share, fleetSize)
+	}
+
 	// A member takes over a workspace from a live member only if it
 	// counted it dead wrongly; the member then logs that it stops it.
 	for _, p := range procs[3:] {
@@ -171,6 +192,7 @@ func TestPollerGroupSharesAFleet(t *testing.T) {
 	}
 
 	worst, at, gaps := unpolled(plat.Requests(), ids, steady, end)
+	t.Logf("status: members' shares %v", share)
 	t.Logf("%d messages answered once each; poll-1 SIGKILLed %s after steady state; longest a workspace went unpolled: %s (%s, %s after the kill); gaps over 5 s: %d",
 		len(sent), killedAt.Sub(steady).Round(time.Millisecond), worst.Round(time.Millisecond), at.ws, at.from.Sub(killedAt).Round(time.Millisecond), gaps)
 	if worst > fleetMaxUnpolled {
