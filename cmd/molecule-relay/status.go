@@ -80,6 +80,13 @@ func collectStatus(ctx context.Context, rt *relay.Runtime, cfg *config.Config) (
 	}
 	rep := &statusReport{Workspaces: ws, PollerGroup: cfg.PollerGroup}
 	if cfg.PollerGroup != "" {
+		// An admin's status creates the group bucket with the topology,
+		// for members that may only look it up.
+		if cfg.Topology == "ensure" {
+			if err := pollgroup.EnsureBucket(ctx, rt.Conn.JS, cfg.Replicas); err != nil {
+				return nil, err
+			}
+		}
 		if rep.PolledBy, err = pollgroup.Owners(ctx, rt.Conn.JS, cfg.PollerGroup); err != nil {
 			return nil, err
 		}

@@ -175,6 +175,13 @@ func serve(ctx context.Context, js jetstream.JetStream, cfg Config) error {
 	}
 }
 
+// EnsureBucket creates the groups' bucket as the members do: an admin
+// creates it for members that may not (MOLECULE_TOPOLOGY=lookup).
+func EnsureBucket(ctx context.Context, js jetstream.JetStream, replicas int) error {
+	_, err := kvlease.Bucket(ctx, js, events.BucketPollerGroups, replicas)
+	return err
+}
+
 // Owners reads which member polls each workspace of group: workspace id →
 // member instance (for the status command).
 func Owners(ctx context.Context, js jetstream.JetStream, group string) (map[string]string, error) {
