@@ -51,9 +51,14 @@ type member struct {
 	// contested: a claim we tried to write failed on a newer one that the
 	// watch has not shown yet; wait for it.
 	contested map[string]bool
-	polls     map[string]*polling
-	failed    map[string]bool // stopped by itself: claimed, not started again
-	ended     chan ended
+	// released: the revision of each claim we deleted; the watch may
+	// still deliver it, and must not make it ours again.
+	released map[string]uint64
+	// leaveBy bounds the releases of a leaving member, all together.
+	leaveBy time.Time
+	polls   map[string]*polling
+	failed  map[string]bool // stopped by itself: claimed, not started again
+	ended   chan ended
 
 	// The assignment, computed again only when the live members change.
 	liveKey string
@@ -63,7 +68,7 @@ type member struct {
 
 func newMember(ctx context.Context, kv jetstream.KeyValue, cfg Config) *member {
 	return &member{ctx: ctx, kv: kv, cfg: cfg, log: cfg.Logger,
-		lastAt: map[string]uint64{}, memRevs: map[string]uint64{}, claims: map[string]claim{}, contested: map[string]bool{},
+		lastAt: map[string]uint64{}, memRevs: map[string]uint64{}, claims: map[string]claim{}, contested: map[string]bool{}, released: map[string]uint64{},
 		polls: map[string]*polling{}, failed: map[string]bool{}, ended: make(chan ended, len(cfg.Workspaces)+1)}
 }
 
@@ -89,8 +94,8 @@ func (m *member) apply(e jetstream.KeyValueEntry) {
 	case strings.HasPrefix(rest, "c."):
 		ws := rest[2:]
 		delete(m.contested, ws)
-		if c, ok := m.claims[ws]; ok && c.rev > e.Revision() {
-			return // our own later write is already recorded
+		if c, ok := m.claims[ws]; (ok && c.rev > e.Revision()) || e.Revision() <= m.released[ws] {
+			return // our own later write, or our release, is already recorded
 		}
 		if gone {
 			delete(m.claims, ws)
@@ -135,7 +140,7 @@ func (m *member) reconcile() {
 		c, claimed := m.claims[ws]
 		ours := claimed && c.owner == m.cfg.Instance
 		switch {
-		case m.mine[ws] && !ours && !m.contested[ws] && (!claimed || !m.isLive(c.owner)):
+		case m.mine[ws] && !ours && m.polls[ws] == nil && !m.contested[ws] && (!claimed || !m.isLive(c.owner)):
 			m.take(ws, c, claimed)
 		case m.mine[ws] && ours && m.polls[ws] == nil && !m.failed[ws]:
 			m.start(ws) // claimed by an earlier membership of this process
@@ -220,6 +225,9 @@ func (m *member) take(ws string, c claim, claimed bool) {
 }
 
 func (m *member) start(ws string) {
+	if m.polls[ws] != nil {
+		return // a poll still ending; reconcile starts it again after
+	}
 	ctx, cancel := context.WithCancel(m.ctx)
 	m.polls[ws] = &polling{cancel: cancel}
 	m.log.Debug("poller group: polling a workspace", "workspace", ws)
@@ -248,7 +256,11 @@ func (m *member) onEnded(ev ended) {
 // release deletes our claim, with its revision: a claim another member
 // took meanwhile stays.
 func (m *member) release(ws string, c claim) {
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	deadline := time.Now().Add(5 * time.Second)
+	if !m.leaveBy.IsZero() {
+		deadline = m.leaveBy
+	}
+	ctx, cancel := context.WithDeadline(context.Background(), deadline)
 	defer cancel()
 	if err := m.kv.Delete(ctx, claimKey(m.cfg.Group, ws), jetstream.LastRevision(c.rev)); err != nil {
 		m.log.Warn("poller group: could not release a workspace; the next owner takes it when this member's lease expires", "workspace", ws, "error", err)
@@ -256,6 +268,7 @@ func (m *member) release(ws string, c claim) {
 	}
 	delete(m.claims, ws)
 	delete(m.failed, ws)
+	m.released[ws] = c.rev
 }
 
 // forgetDead deletes the key of a member dead for twice as long as it
@@ -276,6 +289,9 @@ func (m *member) forgetDead() {
 
 // leave stops every poll, waits for them, and releases their claims.
 func (m *member) leave() {
+	// NATS may be out of reach (the lease was lost): the releases share
+	// one bound rather than each waiting its own.
+	m.leaveBy = time.Now().Add(5 * time.Second)
 	for _, p := range m.polls {
 		p.leaving = true
 		p.cancel()
