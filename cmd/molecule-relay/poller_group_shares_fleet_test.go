@@ -27,6 +27,9 @@ const (
 	fleetSize        = 300
 	fleetPoll        = 2 * time.Second // every member polls each of its workspaces this often
 	fleetMaxUnpolled = 10 * time.Second
+	// A join moves workspaces without waiting for an expiry: the poll
+	// interval and the hand-over (measured 2.9 to 3.5 s).
+	fleetMaxJoinGap = 6 * time.Second
 )
 
 // Three poll processes in one group (MOLECULE_POLLER_GROUP) share 300
@@ -166,6 +169,7 @@ func TestPollerGroupSharesAFleet(t *testing.T) {
 	killedAt := time.Now()
 	procs[2].Kill()
 	time.Sleep(trafficFor / 3)
+	joinedAt := time.Now()
 	procs = append(procs, start("poll-4", "poll", group))
 	wg.Wait()
 
@@ -186,6 +190,11 @@ func TestPollerGroupSharesAFleet(t *testing.T) {
 	}
 	if lost > 0 || twice > 0 || len(got) != len(sent) {
 		t.Errorf("%d messages: %d lost, %d answered more than once, %d distinct answers", len(sent), lost, twice, len(got))
+	}
+
+	// The joiner took only released workspaces, none by an expiry.
+	if strings.Contains(procs[len(procs)-1].Tail(1<<24), "took over the workspace of a member counted dead") {
+		t.Error("poll-4 took a workspace over by expiry when it joined, instead of waiting for its release")
 	}
 
 	// status shows the three live members, each polling its share.
@@ -216,7 +225,16 @@ func TestPollerGroupSharesAFleet(t *testing.T) {
 		}
 	}
 
-	worst, at, gaps := unpolled(plat.Requests(), ids, steady, end)
+	reqs := plat.Requests()
+	worst, at, gaps := unpolled(reqs, ids, steady, end)
+	// From the join on, the kill's hand-over is over (about 4 s after it,
+	// 5 s before the join): the gaps are the join's. The workspaces that
+	// move wait only for the old owner's release, not for an expiry.
+	afterJoin, atJoin, _ := unpolled(reqs, ids, joinedAt, end)
+	t.Logf("longest gap from the join on: %s (%s)", afterJoin.Round(time.Millisecond), atJoin.ws)
+	if afterJoin > fleetMaxJoinGap {
+		t.Errorf("workspace %s went unpolled for %s after poll-4 joined (bound %s: the poll interval and the hand-over)", atJoin.ws, afterJoin, fleetMaxJoinGap)
+	}
 	t.Logf("status: members' shares %v; the group's bucket took %d writes in %s (%.1f a second; a kill, a join and their hand-overs included)",
 		share, writes, end.Sub(steady).Round(time.Second), float64(writes)/end.Sub(steady).Seconds())
 	t.Logf("%d messages answered once each; poll-1 SIGKILLed %s after steady state; longest a workspace went unpolled: %s (%s, %s after the kill); gaps over 5 s: %d",
