@@ -62,14 +62,15 @@ type member struct {
 
 	// The assignment, computed again only when the live members change.
 	liveKey string
-	live    int
 	mine    map[string]bool
 }
 
 func newMember(ctx context.Context, kv jetstream.KeyValue, cfg Config) *member {
 	return &member{ctx: ctx, kv: kv, cfg: cfg, log: cfg.Logger,
-		lastAt: map[string]uint64{}, memRevs: map[string]uint64{}, claims: map[string]claim{}, contested: map[string]bool{}, released: map[string]uint64{},
-		polls: map[string]*polling{}, failed: map[string]bool{}, ended: make(chan ended, len(cfg.Workspaces)+1)}
+		lastAt: map[string]uint64{}, memRevs: map[string]uint64{},
+		claims: map[string]claim{}, contested: map[string]bool{}, released: map[string]uint64{},
+		polls: map[string]*polling{}, failed: map[string]bool{},
+		ended: make(chan ended, len(cfg.Workspaces)+1)}
 }
 
 // apply records a change the watch delivered.
@@ -162,7 +163,7 @@ func (m *member) assign() {
 	if key == m.liveKey {
 		return
 	}
-	m.liveKey, m.live = key, len(live)
+	m.liveKey = key
 	m.mine = make(map[string]bool, len(m.cfg.Workspaces)/len(live)+1)
 	for _, ws := range m.cfg.Workspaces {
 		if Owner(ws, live) == m.cfg.Instance {
