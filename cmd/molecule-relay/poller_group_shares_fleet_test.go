@@ -28,7 +28,7 @@ const (
 	fleetPoll        = 2 * time.Second // every member polls each of its workspaces this often
 	fleetMaxUnpolled = 10 * time.Second
 	// A join moves workspaces without waiting for an expiry: the poll
-	// interval and the hand-over (measured 2.9 to 3.5 s).
+	// interval and the hand-over (measured 2.8 to 3.8 s).
 	fleetMaxJoinGap = 6 * time.Second
 )
 
