@@ -44,6 +44,11 @@ var (
 		{"MOLECULE_ALLOW_SELF", "deliver messages the agent sent itself (true or false)"},
 		{"MOLECULE_PUSH_LISTEN", "old platforms: push ingress address, e.g. :8081"},
 		{"MOLECULE_PUSH_URL", "old platforms: public URL of the push ingress"},
+		{"MOLECULE_POLLER_GROUP", "share the workspaces with the pollers of this group on one NATS"},
+	}}
+	// status shows the group's members (and creates its bucket).
+	groupStatusGroup = settingGroup{"Poller group", []setting{
+		{"MOLECULE_POLLER_GROUP", "show which member of this group polls each workspace"},
 	}}
 	groupHandler = settingGroup{"Handler (dispatcher)", []setting{
 		{"MOLECULE_HANDLER", "echo | exec:PROG [ARGS] | http:URL | openai:BASE_URL"},
@@ -105,7 +110,7 @@ func commandGroups(name string) []settingGroup {
 	case "reply":
 		return []settingGroup{groupPlatform, groupReplier, groupNATS, groupLogs}
 	case "status":
-		return []settingGroup{groupPlatform, groupNATS, groupLogs}
+		return []settingGroup{groupPlatform, groupStatusGroup, groupNATS, groupLogs}
 	case "dlq", "history":
 		return []settingGroup{groupNATS, groupLogs}
 	case "dev":

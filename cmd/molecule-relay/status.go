@@ -15,16 +15,21 @@ import (
 	"github.com/molecule-ai/molecule-relay/internal/dlq"
 	"github.com/molecule-ai/molecule-relay/internal/events"
 	"github.com/molecule-ai/molecule-relay/internal/poller"
+	"github.com/molecule-ai/molecule-relay/internal/pollgroup"
 	"github.com/molecule-ai/molecule-relay/pkg/relay"
 	"github.com/nats-io/nats.go/jetstream"
 )
 
 // statusReport is what `status` prints. It holds no token.
 type statusReport struct {
-	Workspaces  []poller.WorkspaceStatus `json:"workspaces"`
-	Streams     []streamStatus           `json:"streams"`
-	Consumers   []consumerStatus         `json:"consumers"`
-	DeadLetters int                      `json:"dead_letters"`
+	Workspaces []poller.WorkspaceStatus `json:"workspaces"`
+	// PollerGroup is MOLECULE_POLLER_GROUP; PolledBy maps each workspace
+	// the group's members claimed to the member (instance id) polling it.
+	PollerGroup string            `json:"poller_group,omitempty"`
+	PolledBy    map[string]string `json:"polled_by,omitempty"`
+	Streams     []streamStatus    `json:"streams"`
+	Consumers   []consumerStatus  `json:"consumers"`
+	DeadLetters int               `json:"dead_letters"`
 }
 
 type streamStatus struct {
@@ -73,7 +78,19 @@ func collectStatus(ctx context.Context, rt *relay.Runtime, cfg *config.Config) (
 	if err != nil {
 		return nil, err
 	}
-	rep := &statusReport{Workspaces: ws}
+	rep := &statusReport{Workspaces: ws, PollerGroup: cfg.PollerGroup}
+	if cfg.PollerGroup != "" {
+		// An admin's status creates the group bucket with the topology,
+		// for members that may only look it up.
+		if cfg.Topology == "ensure" {
+			if err := pollgroup.EnsureBucket(ctx, rt.Conn.JS, cfg.Replicas); err != nil {
+				return nil, err
+			}
+		}
+		if rep.PolledBy, err = pollgroup.Owners(ctx, rt.Conn.JS, cfg.PollerGroup); err != nil {
+			return nil, err
+		}
+	}
 	for _, s := range []jetstream.Stream{rt.Topo.Inbound, rt.Topo.Reply, rt.Topo.DLQ} {
 		info, err := s.Info(ctx)
 		if err != nil {
@@ -97,7 +114,11 @@ func collectStatus(ctx context.Context, rt *relay.Runtime, cfg *config.Config) (
 
 func printStatus(env *cliEnv, rep *statusReport) {
 	tw := tabwriter.NewWriter(env.stdout, 2, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "WORKSPACE\tGENERATION\tCURSOR\tLAST POLL\tHEARTBEAT\tSTATE")
+	group := ""
+	if rep.PollerGroup != "" {
+		group = "\tPOLLED BY (" + rep.PollerGroup + ")"
+	}
+	fmt.Fprintln(tw, "WORKSPACE\tGENERATION\tCURSOR\tLAST POLL\tHEARTBEAT\tSTATE"+group)
 	for _, w := range rep.Workspaces {
 		state := "ok"
 		switch {
@@ -112,7 +133,11 @@ func printStatus(env *cliEnv, rep *statusReport) {
 		if w.HeartbeatError != "" {
 			hb += " (failed: " + w.HeartbeatError + ")"
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\n", w.WorkspaceID, w.Generation, orDash(w.Cursor), ago(w.LastPollAt), hb, state)
+		by := ""
+		if rep.PollerGroup != "" {
+			by = "\t" + orDash(rep.PolledBy[w.WorkspaceID])
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s%s\n", w.WorkspaceID, w.Generation, orDash(w.Cursor), ago(w.LastPollAt), hb, state, by)
 	}
 	fmt.Fprintln(tw)
 	fmt.Fprintln(tw, "STREAM\tMESSAGES\tBYTES")

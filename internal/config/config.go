@@ -15,6 +15,7 @@ import (
 
 	"github.com/molecule-ai/molecule-relay/internal/broker"
 	"github.com/molecule-ai/molecule-relay/internal/configerr"
+	"github.com/molecule-ai/molecule-relay/internal/pollgroup"
 	"github.com/molecule-ai/molecule-relay/internal/uuid"
 )
 
@@ -203,6 +204,16 @@ type Config struct {
 	OpenAIModel  string `env:"MOLECULE_OPENAI_MODEL"`
 	SystemPrompt string `env:"MOLECULE_SYSTEM_PROMPT"`
 
+	// PollerGroup makes this process's poller a member of the named
+	// group: the pollers (poll or connect processes) on one NATS that name
+	// the same group, each configured with the same workspaces, divide
+	// them among themselves, each workspace polled by one live member; a
+	// dead member's workspaces move to the others within about 5 s
+	// (internal/pollgroup, docs/architecture.md "Growing past one
+	// machine"). Letters, digits, - and _, at most 64. If not set, this
+	// poller polls every configured workspace.
+	PollerGroup string `env:"MOLECULE_POLLER_GROUP"`
+
 	// NATS connection (NATS_URL empty: embedded server).
 	NATS broker.Config
 	// Replicas of streams and buckets (3 on a cluster). Default 1.
@@ -324,6 +335,9 @@ func (c *Config) Validate(need Requirement) error {
 	if err := c.validatePush(); err != nil {
 		return err
 	}
+	if err := c.validatePollerGroup(); err != nil {
+		return err
+	}
 	if c.Topology != "ensure" && c.Topology != "lookup" {
 		return bad("MOLECULE_TOPOLOGY", "%q; use ensure or lookup", c.Topology)
 	}
@@ -436,6 +450,20 @@ func (c *Config) validateLimits() error {
 		return bad("MOLECULE_STREAM_REPLICAS", "%d is outside 1..5", c.Replicas)
 	case c.StartupTimeout.D() < 0:
 		return bad("MOLECULE_STARTUP_TIMEOUT", "%s; must not be negative (0 waits the default 3m)", c.StartupTimeout)
+	}
+	return nil
+}
+
+// validatePollerGroup checks the group name, which is part of KV keys. A
+// push workspace is registered with its member's own URL, and is not
+// moved: the two do not go together.
+func (c *Config) validatePollerGroup() error {
+	switch {
+	case c.PollerGroup == "":
+	case !pollgroup.ValidName.MatchString(c.PollerGroup):
+		return bad("MOLECULE_POLLER_GROUP", "%q; use 1 to 64 letters, digits, - or _", c.PollerGroup)
+	case c.PushListen != "":
+		return bad("MOLECULE_POLLER_GROUP", "set together with MOLECULE_PUSH_LISTEN; a push workspace is not moved between pollers: unset one of them")
 	}
 	return nil
 }

@@ -104,6 +104,8 @@ func TestValidationNamesTheVariable(t *testing.T) {
 		{"push listen without url", append(base, "MOLECULE_PUSH_LISTEN=:8081"), "MOLECULE_PUSH_URL"},
 		{"push url without listen", append(base, "MOLECULE_PUSH_URL=https://agent.example.com"), "MOLECULE_PUSH_LISTEN"},
 		{"push url not http", append(base, "MOLECULE_PUSH_LISTEN=:8081", "MOLECULE_PUSH_URL=remote://no-inbound"), "MOLECULE_PUSH_URL"},
+		{"poller group not a key token", append(base, "MOLECULE_POLLER_GROUP=team.a"), "MOLECULE_POLLER_GROUP"},
+		{"poller group with push", append(base, "MOLECULE_POLLER_GROUP=fleet", "MOLECULE_PUSH_LISTEN=:8081", "MOLECULE_PUSH_URL=https://agent.example.com"), "MOLECULE_POLLER_GROUP"},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {

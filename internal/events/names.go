@@ -68,6 +68,11 @@ const (
 	// molecule-relay mcp instance (key: workspace id), so a second
 	// instance on the same workspace is refused.
 	BucketMCPLeases = "molecule_mcp_leases"
+	// BucketPollerGroups holds the poller groups (MOLECULE_POLLER_GROUP):
+	// per group its members' leases (key: <group>.m.<instance>) and which
+	// member polls each workspace (key: <group>.c.<workspace>), created
+	// by the first member, not by the topology (internal/pollgroup).
+	BucketPollerGroups = "molecule_poller_groups"
 	// BucketHistory held the recent turns of each conversation (key:
 	// HistoryKey) before conversation memory moved to StreamMemory. It is
 	// no longer created; where an earlier version left it, internal/memory

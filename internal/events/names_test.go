@@ -38,7 +38,7 @@ func TestSubjectsAndIDs(t *testing.T) {
 func TestNamesAreDistinct(t *testing.T) {
 	names := []string{
 		events.StreamInbound, events.StreamReply, events.StreamDLQ,
-		events.BucketCursors, events.BucketPollerStatus, events.BucketHandled, events.BucketReplies, events.BucketMCPLeases, events.BucketHistory, events.BucketAsks,
+		events.BucketCursors, events.BucketPollerStatus, events.BucketHandled, events.BucketReplies, events.BucketMCPLeases, events.BucketPollerGroups, events.BucketHistory, events.BucketAsks,
 	}
 	seen := map[string]bool{}
 	for _, n := range names {

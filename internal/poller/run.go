@@ -392,3 +392,32 @@ func (p *Poller) sseLoop(ctx context.Context, w *workspace, l *pollLoop) {
 		}
 	}
 }
+
+// ErrUnknownWorkspace: PollWorkspace was given a workspace the poller was
+// not configured with.
+var ErrUnknownWorkspace = errors.New("poller: workspace not configured")
+
+// PollWorkspace polls one of the configured workspaces as Run does (poll
+// loop, heartbeats, event stream) until ctx ends or the workspace cannot
+// be polled any more, and returns after all of it ended: a poller group
+// (internal/pollgroup) starts and stops single workspaces with it as they
+// move between its members. Each call starts from what the stores hold,
+// not from what this process remembered of an earlier call: another
+// member may have polled the workspace meanwhile. The error is nil when
+// ctx ended; otherwise the reason the workspace stopped.
+func (p *Poller) PollWorkspace(ctx context.Context, id string) error {
+	var c *molecule.Client
+	for _, w := range p.ws {
+		if w.id == id {
+			c = w.c
+		}
+	}
+	if c == nil {
+		return fmt.Errorf("%w: %s", ErrUnknownWorkspace, id)
+	}
+	p.statusCache.Delete(id)
+	w := &workspace{id: id, c: c, log: p.log.With("workspace", id), pushURL: p.cfg.Push[id]}
+	done := make(chan error, 1)
+	p.startWorkspace(ctx, w, func(err error) { done <- err })
+	return <-done
+}

@@ -63,10 +63,11 @@ type Runtime struct {
 
 // shareLedger gives the poller and the replier of s one NotifyLedger when
 // both run in this process; a poller alone cannot know which replies are
-// its relay's.
+// its relay's. Nor can a member of a poller group: the replies to what it
+// polls are posted by any member's replier.
 func (rt *Runtime) shareLedger(s Stages) {
 	rt.ledger = nil
-	if s.Poll && s.Reply {
+	if s.Poll && s.Reply && rt.Cfg.PollerGroup == "" {
 		rt.ledger = poller.NewNotifyLedger()
 	}
 }

@@ -6,7 +6,9 @@ import (
 	"time"
 
 	"github.com/molecule-ai/molecule-relay/internal/dispatcher"
+	"github.com/molecule-ai/molecule-relay/internal/events"
 	"github.com/molecule-ai/molecule-relay/internal/poller"
+	"github.com/molecule-ai/molecule-relay/internal/pollgroup"
 	"github.com/molecule-ai/molecule-relay/internal/replier"
 	"github.com/nats-io/nats.go/jetstream"
 )
@@ -101,10 +103,30 @@ func (rt *Runtime) Run(ctx context.Context, s Stages) error {
 		if err != nil {
 			st.fail(err)
 		} else {
-			st.start("poller", func() error { return p.Run(st.take) })
+			st.start("poller", func() error { return rt.runPoller(st.take, p) })
 		}
 	}
 	return st.wait()
+}
+
+// runPoller polls every workspace, or, with MOLECULE_POLLER_GROUP, those
+// the group assigns to this process (internal/pollgroup).
+func (rt *Runtime) runPoller(ctx context.Context, p *poller.Poller) error {
+	if rt.Cfg.PollerGroup == "" {
+		return p.Run(ctx)
+	}
+	ids := make([]string, len(rt.Clients))
+	for i, c := range rt.Clients {
+		ids[i] = c.WorkspaceID()
+	}
+	return pollgroup.Run(ctx, rt.Conn.JS, pollgroup.Config{
+		Group:      rt.Cfg.PollerGroup,
+		Instance:   rt.InstanceID(),
+		Workspaces: ids,
+		Poll:       p.PollWorkspace,
+		Replicas:   rt.Cfg.Replicas,
+		Logger:     rt.Log.With("stage", events.StagePoller),
+	})
 }
 
 // OnceReport is what a one-shot run did.

@@ -11,6 +11,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/molecule-ai/molecule-relay/internal/events"
+	"github.com/molecule-ai/molecule-relay/internal/pollgroup"
 	"github.com/molecule-ai/molecule-relay/internal/testkit/clustertest"
 )
 
@@ -191,6 +192,7 @@ func TestPermissions(t *testing.T) {
 		if _, err := js.Publish(ctx, events.DLQSubject(events.StagePoller, ws), []byte("dl")); err != nil {
 			t.Fatalf("publish own dead letter: %v", err)
 		}
+		pollerGroupMember(ctx, t, admin, js)
 		poller.checkClean(t)
 
 		poller.expectRefused(t, []refusal{
@@ -422,4 +424,36 @@ func TestPermissions(t *testing.T) {
 			t.Errorf("handled keys %v (err %v), want only the dispatcher's", keys, err)
 		}
 	})
+}
+
+// pollerGroupMember: in a poller group the poller user joins (its lease),
+// watches the group, claims a workspace, polls it and, leaving, releases
+// both, in a bucket the admin created (its status run).
+func pollerGroupMember(ctx context.Context, t *testing.T, admin, js jetstream.JetStream) {
+	t.Helper()
+	if err := pollgroup.EnsureBucket(ctx, admin, 3); err != nil {
+		t.Fatalf("admin creates the group bucket: %v", err)
+	}
+	gctx, leave := context.WithCancel(ctx)
+	polled := make(chan string, 1)
+	done := make(chan error, 1)
+	go func() {
+		done <- pollgroup.Run(gctx, js, pollgroup.Config{Group: "perm", Instance: "member1", Workspaces: []string{"ws1"}, Replicas: 3,
+			Poll: func(ctx context.Context, ws string) error { polled <- ws; <-ctx.Done(); return nil }})
+	}()
+	select {
+	case <-polled:
+	case err := <-done:
+		t.Fatalf("poller group member: %v", err)
+	case <-ctx.Done():
+		t.Fatal("the poller group member polled nothing")
+	}
+	owners, err := pollgroup.Owners(ctx, js, "perm")
+	if err != nil || owners["ws1"] != "member1" {
+		t.Errorf("group claims %v %v, want ws1 polled by member1", owners, err)
+	}
+	leave()
+	if err := <-done; err != nil {
+		t.Fatalf("poller group member: %v", err)
+	}
 }

@@ -1,0 +1,308 @@
+package pollgroup
+
+import (
+	"context"
+	"errors"
+	"log/slog"
+	"sort"
+	"strings"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+)
+
+// claim is what the watch last showed of a workspace's claim.
+type claim struct {
+	owner string
+	rev   uint64
+}
+
+// polling is a workspace this member polls.
+type polling struct {
+	cancel context.CancelFunc
+	// leaving: stopped because the workspace moved to another member;
+	// its claim is released when the poll has ended.
+	leaving bool
+}
+
+type ended struct {
+	ws  string
+	err error
+}
+
+// member is one membership's state. Only serve's goroutine touches it,
+// but for the poll goroutines, which report on ended.
+type member struct {
+	ctx context.Context
+	kv  jetstream.KeyValue
+	cfg Config
+	log *slog.Logger
+
+	// Liveness is counted in this member's own renewals as the watch
+	// delivers them, not on a clock: renewals counts them, and lastAt
+	// holds, per member, the count when its key last changed. A member
+	// whose key missed deadRenewals of ours (2 TTL) is dead. A view that
+	// is behind (a slow watch, a loop busy with KV requests) is behind for
+	// our renewals too, so it never counts a live member dead.
+	renewals uint64
+	lastAt   map[string]uint64
+	memRevs  map[string]uint64 // member instance → revision of its key
+	claims   map[string]claim  // workspace → its claim, as the watch showed it
+	// contested: a claim we tried to write failed on a newer one that the
+	// watch has not shown yet; wait for it.
+	contested map[string]bool
+	// released: the revision of each claim we deleted; the watch may
+	// still deliver it, and must not make it ours again.
+	released map[string]uint64
+	// leaveBy bounds the releases of a leaving member, all together.
+	leaveBy time.Time
+	polls   map[string]*polling
+	failed  map[string]bool // stopped by itself: claimed, not started again
+	ended   chan ended
+
+	// The assignment, computed again only when the live members change.
+	liveKey string
+	mine    map[string]bool
+}
+
+func newMember(ctx context.Context, kv jetstream.KeyValue, cfg Config) *member {
+	return &member{ctx: ctx, kv: kv, cfg: cfg, log: cfg.Logger,
+		lastAt: map[string]uint64{}, memRevs: map[string]uint64{},
+		claims: map[string]claim{}, contested: map[string]bool{}, released: map[string]uint64{},
+		polls: map[string]*polling{}, failed: map[string]bool{},
+		ended: make(chan ended, len(cfg.Workspaces)+1)}
+}
+
+// apply records a change the watch delivered.
+func (m *member) apply(e jetstream.KeyValueEntry) {
+	rest, ok := strings.CutPrefix(e.Key(), m.cfg.Group+".")
+	if !ok {
+		return
+	}
+	gone := e.Operation() != jetstream.KeyValuePut
+	switch {
+	case strings.HasPrefix(rest, "m."):
+		id := rest[2:]
+		if gone {
+			delete(m.lastAt, id)
+			delete(m.memRevs, id)
+			return
+		}
+		if id == m.cfg.Instance {
+			m.renewals++
+		}
+		m.lastAt[id], m.memRevs[id] = m.renewals, e.Revision()
+	case strings.HasPrefix(rest, "c."):
+		ws := rest[2:]
+		delete(m.contested, ws)
+		if c, ok := m.claims[ws]; (ok && c.rev > e.Revision()) || e.Revision() <= m.released[ws] {
+			return // our own later write, or our release, is already recorded
+		}
+		if gone {
+			delete(m.claims, ws)
+			return
+		}
+		owner := string(e.Value())
+		m.claims[ws] = claim{owner: owner, rev: e.Revision()}
+		if p := m.polls[ws]; p != nil && owner != m.cfg.Instance {
+			// Another member took it over (it counted us dead): stop at once.
+			m.log.Warn("poller group: another member took over a workspace this member polled; stopping it", "workspace", ws, "member", owner)
+			p.cancel()
+		}
+	}
+}
+
+// drain applies every change the watch holds already: liveness is
+// judged on the newest view, never on one that is behind because this
+// loop was busy with KV requests. It reports whether it met the end of
+// the initial values.
+func (m *member) drain(updates <-chan jetstream.KeyValueEntry) (synced bool) {
+	for {
+		select {
+		case e, ok := <-updates:
+			if !ok {
+				return synced
+			}
+			if e == nil {
+				synced = true
+			} else {
+				m.apply(e)
+			}
+		default:
+			return synced
+		}
+	}
+}
+
+// reconcile makes what this member polls agree with the assignment.
+func (m *member) reconcile() {
+	m.assign()
+	for _, ws := range m.cfg.Workspaces {
+		c, claimed := m.claims[ws]
+		ours := claimed && c.owner == m.cfg.Instance
+		switch {
+		case m.mine[ws] && !ours && m.polls[ws] == nil && !m.contested[ws] && (!claimed || !m.isLive(c.owner)):
+			m.take(ws, c, claimed)
+		case m.mine[ws] && ours && m.polls[ws] == nil && !m.failed[ws]:
+			m.start(ws) // claimed by an earlier membership of this process
+		case !m.mine[ws] && m.polls[ws] != nil && !m.polls[ws].leaving:
+			m.polls[ws].leaving = true
+			m.polls[ws].cancel()
+		case !m.mine[ws] && ours && m.polls[ws] == nil:
+			m.release(ws, c) // a failed workspace, or one never started
+		}
+	}
+	m.forgetDead()
+}
+
+// assign computes which workspaces are this member's, when the live
+// members changed.
+func (m *member) assign() {
+	live := m.liveMembers()
+	key := strings.Join(live, ",")
+	if key == m.liveKey {
+		return
+	}
+	m.liveKey = key
+	m.mine = make(map[string]bool, len(m.cfg.Workspaces)/len(live)+1)
+	for _, ws := range m.cfg.Workspaces {
+		if Owner(ws, live) == m.cfg.Instance {
+			m.mine[ws] = true
+		}
+	}
+	m.log.Info("poller group: members changed", "members", len(live), "assigned", len(m.mine), "of", len(m.cfg.Workspaces))
+}
+
+// deadRenewals: a member is dead once its key missed this many renewals
+// of ours, 2 TTL (we renew every TTL/4).
+const deadRenewals = 8
+
+func (m *member) isLive(id string) bool {
+	at, ok := m.lastAt[id]
+	return id == m.cfg.Instance || (ok && m.renewals-at <= deadRenewals)
+}
+
+// liveMembers returns the live members, sorted (a stable key for caching
+// the assignment).
+func (m *member) liveMembers() []string {
+	live := []string{m.cfg.Instance}
+	for id := range m.lastAt {
+		if id != m.cfg.Instance && m.isLive(id) {
+			live = append(live, id)
+		}
+	}
+	sort.Strings(live)
+	return live
+}
+
+// take claims ws (create, or compare-and-set over a dead member's claim)
+// and starts polling it. A lost race leaves it to the winner.
+func (m *member) take(ws string, c claim, claimed bool) {
+	var (
+		rev uint64
+		err error
+	)
+	if claimed {
+		rev, err = m.kv.Update(m.ctx, claimKey(m.cfg.Group, ws), []byte(m.cfg.Instance), c.rev)
+	} else {
+		rev, err = m.kv.Create(m.ctx, claimKey(m.cfg.Group, ws), []byte(m.cfg.Instance))
+	}
+	if err != nil {
+		if errors.Is(err, jetstream.ErrKeyExists) || errors.Is(err, jetstream.ErrKeyRevisionMismatch) {
+			m.contested[ws] = true
+			return
+		}
+		if m.ctx.Err() == nil {
+			m.log.Warn("poller group: could not claim a workspace; trying again", "workspace", ws, "error", err)
+		}
+		return
+	}
+	if claimed {
+		m.log.Info("poller group: took over the workspace of a member counted dead", "workspace", ws, "member", c.owner)
+	}
+	m.claims[ws] = claim{owner: m.cfg.Instance, rev: rev}
+	delete(m.failed, ws)
+	m.start(ws)
+}
+
+func (m *member) start(ws string) {
+	if m.polls[ws] != nil {
+		return // a poll still ending; reconcile starts it again after
+	}
+	ctx, cancel := context.WithCancel(m.ctx)
+	m.polls[ws] = &polling{cancel: cancel}
+	m.log.Debug("poller group: polling a workspace", "workspace", ws)
+	go func() {
+		err := m.cfg.Poll(ctx, ws)
+		cancel()
+		m.ended <- ended{ws: ws, err: err}
+	}()
+}
+
+// onEnded: a poll ended. One that moved away releases its claim now that
+// nothing of it runs; one that stopped by itself keeps it.
+func (m *member) onEnded(ev ended) {
+	p := m.polls[ev.ws]
+	delete(m.polls, ev.ws)
+	c, ok := m.claims[ev.ws]
+	switch {
+	case p != nil && p.leaving && ok && c.owner == m.cfg.Instance:
+		m.release(ev.ws, c)
+	case ev.err != nil && m.ctx.Err() == nil:
+		m.failed[ev.ws] = true
+		m.log.Error("poller group: a workspace stopped by itself; this member keeps its claim and does not poll it again", "workspace", ev.ws, "error", ev.err)
+	}
+}
+
+// release deletes our claim, with its revision: a claim another member
+// took meanwhile stays.
+func (m *member) release(ws string, c claim) {
+	deadline := time.Now().Add(5 * time.Second)
+	if !m.leaveBy.IsZero() {
+		deadline = m.leaveBy
+	}
+	ctx, cancel := context.WithDeadline(context.Background(), deadline)
+	defer cancel()
+	if err := m.kv.Delete(ctx, claimKey(m.cfg.Group, ws), jetstream.LastRevision(c.rev)); err != nil {
+		m.log.Warn("poller group: could not release a workspace; the next owner takes it when this member's lease expires", "workspace", ws, "error", err)
+		return
+	}
+	delete(m.claims, ws)
+	delete(m.failed, ws)
+	m.released[ws] = c.rev
+}
+
+// forgetDead deletes the key of a member dead for twice as long as it
+// takes to count it dead, so the bucket does not keep every instance that
+// ever crashed.
+func (m *member) forgetDead() {
+	for id, at := range m.lastAt {
+		if id == m.cfg.Instance || m.renewals-at <= 2*deadRenewals {
+			continue
+		}
+		err := m.kv.Delete(m.ctx, memberKey(m.cfg.Group, id), jetstream.LastRevision(m.memRevs[id]))
+		if err == nil || errors.Is(err, jetstream.ErrKeyRevisionMismatch) {
+			delete(m.lastAt, id)
+			delete(m.memRevs, id)
+		}
+	}
+}
+
+// leave stops every poll, waits for them, and releases their claims.
+func (m *member) leave() {
+	// NATS may be out of reach (the lease was lost): the releases share
+	// one bound rather than each waiting its own.
+	m.leaveBy = time.Now().Add(5 * time.Second)
+	for _, p := range m.polls {
+		p.leaving = true
+		p.cancel()
+	}
+	for len(m.polls) > 0 {
+		m.onEnded(<-m.ended)
+	}
+	for ws, c := range m.claims {
+		if c.owner == m.cfg.Instance {
+			m.release(ws, c)
+		}
+	}
+}
