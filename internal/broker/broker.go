@@ -23,8 +23,12 @@ const (
 	// ReconnectWait is the pause between reconnect attempts to an external
 	// server; reconnects go on forever.
 	ReconnectWait = 500 * time.Millisecond
-	// DrainTimeout bounds Conn.Close's drain of the connection.
-	DrainTimeout = 5 * time.Second
+	// CloseFlushTimeout bounds Conn.Close's wait for the server to confirm
+	// what the connection wrote: a round trip on a healthy connection, and
+	// short enough that Close fits the grace of every supervisor the relay
+	// runs under (Lambda gives the runtime 500 ms after SIGTERM, Claude
+	// Code sends SIGKILL 500 ms after SIGINT).
+	CloseFlushTimeout = 250 * time.Millisecond
 )
 
 var (
@@ -55,7 +59,6 @@ type Conn struct {
 	url       string
 	lastURL   atomic.Value // redacted URL of the server last connected to
 	log       *slog.Logger
-	closed    chan struct{}
 	closeOnce sync.Once
 }
 
@@ -72,7 +75,7 @@ func Connect(ctx context.Context, cfg Config, log *slog.Logger) (*Conn, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
-	c := &Conn{log: log, closed: make(chan struct{})}
+	c := &Conn{log: log}
 	if cfg.Embedded() {
 		if embeddedStarter == nil {
 			return nil, fmt.Errorf("%w: this binary has no embedded NATS server (import pkg/relay/embedded); set NATS_URL", ErrEmbedded)
@@ -116,7 +119,6 @@ func (c *Conn) options(cfg Config) ([]nats.Option, error) {
 		nats.Timeout(cfg.ConnectTimeout),
 		nats.MaxReconnects(-1),
 		nats.ReconnectWait(ReconnectWait),
-		nats.DrainTimeout(DrainTimeout),
 		nats.DisconnectErrHandler(func(_ *nats.Conn, err error) {
 			if err != nil {
 				log.Warn("nats disconnected", "url", c.lastURL.Load(), "err", err)
@@ -139,7 +141,6 @@ func (c *Conn) options(cfg Config) ([]nats.Option, error) {
 			}
 			log.Warn("nats async error", "err", err)
 		}),
-		nats.ClosedHandler(func(*nats.Conn) { c.markClosed() }),
 	}
 	if cfg.CredsFile != "" {
 		opts = append(opts, nats.UserCredentials(cfg.CredsFile))
@@ -238,34 +239,26 @@ func (c *Conn) Healthy(ctx context.Context, timeout time.Duration) error {
 	return nil
 }
 
-// Close drains the connection (at most DrainTimeout), then shuts the
-// embedded server down and waits for it. Safe to call more than once.
+// Close makes sure the server has everything this connection wrote
+// (acks, naks and publishes nobody waited for): a flush, one round trip
+// bounded by CloseFlushTimeout; then it closes the connection and shuts
+// the embedded server down, waiting for it. It does not drain the
+// subscriptions: by now the stages have stopped, and a drain waits (5 s,
+// then 1 s more here) for messages nobody reads any more, or for a server
+// that stopped answering. Safe to call more than once.
 func (c *Conn) Close() {
 	c.closeOnce.Do(func() {
 		if c.NC != nil && !c.NC.IsClosed() {
-			if err := c.NC.Drain(); err != nil {
-				c.log.Debug("nats drain", "err", err)
-				c.NC.Close()
+			if err := c.NC.FlushTimeout(CloseFlushTimeout); err != nil {
+				// Not confirmed: acks come back as redeliveries, publishes
+				// are made again by a stage that did not see their ack.
+				c.log.Warn("nats did not confirm what this connection wrote before it closed; unconfirmed acks are redelivered",
+					"url", c.lastURL.Load(), "timeout", CloseFlushTimeout, "err", err)
 			}
-			t := time.NewTimer(DrainTimeout + time.Second)
-			select {
-			case <-c.closed:
-			case <-t.C:
-				c.log.Warn("nats drain did not finish; closing", "timeout", DrainTimeout)
-				c.NC.Close()
-			}
-			t.Stop()
+			c.NC.Close()
 		}
 		c.shutdownServer()
 	})
-}
-
-func (c *Conn) markClosed() {
-	select {
-	case <-c.closed:
-	default:
-		close(c.closed)
-	}
 }
 
 func (c *Conn) shutdownServer() {
