@@ -23,6 +23,10 @@ type poolOptions struct {
 	maxWait func() time.Duration
 }
 
+// pullEndMargin is added to a hand-back's delay so that the message comes
+// back after the server has ended the pull it was delivered to.
+const pullEndMargin = 100 * time.Millisecond
+
 // pool is one run of the pull loop: it fetches from a durable consumer with
 // a bounded buffer and processes each message in its own goroutine.
 //
@@ -148,10 +152,20 @@ func (p *pool) release(n int) {
 //
 // A stop does not sit out the pull's wait (up to FetchWait): a stop must
 // fit a supervisor's grace (Claude Code: SIGKILL 500 ms after SIGINT).
-// pull returns at once and the rest of the pull is nak'd as it arrives,
-// until the pull ends or the connection closes (a message sent to a
-// closed connection is redelivered after AckWait).
+// pull returns at once and the rest of the pull is handed back as it
+// arrives, until the pull ends or the connection closes (a message sent to
+// a closed connection is redelivered after AckWait).
+//
+// A message handed back while the pull is open would come straight back
+// into it: a plain Nak let each hand-back (a handler cut by the stop's
+// grace, or a message the pull delivered after the stop) bounce between
+// the server and this pull, one delivery each time, until MaxDeliver
+// dead-lettered a message no handler ever finished (5 deliveries in
+// 120 ms, internal/lambdafn TestSIGTERMDuringInvocationCutsItWithinBudget).
+// So after a stop the hand-back waits for the pull's end.
 func (p *pool) pull(ctx context.Context, n int, wait time.Duration) (got int, err error) {
+	pullEnds := time.Now().Add(wait)
+	handBack := func(m jetstream.Msg) { _ = m.NakWithDelay(time.Until(pullEnds) + pullEndMargin) }
 	batch, err := p.cons.Fetch(n, jetstream.FetchMaxWait(wait))
 	if err != nil {
 		p.release(n)
@@ -175,14 +189,14 @@ func (p *pool) pull(ctx context.Context, n int, wait time.Duration) (got int, er
 			p.release(n - got)
 			go func() {
 				for m := range msgs {
-					_ = m.Nak()
+					handBack(m)
 				}
 			}()
 			return got, nil
 		}
 		got++
 		if ctx.Err() != nil {
-			_ = msg.Nak()
+			handBack(msg)
 			<-p.sem
 			continue
 		}
