@@ -29,6 +29,9 @@ const (
 	// runs under (Lambda gives the runtime 500 ms after SIGTERM, Claude
 	// Code sends SIGKILL 500 ms after SIGINT).
 	CloseFlushTimeout = 250 * time.Millisecond
+	// closeCallbacksWait bounds Close's wait for nats.go's last callbacks
+	// (our own log lines: microseconds).
+	closeCallbacksWait = 50 * time.Millisecond
 )
 
 var (
@@ -59,6 +62,7 @@ type Conn struct {
 	url       string
 	lastURL   atomic.Value // redacted URL of the server last connected to
 	log       *slog.Logger
+	closed    chan struct{} // closed by nats.go's last callback
 	closeOnce sync.Once
 }
 
@@ -75,7 +79,7 @@ func Connect(ctx context.Context, cfg Config, log *slog.Logger) (*Conn, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
-	c := &Conn{log: log}
+	c := &Conn{log: log, closed: make(chan struct{})}
 	if cfg.Embedded() {
 		if embeddedStarter == nil {
 			return nil, fmt.Errorf("%w: this binary has no embedded NATS server (import pkg/relay/embedded); set NATS_URL", ErrEmbedded)
@@ -141,6 +145,10 @@ func (c *Conn) options(cfg Config) ([]nats.Option, error) {
 			}
 			log.Warn("nats async error", "err", err)
 		}),
+		// nats.go runs its callbacks on its own goroutine, the closed one
+		// last: Close waits for it, so that no callback (the "nats
+		// disconnected" line) runs after Close returned.
+		nats.ClosedHandler(func(*nats.Conn) { close(c.closed) }),
 	}
 	if cfg.CredsFile != "" {
 		opts = append(opts, nats.UserCredentials(cfg.CredsFile))
@@ -241,8 +249,9 @@ func (c *Conn) Healthy(ctx context.Context, timeout time.Duration) error {
 
 // Close makes sure the server has everything this connection wrote
 // (acks, naks and publishes nobody waited for): a flush, one round trip
-// bounded by CloseFlushTimeout; then it closes the connection and shuts
-// the embedded server down, waiting for it. It does not drain the
+// bounded by CloseFlushTimeout; then it closes the connection, waits for
+// nats.go's last callbacks (at most closeCallbacksWait), and shuts the
+// embedded server down, waiting for it. It does not drain the
 // subscriptions: by now the stages have stopped, and a drain waits (5 s,
 // then 1 s more here) for messages nobody reads any more, or for a server
 // that stopped answering. Safe to call more than once.
@@ -256,6 +265,12 @@ func (c *Conn) Close() {
 					"url", c.lastURL.Load(), "timeout", CloseFlushTimeout, "err", err)
 			}
 			c.NC.Close()
+			t := time.NewTimer(closeCallbacksWait)
+			select {
+			case <-c.closed:
+			case <-t.C: // a callback is stuck; not worth the supervisor's grace
+			}
+			t.Stop()
 		}
 		c.shutdownServer()
 	})
