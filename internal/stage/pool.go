@@ -56,8 +56,8 @@ type pool struct {
 // goroutine, never more than cfg.Concurrency at once, until ctx ends (or,
 // in drain mode, the queue stays empty; or maxWait says stop). It then
 // waits for every process call to return and flushes the connection.
-// Messages a pull delivers after the stop began are nak'd for immediate
-// redelivery elsewhere. It returns nil on a stop by ctx, idle or maxWait,
+// Messages a pull delivers after the stop began are handed back for
+// redelivery elsewhere once that pull has ended (pull). It returns nil on a stop by ctx, idle or maxWait,
 // and the error when the connection is closed under it.
 func runPool(ctx context.Context, js jetstream.JetStream, cons jetstream.Consumer, cfg Config, opts poolOptions, process func(jetstream.Msg, func(func()))) error {
 	p := &pool{cons: cons, cfg: cfg, opts: opts, process: process, log: cfg.Logger,
