@@ -155,8 +155,8 @@ func printSubcommandHelp(w io.Writer, name, use string, subs [][2]string, flagsO
 }
 
 var dlqSubcommands = [][2]string{
-	{"list", "the dead letters, newest last (--stage, --workspace, --reason, --limit, --json)"},
-	{"show SEQ", "one dead letter as JSON"},
+	{"list", "the dead letters, newest last (--stage, --workspace, --reason, --limit, --json; the messages themselves only with --show-body)"},
+	{"show SEQ", "one dead letter as JSON, the message itself withheld (--show-body prints it)"},
 	{"replay SEQ", "publish it again to the stage that failed"},
 	{"purge", "delete the dead letters that match (--yes to really delete)"},
 }

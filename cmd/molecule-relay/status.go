@@ -181,9 +181,10 @@ func runDLQ(ctx context.Context, env *cliEnv, args []string) error {
 		return err
 	}
 	var (
-		f      dlq.Filter
-		asJSON bool
-		yes    bool
+		f        dlq.Filter
+		asJSON   bool
+		yes      bool
+		showBody bool
 	)
 	rt, _, err := openForInspection(ctx, env, "dlq "+sub, rest, func(fs *flag.FlagSet) {
 		fs.StringVar(&f.Stage, "stage", "", "only dead letters of this stage (poller, dispatcher, replier)")
@@ -192,6 +193,7 @@ func runDLQ(ctx context.Context, env *cliEnv, args []string) error {
 		fs.IntVar(&f.Limit, "limit", 0, "list at most this many")
 		fs.BoolVar(&asJSON, "json", false, "print JSON")
 		fs.BoolVar(&yes, "yes", false, "purge: really delete")
+		fs.BoolVar(&showBody, "show-body", false, "show and list --json: print the message itself (text, attachments, activity row, raw bytes); without it they are withheld")
 	})
 	if err != nil {
 		return err
@@ -200,15 +202,9 @@ func runDLQ(ctx context.Context, env *cliEnv, args []string) error {
 	js := rt.Conn.JS
 	switch sub {
 	case "list":
-		return dlqList(ctx, js, env.stdout, f, asJSON)
+		return dlqList(ctx, js, env.stdout, f, asJSON, showBody)
 	case "show":
-		e, err := dlq.Get(ctx, js, seq)
-		if err != nil {
-			return err
-		}
-		enc := json.NewEncoder(env.stdout)
-		enc.SetIndent("", "  ")
-		return enc.Encode(e)
+		return dlqShow(ctx, js, env, seq, showBody)
 	case "replay":
 		if err := dlq.Replay(ctx, js, seq); err != nil {
 			return err
@@ -247,13 +243,40 @@ func dlqArgs(args []string) (sub string, seq uint64, rest []string, err error) {
 	return sub, seq, rest, nil
 }
 
-// dlqList prints the dead letters that match f, as a table or as JSON.
-func dlqList(ctx context.Context, js jetstream.JetStream, w io.Writer, f dlq.Filter, asJSON bool) error {
+// dlqShow prints the dead letter at seq as JSON; the message it carries
+// only with showBody (a dead letter's body is a user's message).
+func dlqShow(ctx context.Context, js jetstream.JetStream, env *cliEnv, seq uint64, showBody bool) error {
+	e, err := dlq.Get(ctx, js, seq)
+	if err != nil {
+		return err
+	}
+	if !showBody {
+		*e = e.Redacted()
+	}
+	enc := json.NewEncoder(env.stdout)
+	enc.SetIndent("", "  ")
+	if err := enc.Encode(e); err != nil {
+		return err
+	}
+	if len(e.Withheld) > 0 {
+		fmt.Fprintf(env.stderr, "the message itself is withheld (%s); dlq show %d --show-body prints it\n", strings.Join(e.Withheld, ", "), seq)
+	}
+	return nil
+}
+
+// dlqList prints the dead letters that match f, as a table or as JSON
+// (the messages they carry only with showBody; the table never has them).
+func dlqList(ctx context.Context, js jetstream.JetStream, w io.Writer, f dlq.Filter, asJSON, showBody bool) error {
 	entries, err := dlq.List(ctx, js, f)
 	if err != nil {
 		return err
 	}
 	if asJSON {
+		if !showBody {
+			for i := range entries {
+				entries[i] = entries[i].Redacted()
+			}
+		}
 		return json.NewEncoder(w).Encode(entries)
 	}
 	tw := tabwriter.NewWriter(w, 2, 4, 2, ' ', 0)

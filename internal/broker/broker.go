@@ -23,8 +23,15 @@ const (
 	// ReconnectWait is the pause between reconnect attempts to an external
 	// server; reconnects go on forever.
 	ReconnectWait = 500 * time.Millisecond
-	// DrainTimeout bounds Conn.Close's drain of the connection.
-	DrainTimeout = 5 * time.Second
+	// CloseFlushTimeout bounds Conn.Close's wait for the server to confirm
+	// what the connection wrote: a round trip on a healthy connection, and
+	// short enough that Close fits the grace of every supervisor the relay
+	// runs under (Lambda gives the runtime 500 ms after SIGTERM, Claude
+	// Code sends SIGKILL 500 ms after SIGINT).
+	CloseFlushTimeout = 250 * time.Millisecond
+	// closeCallbacksWait bounds Close's wait for nats.go's last callbacks
+	// (our own log lines: microseconds).
+	closeCallbacksWait = 50 * time.Millisecond
 )
 
 var (
@@ -55,7 +62,7 @@ type Conn struct {
 	url       string
 	lastURL   atomic.Value // redacted URL of the server last connected to
 	log       *slog.Logger
-	closed    chan struct{}
+	closed    chan struct{} // closed by nats.go's last callback
 	closeOnce sync.Once
 }
 
@@ -116,7 +123,6 @@ func (c *Conn) options(cfg Config) ([]nats.Option, error) {
 		nats.Timeout(cfg.ConnectTimeout),
 		nats.MaxReconnects(-1),
 		nats.ReconnectWait(ReconnectWait),
-		nats.DrainTimeout(DrainTimeout),
 		nats.DisconnectErrHandler(func(_ *nats.Conn, err error) {
 			if err != nil {
 				log.Warn("nats disconnected", "url", c.lastURL.Load(), "err", err)
@@ -139,7 +145,10 @@ func (c *Conn) options(cfg Config) ([]nats.Option, error) {
 			}
 			log.Warn("nats async error", "err", err)
 		}),
-		nats.ClosedHandler(func(*nats.Conn) { c.markClosed() }),
+		// nats.go runs its callbacks on its own goroutine, the closed one
+		// last: Close waits for it, so that no callback (the "nats
+		// disconnected" line) runs after Close returned.
+		nats.ClosedHandler(func(*nats.Conn) { close(c.closed) }),
 	}
 	if cfg.CredsFile != "" {
 		opts = append(opts, nats.UserCredentials(cfg.CredsFile))
@@ -238,34 +247,33 @@ func (c *Conn) Healthy(ctx context.Context, timeout time.Duration) error {
 	return nil
 }
 
-// Close drains the connection (at most DrainTimeout), then shuts the
-// embedded server down and waits for it. Safe to call more than once.
+// Close makes sure the server has everything this connection wrote
+// (acks, naks and publishes nobody waited for): a flush, one round trip
+// bounded by CloseFlushTimeout; then it closes the connection, waits for
+// nats.go's last callbacks (at most closeCallbacksWait), and shuts the
+// embedded server down, waiting for it. It does not drain the
+// subscriptions: by now the stages have stopped, and a drain waits (5 s,
+// then 1 s more here) for messages nobody reads any more, or for a server
+// that stopped answering. Safe to call more than once.
 func (c *Conn) Close() {
 	c.closeOnce.Do(func() {
 		if c.NC != nil && !c.NC.IsClosed() {
-			if err := c.NC.Drain(); err != nil {
-				c.log.Debug("nats drain", "err", err)
-				c.NC.Close()
+			if err := c.NC.FlushTimeout(CloseFlushTimeout); err != nil {
+				// Not confirmed: acks come back as redeliveries, publishes
+				// are made again by a stage that did not see their ack.
+				c.log.Warn("nats did not confirm what this connection wrote before it closed; unconfirmed acks are redelivered",
+					"url", c.lastURL.Load(), "timeout", CloseFlushTimeout, "err", err)
 			}
-			t := time.NewTimer(DrainTimeout + time.Second)
+			c.NC.Close()
+			t := time.NewTimer(closeCallbacksWait)
 			select {
 			case <-c.closed:
-			case <-t.C:
-				c.log.Warn("nats drain did not finish; closing", "timeout", DrainTimeout)
-				c.NC.Close()
+			case <-t.C: // a callback is stuck; not worth the supervisor's grace
 			}
 			t.Stop()
 		}
 		c.shutdownServer()
 	})
-}
-
-func (c *Conn) markClosed() {
-	select {
-	case <-c.closed:
-	default:
-		close(c.closed)
-	}
 }
 
 func (c *Conn) shutdownServer() {

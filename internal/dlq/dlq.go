@@ -49,8 +49,12 @@ type Entry struct {
 	DeadLetter *events.DeadLetter `json:"dead_letter,omitempty"`
 	// DecodeError is set when DeadLetter is nil.
 	DecodeError string `json:"decode_error,omitempty"`
-	// Raw is the stored message body.
-	Raw []byte `json:"raw"`
+	// Raw is the stored message body. It holds the message a user or a
+	// peer sent: print an Entry through Redacted unless the body was asked
+	// for.
+	Raw []byte `json:"raw,omitempty"`
+	// Withheld names what Redacted left out; empty on an Entry as stored.
+	Withheld []string `json:"withheld,omitempty"`
 }
 
 // Filter selects dead letters. Zero fields match everything.

@@ -23,6 +23,7 @@ import (
 	"sync/atomic"
 
 	"github.com/caarlos0/env/v11"
+	"github.com/molecule-ai/molecule-relay/internal/broker"
 	"github.com/molecule-ai/molecule-relay/internal/config"
 	"github.com/molecule-ai/molecule-relay/pkg/relay"
 )
@@ -114,7 +115,8 @@ type Result struct {
 }
 
 // Function is one stage as a Lambda handler. It is safe for the runtime's
-// sequential invocations; the mutex guards against overlap in tests.
+// sequential invocations; the mutex guards against overlap in tests. Close
+// (SIGTERM) may come during an invocation: it does not wait for mu.
 type Function struct {
 	stage   Stage
 	environ []string
@@ -132,6 +134,12 @@ type Function struct {
 	secrets   secretValues
 	credsFile string // the NATS creds file written for cfg, if any
 	wakers    wakers
+
+	// What Close needs without mu: the NATS connection of rt (set with
+	// it by setRuntime) and the invocation in progress, if any.
+	conn     atomic.Pointer[broker.Conn]
+	sig      sync.Mutex // guards inflight
+	inflight *inflight
 }
 
 // New builds a Function; nothing is read or dialled until the first
@@ -161,7 +169,7 @@ func (f *Function) load(ctx context.Context) error {
 		f.log.InfoContext(ctx, "a secret changed; reloading the configuration", "nats_credentials_changed", sv.creds != f.secrets.creds)
 		if f.rt != nil && sv.creds != f.secrets.creds {
 			f.rt.Close()
-			f.rt = nil
+			f.setRuntime(nil)
 		}
 		f.cfg = nil
 	}
@@ -227,7 +235,7 @@ func (f *Function) connect(ctx context.Context, res *Result) error {
 		} else {
 			f.log.WarnContext(ctx, "NATS connection is dead; redialling", "err", err)
 			f.rt.Close()
-			f.rt = nil
+			f.setRuntime(nil)
 			res.Redialled = true
 		}
 	}
@@ -235,7 +243,7 @@ func (f *Function) connect(ctx context.Context, res *Result) error {
 	if err != nil {
 		return &ConnectError{err}
 	}
-	f.rt = rt
+	f.setRuntime(rt)
 	return nil
 }
 
@@ -243,6 +251,8 @@ func (f *Function) connect(ctx context.Context, res *Result) error {
 // (less the safety margin), then sends the wake-ups it owes. The event (an
 // EventBridge Scheduler payload or a wake-up) is not interpreted.
 func (f *Function) Invoke(ctx context.Context, _ json.RawMessage) (*Result, error) {
+	ctx, end := f.begin(ctx)
+	defer end() // after the unlock below: Close waits for end, then locks
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	res := &Result{Stage: f.stage}
@@ -349,18 +359,4 @@ func (f *Function) poll(ctx context.Context, res *Result) error {
 		return &PollError{err}
 	}
 	return nil
-}
-
-// Close drains the NATS connection (SIGTERM at the end of the execution
-// environment's life).
-func (f *Function) Close() {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	// The runtime sends SIGTERM only between invocations: no work is in
-	// flight here; every invocation finished (or handed back) its own.
-	f.log.Info("SIGTERM: the execution environment ends; closing the NATS connection", "connected", f.rt != nil)
-	if f.rt != nil {
-		f.rt.Close()
-		f.rt = nil
-	}
 }

@@ -79,6 +79,9 @@ type Poller struct {
 	// statusCache holds, per workspace id, the status record this process
 	// last read or wrote and its revision (updateStatus).
 	statusCache sync.Map
+	// sweptSent: this process deleted the stale published-row snapshots
+	// (sentsnap.go sweepStaleSent).
+	sweptSent sync.Once
 }
 
 // workspace is the in-process state of one polled workspace.

@@ -36,6 +36,17 @@ import (
 //
 // Nothing here can hide a late row: a row is recognised only by its own
 // activity id, which a row that was never published cannot have.
+//
+// A snapshot is worth something for recentKeep after it was written (its
+// rows are no older than that then, and loadSent drops what has aged
+// out). Nothing else deleted it, so a workspace busy once and quiet
+// since, removed, or no longer configured kept its last snapshot (up to
+// maxSnapshotRows, about 570 KB) for ever: each poller process deletes
+// the snapshots written longer than recentKeep ago, of every workspace,
+// once (sweepStaleSent, before its first loadSent), and loadSent deletes
+// its own workspace's stale one. The sweep lists the bucket with a
+// watch, which a least-privilege poller user (infra/nats/accounts.conf)
+// may not do: there only loadSent's delete runs.
 const (
 	sentSnapshotEvery = 10 * time.Second
 	sentSnapshotRows  = maxRecent / 2
@@ -123,6 +134,13 @@ func (p *Poller) loadSent(ctx context.Context, w *workspace, recent map[string]i
 	if w.sentLoaded {
 		return
 	}
+	p.sweptSent.Do(func() {
+		if n, err := sweepStaleSent(ctx, p.topo.Status, p.recentKeep(), time.Now()); err != nil {
+			p.log.DebugContext(ctx, "poller: could not sweep stale published-row snapshots; the next process tries again", "error", err)
+		} else if n > 0 {
+			p.log.DebugContext(ctx, "poller: deleted stale published-row snapshots", "count", n)
+		}
+	})
 	lctx, cancel := context.WithTimeout(ctx, storeTimeout)
 	defer cancel()
 	e, err := stage.RetryGet(lctx, p.topo.Status, sentKey(w.id))
@@ -131,6 +149,13 @@ func (p *Poller) loadSent(ctx context.Context, w *workspace, recent map[string]i
 	case err != nil:
 		w.log.DebugContext(ctx, "poller: could not read the published-row snapshot; the re-read relies on the cursor's recent set", "error", err)
 		return
+	case e.Created().Before(time.Now().Add(-p.recentKeep())):
+		// Written before the window: nothing in it is recent any more.
+		// The sweep deletes such snapshots too, but it may not be allowed
+		// to list the bucket (a least-privilege poller user).
+		if derr := p.topo.Status.Delete(lctx, sentKey(w.id), jetstream.LastRevision(e.Revision())); derr != nil {
+			w.log.DebugContext(ctx, "poller: could not delete a stale published-row snapshot", "error", derr)
+		}
 	default:
 		rows, derr := decodeSent(e.Value())
 		if derr != nil {
@@ -150,6 +175,45 @@ func (p *Poller) loadSent(ctx context.Context, w *workspace, recent map[string]i
 	}
 	w.sent.add(rows, p.recentKeep(), time.Now())
 	w.sentLoaded = true
+}
+
+// sweepStaleSent deletes the snapshots in kv written more than keep
+// before now, and returns how many it deleted. A snapshot written again
+// meanwhile is kept (the delete is conditional on the revision read).
+func sweepStaleSent(ctx context.Context, kv jetstream.KeyValue, keep time.Duration, now time.Time) (int, error) {
+	ctx, cancel := context.WithTimeout(ctx, storeTimeout)
+	defer cancel()
+	w, err := kv.WatchFiltered(ctx, []string{"*" + sentKeySuffix}, jetstream.MetaOnly(), jetstream.IgnoreDeletes())
+	if err != nil {
+		return 0, fmt.Errorf("poller: list published-row snapshots: %w", err)
+	}
+	defer func() { _ = w.Stop() }()
+	type stale struct {
+		key string
+		rev uint64
+	}
+	var old []stale
+	for e := range w.Updates() {
+		if e == nil {
+			break // the initial values are all delivered
+		}
+		if e.Created().Before(now.Add(-keep)) {
+			old = append(old, stale{e.Key(), e.Revision()})
+		}
+	}
+	n := 0
+	for _, s := range old {
+		err := kv.Delete(ctx, s.key, jetstream.LastRevision(s.rev))
+		switch {
+		case err == nil:
+			n++
+		case errors.Is(err, jetstream.ErrKeyExists) || errors.Is(err, jetstream.ErrKeyRevisionMismatch):
+			// written again since: fresh
+		default:
+			return n, fmt.Errorf("poller: delete stale snapshot %s: %w", s.key, err)
+		}
+	}
+	return n, nil
 }
 
 // encodeSent writes rows (oldest first) as: a format byte, then per row

@@ -23,6 +23,10 @@ type poolOptions struct {
 	maxWait func() time.Duration
 }
 
+// pullEndMargin is added to a hand-back's delay so that the message comes
+// back after the server has ended the pull it was delivered to.
+const pullEndMargin = 100 * time.Millisecond
+
 // pool is one run of the pull loop: it fetches from a durable consumer with
 // a bounded buffer and processes each message on a worker goroutine.
 //
@@ -59,8 +63,8 @@ type pool struct {
 // worker goroutine, never more than cfg.Concurrency at once, until ctx ends (or,
 // in drain mode, the queue stays empty; or maxWait says stop). It then
 // waits for every process call to return and flushes the connection.
-// Messages a pull delivers after the stop began are nak'd for immediate
-// redelivery elsewhere. It returns nil on a stop by ctx, idle or maxWait,
+// Messages a pull delivers after the stop began are handed back for
+// redelivery elsewhere once that pull has ended (pull). It returns nil on a stop by ctx, idle or maxWait,
 // and the error when the connection is closed under it.
 func runPool(ctx context.Context, js jetstream.JetStream, cons jetstream.Consumer, cfg Config, opts poolOptions, process func(jetstream.Msg, func(func()))) error {
 	p := &pool{cons: cons, cfg: cfg, opts: opts, process: process, log: cfg.Logger,
@@ -158,10 +162,20 @@ func (p *pool) release(n int) {
 //
 // A stop does not sit out the pull's wait (up to FetchWait): a stop must
 // fit a supervisor's grace (Claude Code: SIGKILL 500 ms after SIGINT).
-// pull returns at once and the rest of the pull is nak'd as it arrives,
-// until the pull ends or the connection closes (a message sent to a
-// closed connection is redelivered after AckWait).
+// pull returns at once and the rest of the pull is handed back as it
+// arrives, until the pull ends or the connection closes (a message sent to
+// a closed connection is redelivered after AckWait).
+//
+// A message handed back while the pull is open would come straight back
+// into it: a plain Nak let each hand-back (a handler cut by the stop's
+// grace, or a message the pull delivered after the stop) bounce between
+// the server and this pull, one delivery each time, until MaxDeliver
+// dead-lettered a message no handler ever finished (5 deliveries in
+// 120 ms, internal/lambdafn TestSIGTERMDuringInvocationCutsItWithinBudget).
+// So after a stop the hand-back waits for the pull's end.
 func (p *pool) pull(ctx context.Context, n int, wait time.Duration) (got int, err error) {
+	pullEnds := time.Now().Add(wait)
+	handBack := func(m jetstream.Msg) { _ = m.NakWithDelay(time.Until(pullEnds) + pullEndMargin) }
 	batch, err := p.cons.Fetch(n, jetstream.FetchMaxWait(wait))
 	if err != nil {
 		p.release(n)
@@ -185,14 +199,14 @@ func (p *pool) pull(ctx context.Context, n int, wait time.Duration) (got int, er
 			p.release(n - got)
 			go func() {
 				for m := range msgs {
-					_ = m.Nak()
+					handBack(m)
 				}
 			}()
 			return got, nil
 		}
 		got++
 		if ctx.Err() != nil {
-			_ = msg.Nak()
+			handBack(msg)
 			<-p.sem
 			continue
 		}

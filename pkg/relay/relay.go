@@ -219,7 +219,8 @@ func (rt *Runtime) ensureTopology(ctx context.Context, s Stages) error {
 	})
 }
 
-// Close drains the NATS connection and stops an embedded server.
+// Close flushes and closes the NATS connection (broker.Conn.Close) and
+// stops an embedded server.
 func (rt *Runtime) Close() {
 	rt.closeAgentAPI()
 	if rt.Conn != nil {

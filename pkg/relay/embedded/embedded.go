@@ -43,6 +43,26 @@ type lockedServer struct {
 	once    sync.Once
 }
 
+// settleTimeout bounds how long Shutdown waits for JetStream to apply what
+// the server already received: a few milliseconds when idle, and well
+// inside the grace of the supervisors (Claude Code kills 500 ms after
+// SIGINT).
+const settleTimeout = 100 * time.Millisecond
+
+// Shutdown first lets JetStream apply what its clients already sent:
+// acks, naks and publishes wait in the server's internal queues, and the
+// server's stop discards them (nats-server v2.15 consumer.stopWithFlags
+// unregisters its ack queue unread), which would bring an acked message
+// back after a restart. broker.Conn.Close flushes the connection first,
+// so everything sent is in those queues by now.
+func (s *lockedServer) Shutdown() {
+	deadline := time.Now().Add(settleTimeout)
+	for len(*s.Ipqueuesz(&server.IpqueueszOptions{})) > 0 && time.Now().Before(deadline) {
+		time.Sleep(time.Millisecond)
+	}
+	s.Server.Shutdown()
+}
+
 func (s *lockedServer) WaitForShutdown() {
 	s.Server.WaitForShutdown()
 	s.once.Do(s.release)
