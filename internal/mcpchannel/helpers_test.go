@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"io"
+	"log/slog"
 	"testing"
 	"time"
 
@@ -21,6 +22,12 @@ import (
 // w's agent workspace, against w's NATS and platform double.
 func newRelay(t *testing.T, w *pipelinetest.World, lease mcpchannel.LeaseConfig) (*mcpchannel.Relay, error) {
 	t.Helper()
+	return newRelayLogged(t, w, lease, pipelinetest.Logger())
+}
+
+// newRelayLogged is newRelay logging to log.
+func newRelayLogged(t *testing.T, w *pipelinetest.World, lease mcpchannel.LeaseConfig, log *slog.Logger) (*mcpchannel.Relay, error) {
+	t.Helper()
 	cfg, err := config.Load(nil, []string{
 		"MOLECULE_PLATFORM_URL=" + w.Plat.URL(), "MOLECULE_WORKSPACE_ID=" + w.Agent.ID,
 		"MOLECULE_WORKSPACE_TOKEN=" + w.Agent.Token, "MOLECULE_POLL_INTERVAL=100ms",
@@ -32,7 +39,7 @@ func newRelay(t *testing.T, w *pipelinetest.World, lease mcpchannel.LeaseConfig)
 	if err != nil {
 		t.Fatal(err)
 	}
-	rt, err := relay.Open(pipelinetest.Ctx(t), cfg, pipelinetest.Logger())
+	rt, err := relay.Open(pipelinetest.Ctx(t), cfg, log)
 	if err != nil {
 		t.Fatalf("relay.Open: %v", err)
 	}

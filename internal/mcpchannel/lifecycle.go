@@ -67,7 +67,9 @@ type Options struct {
 // (a signal), after an orderly stop: first delivery stops (a message shown
 // and not answered goes back to JetStream), then the lease is released
 // (a successor may start now), then the dispatcher, the poller and the
-// replier finish and NATS closes. Both ends are a normal exit (nil).
+// replier finish and NATS closes. Both ends are a normal exit (nil),
+// unless polling had stopped on every workspace (deleted, token refused,
+// no poll mode), which the session outlived: then the error says why.
 func Run(ctx context.Context, opts Options, in io.Reader, out io.Writer) error {
 	if opts.RetryEvery <= 0 {
 		opts.RetryEvery = DefaultRetryEvery
@@ -156,8 +158,7 @@ func Run(ctx context.Context, opts Options, in io.Reader, out io.Writer) error {
 		endSession()
 		<-served
 		err = fmt.Errorf("%w: the workspace lease was lost (another instance took over)", ErrAlreadyRunning)
-	case serr := <-r.stages:
-		r.stages <- serr // for Close
+	case serr := <-r.failed:
 		endSession()
 		<-served
 		err = fmt.Errorf("mcp: a stage stopped: %v", serr)

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/molecule-ai/molecule-relay/internal/config"
+	"github.com/molecule-ai/molecule-relay/internal/poller"
 	"github.com/molecule-ai/molecule-relay/pkg/molecule"
 	"github.com/molecule-ai/molecule-relay/pkg/relay"
 )
@@ -30,13 +31,17 @@ const (
 // dispatcher, with the Channel as its handler, runs only while a client is
 // connected and initialized.
 type Relay struct {
-	rt      *relay.Runtime
-	lease   *Lease
-	ch      *Channel
-	srv     *Server
-	log     *slog.Logger
-	cancel  context.CancelFunc
-	stages  chan error
+	rt     *relay.Runtime
+	lease  *Lease
+	ch     *Channel
+	srv    *Server
+	log    *slog.Logger
+	cancel context.CancelFunc
+	stages chan error // the stages' end, for Close
+	// failed holds the stages' error when it ends the session: not when
+	// polling stopped on every workspace for a reason the platform keeps
+	// (pollingStopped), which the tools then explain.
+	failed  chan error
 	closed  sync.Once
 	clients map[string]*molecule.Client
 	// releaseFirst: when the client goes, the lease is released before the
@@ -82,7 +87,7 @@ func start(ctx context.Context, rt *relay.Runtime, leaseCfg LeaseConfig, ch *Cha
 	// The stages stop when the relay is closed, after the lease is
 	// released and delivery stopped, not when ctx ends under them.
 	sctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
-	r := &Relay{rt: rt, lease: lease, ch: ch, log: rt.Log, cancel: cancel, stages: make(chan error, 1)}
+	r := &Relay{rt: rt, lease: lease, ch: ch, log: rt.Log, cancel: cancel, stages: make(chan error, 1), failed: make(chan error, 1)}
 	r.ch.names = newPeerDirectory(r.backend().Clients)
 	r.srv = NewServer(ServerConfig{Channel: r.ch, Logger: rt.Log})
 	r.srv.Attach(r.backend())
@@ -90,9 +95,35 @@ func start(ctx context.Context, rt *relay.Runtime, leaseCfg LeaseConfig, ch *Cha
 	// before Close ends sctx; the replies it published are posted at the
 	// stop (ReplyDrain), not left for the next session.
 	go func() {
-		r.stages <- rt.Run(sctx, relay.Stages{Poll: true, Reply: true, ReplyDrain: mcpReplyDrainIdle})
+		err := rt.Run(sctx, relay.Stages{Poll: true, Reply: true, ReplyDrain: mcpReplyDrainIdle})
+		switch {
+		case pollingStopped(err):
+			r.log.Error("mcp: polling stopped on every workspace; the session stays, so that its tools can say why, but no new message arrives and replies wait in the queue for a later session", "error", err)
+		case err != nil:
+			r.failed <- err
+		}
+		r.stages <- err
 	}()
 	return r, nil
+}
+
+// pollingStopped is true when err is the stages' end after the poller
+// stopped every workspace for a reason the platform keeps: deleted, token
+// refused, no poll mode. Ending the session then would take the tools
+// with it (get_workspace_info says the workspace was deleted) and show
+// Claude Code a failed server with nothing to say why, and a session of
+// several workspaces already outlives one of them stopping.
+func pollingStopped(err error) bool {
+	var joined interface{ Unwrap() []error } // poller.Run's per-workspace reasons
+	if !errors.As(err, &joined) {
+		return false
+	}
+	for _, e := range joined.Unwrap() {
+		if !errors.Is(e, molecule.ErrWorkspaceRemoved) && !errors.Is(e, poller.ErrTokenRejected) && !errors.Is(e, molecule.ErrOldPlatform) {
+			return false
+		}
+	}
+	return len(joined.Unwrap()) > 0
 }
 
 // backend is what a Server needs from r.
@@ -107,7 +138,9 @@ func (r *Relay) backend() Backend {
 func (r *Relay) Channel() *Channel { return r.ch }
 
 // Serve serves one MCP client on in and out until it disconnects; it
-// returns early with an error when the lease is lost or a stage fails.
+// returns early with an error when the lease is lost or a stage fails,
+// but not when polling stopped on every workspace for a reason the
+// platform keeps (deleted, token refused, no poll mode: pollingStopped).
 func (r *Relay) Serve(ctx context.Context, in io.Reader, out io.Writer) error {
 	ctx, cancel := context.WithCancelCause(ctx)
 	defer cancel(nil)
@@ -115,8 +148,8 @@ func (r *Relay) Serve(ctx context.Context, in io.Reader, out io.Writer) error {
 		select {
 		case <-r.lease.Lost():
 			cancel(fmt.Errorf("%w: the workspace lease was lost (another instance took over)", ErrAlreadyRunning))
-		case err := <-r.stages:
-			r.stages <- err // for Close
+		case err := <-r.failed:
+			r.failed <- err // for the next client
 			cancel(fmt.Errorf("mcp: a stage stopped: %v", err))
 		case <-ctx.Done():
 		}
