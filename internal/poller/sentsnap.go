@@ -44,9 +44,9 @@ import (
 // maxSnapshotRows, about 570 KB) for ever: each poller process deletes
 // the snapshots written longer than recentKeep ago, of every workspace,
 // once (sweepStaleSent, before its first loadSent), and loadSent deletes
-// its own workspace's stale one. The sweep lists the bucket with a
-// watch, which a least-privilege poller user (infra/nats/accounts.conf)
-// may not do: there only loadSent's delete runs.
+// its own workspace's stale one. The sweep lists the snapshot keys with a
+// watch, which the poller user of infra/nats/accounts.conf may do on the
+// status bucket's snapshot keys only.
 const (
 	sentSnapshotEvery = 10 * time.Second
 	sentSnapshotRows  = maxRecent / 2
@@ -175,6 +175,14 @@ func (p *Poller) loadSent(ctx context.Context, w *workspace, recent map[string]i
 	}
 	w.sent.add(rows, p.recentKeep(), time.Now())
 	w.sentLoaded = true
+}
+
+// SweepStaleSnapshots deletes the published-row snapshots in the status
+// bucket kv written more than keep ago, as each poller process does once
+// at its start, and returns how many it deleted. It is what a deployment's
+// NATS permissions must allow the poller user (TestPermissions).
+func SweepStaleSnapshots(ctx context.Context, kv jetstream.KeyValue, keep time.Duration) (int, error) {
+	return sweepStaleSent(ctx, kv, keep, time.Now())
 }
 
 // sweepStaleSent deletes the snapshots in kv written more than keep

@@ -11,6 +11,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/molecule-ai/molecule-relay/internal/events"
+	"github.com/molecule-ai/molecule-relay/internal/poller"
 	"github.com/molecule-ai/molecule-relay/internal/pollgroup"
 	"github.com/molecule-ai/molecule-relay/internal/testkit/clustertest"
 )
@@ -192,6 +193,7 @@ func TestPermissions(t *testing.T) {
 		if _, err := js.Publish(ctx, events.DLQSubject(events.StagePoller, ws), []byte("dl")); err != nil {
 			t.Fatalf("publish own dead letter: %v", err)
 		}
+		sweepStaleSnapshots(ctx, t, status)
 		pollerGroupMember(ctx, t, admin, js)
 		poller.checkClean(t)
 
@@ -229,6 +231,8 @@ func TestPermissions(t *testing.T) {
 				return nil
 			}},
 			{"delete stream", "$JS.API.STREAM.DELETE.MOLECULE_INBOUND", publishTo("$JS.API.STREAM.DELETE.MOLECULE_INBOUND")},
+			// The snapshot sweep may list the snapshot keys, no others.
+			{"watch every status key", watchAllStatus, publishTo(watchAllStatus)},
 		})
 	})
 
@@ -455,5 +459,27 @@ func pollerGroupMember(ctx context.Context, t *testing.T, admin, js jetstream.Je
 	leave()
 	if err := <-done; err != nil {
 		t.Fatalf("poller group member: %v", err)
+	}
+}
+
+// watchAllStatus is the consumer create of a watch of every key of the
+// status bucket (kv.WatchAll), which the poller user may not do.
+const watchAllStatus = "$JS.API.CONSUMER.CREATE.KV_molecule_poller_status.w.$KV.molecule_poller_status.>"
+
+// sweepStaleSnapshots: at its start the poller user lists the
+// published-row snapshots of the status bucket (a watch of *.published)
+// and deletes the stale ones; a snapshot written just now is stale for a
+// window of a nanosecond.
+func sweepStaleSnapshots(ctx context.Context, t *testing.T, status jetstream.KeyValue) {
+	t.Helper()
+	const key = "ws-gone.published" // poller's key of a workspace's snapshot
+	if _, err := status.Put(ctx, key, []byte{1}); err != nil {
+		t.Fatalf("snapshot put: %v", err)
+	}
+	if n, err := poller.SweepStaleSnapshots(ctx, status, time.Nanosecond); err != nil || n != 1 {
+		t.Fatalf("sweep of stale snapshots: deleted %d, %v; want 1", n, err)
+	}
+	if _, err := status.Get(ctx, key); !errors.Is(err, jetstream.ErrKeyNotFound) {
+		t.Fatalf("the stale snapshot is still there: %v", err)
 	}
 }
