@@ -23,6 +23,12 @@ const (
 	// message per recorded set of turns, on
 	// molecule.memory.<workspace>.<conversation> (MemorySubject).
 	SubjectMemoryPrefix = "molecule.memory"
+	// SubjectPollersPrefix carries core NATS requests, stored by no
+	// stream: "does another process here poll this workspace?", on
+	// molecule.pollers.<workspace> (PollersSubject), answered with its
+	// instance id by each relay process that polls it and keeps a reply
+	// ledger (pkg/relay).
+	SubjectPollersPrefix = "molecule.pollers"
 )
 
 // Stream names. One stream per kind of envelope.
@@ -98,6 +104,10 @@ func InboundSubject(workspace string) string { return SubjectInboundPrefix + "."
 
 // ReplySubject returns the subject a reply from workspace is published on.
 func ReplySubject(workspace string) string { return SubjectReplyPrefix + "." + workspace }
+
+// PollersSubject returns the subject on which relay processes that poll
+// workspace answer who they are.
+func PollersSubject(workspace string) string { return SubjectPollersPrefix + "." + workspace }
 
 // DLQSubject returns the subject a dead letter of stage for workspace is
 // published on.

@@ -1,6 +1,7 @@
 package poller
 
 import (
+	"context"
 	"crypto/rand"
 	"encoding/hex"
 	"errors"
@@ -167,6 +168,14 @@ type Config struct {
 	// second relay is probably answering the same workspace. If nil, no
 	// check.
 	OwnNotify *NotifyLedger
+	// OtherPoller, when set, asks whether another process on this NATS
+	// polls workspace ws with a ledger of its own, and returns its
+	// instance id. A reply that OwnNotify does not hold is then taken for
+	// that process's: both relays share the streams and consumers, so
+	// nothing is answered twice, and the poller warns once of the double
+	// poll instead of a second relay (RefuseSecondRelay does not stop
+	// it). If nil, every such reply counts as a second relay's.
+	OtherPoller func(ctx context.Context, ws string) (instance string, ok bool)
 	// RefuseSecondRelay (MOLECULE_SINGLETON=refuse) stops polling a
 	// workspace, in Run, once OwnNotify found a reply on its feed that this
 	// relay did not post: better no answer than two. Run then returns

@@ -80,7 +80,9 @@ func (l *NotifyLedger) foreign(ws, id, text string, created time.Time) bool {
 }
 
 // checkForeignNotify warns once per workspace when a notify row on its
-// feed was not posted by this relay.
+// feed was not posted by this relay: a second relay answers the workspace,
+// or, when Config.OtherPoller finds one, another process on this NATS
+// polls it too.
 func (p *Poller) checkForeignNotify(ctx context.Context, w *workspace, row molecule.ActivityRow) {
 	l := p.cfg.OwnNotify
 	if l == nil || w.warnedForeign.Load() {
@@ -94,14 +96,26 @@ func (p *Poller) checkForeignNotify(ctx context.Context, w *workspace, row molec
 	if json.Unmarshal(row.JSON, &r) != nil || !l.foreign(w.id, row.ID, r.ResponseBody.Result, row.CreatedAt) {
 		return
 	}
+	if p.cfg.OtherPoller != nil {
+		if other, ok := p.cfg.OtherPoller(ctx, w.id); ok {
+			if w.warnedShared.CompareAndSwap(false, true) {
+				w.log.WarnContext(ctx, "poller: another relay process on this NATS polls this workspace too, without MOLECULE_POLLER_GROUP: "+
+					"each message is still answered once (the processes share the streams and consumers), but the workspace is polled twice, "+
+					"at twice the platform requests. Give the processes one MOLECULE_POLLER_GROUP so that one of them polls it",
+					"activity_id", row.ID, "instance", p.cfg.InstanceID, "other_instance", other)
+			}
+			return
+		}
+	}
 	if w.warnedForeign.CompareAndSwap(false, true) {
-		action := "Run one relay per workspace, or let the relays share one NATS (NATS_URL); MOLECULE_SINGLETON=refuse stops a relay that sees this"
+		action := "Run one relay per workspace, or run the relays on one NATS (NATS_URL) with one MOLECULE_POLLER_GROUP; MOLECULE_SINGLETON=refuse stops a relay that sees this"
 		if p.cfg.RefuseSecondRelay {
-			action = "MOLECULE_SINGLETON=refuse: this relay stops polling the workspace; run one relay per workspace, or let the relays share one NATS (NATS_URL)"
+			action = "MOLECULE_SINGLETON=refuse: this relay stops polling the workspace; run one relay per workspace, or run the relays on one NATS (NATS_URL) with one MOLECULE_POLLER_GROUP"
 		}
 		// The platform's notify row names no sender, so the other relay
 		// cannot be named; its heartbeats carry its own instance id.
-		w.log.WarnContext(ctx, "poller: a reply on this workspace's feed was not posted by this relay; another relay (or agent) is probably answering the same workspace, and every message may be answered twice. "+action,
+		w.log.WarnContext(ctx, "poller: a reply on this workspace's feed was not posted by this relay; "+
+			"another relay with its own store (or an agent) is probably answering the same workspace, and every message may be answered twice. "+action,
 			"activity_id", row.ID, "instance", p.cfg.InstanceID)
 	}
 }

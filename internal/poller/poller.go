@@ -96,6 +96,8 @@ type workspace struct {
 	errs, hbErrs repeatLog
 	// warnedForeign: a notify row not ours was reported (foreign.go).
 	warnedForeign atomic.Bool
+	// warnedShared: another process on this NATS polls it too (foreign.go).
+	warnedShared atomic.Bool
 	// cp is the newest checkpoint on the feed, read at most once per
 	// process at a cold start (cpRead), for the registration and the seed.
 	cp     *Checkpoint

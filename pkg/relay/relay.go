@@ -64,12 +64,16 @@ type Runtime struct {
 // shareLedger gives the poller and the replier of s one NotifyLedger when
 // both run in this process; a poller alone cannot know which replies are
 // its relay's. Nor can a member of a poller group: the replies to what it
-// polls are posted by any member's replier.
-func (rt *Runtime) shareLedger(s Stages) {
+// polls are posted by any member's replier. With a ledger, this process
+// answers the others on its NATS that poll its workspaces (pollers.go);
+// call stop when the stages are done.
+func (rt *Runtime) shareLedger(s Stages) (stop func()) {
 	rt.ledger = nil
 	if s.Poll && s.Reply && rt.Cfg.PollerGroup == "" {
 		rt.ledger = poller.NewNotifyLedger()
+		return rt.answerPollerQuestions()
 	}
+	return func() {}
 }
 
 // Hooks let a deployment react to a stage's progress. Each must be quick
@@ -313,6 +317,7 @@ func (rt *Runtime) poller(batched bool) (*poller.Poller, error) {
 		ResumeFromCheckpoint: rt.Cfg.Checkpoint,
 		InstanceID:           rt.InstanceID(),
 		OwnNotify:            rt.ledger,
+		OtherPoller:          rt.otherPoller(),
 		RefuseSecondRelay:    rt.Cfg.Singleton == "refuse",
 	})
 }

@@ -41,7 +41,7 @@ var All = Stages{Poll: true, Dispatch: true, Reply: true}
 func (rt *Runtime) Run(ctx context.Context, s Stages) error {
 	st := rt.newStopper(ctx)
 	defer st.close()
-	rt.shareLedger(s)
+	defer rt.shareLedger(s)()
 	if s.Poll && rt.Cfg.PushListen != "" {
 		urls, stop, err := rt.ServePush(st.take)
 		if err != nil {
@@ -165,7 +165,7 @@ func (r *OnceReport) fail(f Failure) {
 // per workspace.
 func (rt *Runtime) Once(ctx context.Context, s Stages, idle time.Duration) (*OnceReport, error) {
 	rep := &OnceReport{}
-	rt.shareLedger(s)
+	defer rt.shareLedger(s)()
 	batched := s == All && rt.Cfg.Checkpoint
 	var (
 		p   *poller.Poller
