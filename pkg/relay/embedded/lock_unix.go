@@ -33,7 +33,7 @@ func lockStore(dir string) (release func(), err error) {
 		holder, _ := os.ReadFile(path)
 		f.Close()
 		if errors.Is(err, syscall.EWOULDBLOCK) {
-			return nil, fmt.Errorf("%w: store %q, pid %s: stop it, or give this one its own NATS_STORE_DIR, or share one NATS server through NATS_URL",
+			return nil, fmt.Errorf("%w: store %q, pid %s: stop it; or, for other workspaces, give this one its own NATS_STORE_DIR; or share one NATS server through NATS_URL, with one MOLECULE_POLLER_GROUP for the same workspaces (two relays with their own stores on one workspace answer every message twice)",
 				broker.ErrStoreLocked, dir, strings.TrimSpace(string(holder)))
 		}
 		return nil, fmt.Errorf("lock %q: %w", path, err)
