@@ -45,17 +45,33 @@ func (f *followUps) schedule(now time.Time, after []time.Duration) {
 	slices.SortFunc(f.pending, func(a, b followUp) int { return a.due.Compare(b.due) })
 }
 
-// next is when the next follow-up is due.
+// next is when the next follow-up is due: not within followUpGap of the
+// last one taken.
 func (f *followUps) next() (time.Time, bool) {
 	if len(f.pending) == 0 {
 		return time.Time{}, false
 	}
-	return f.pending[0].due, true
+	return f.notBefore(f.pending[0].due), true
+}
+
+// notBefore is due, or followUpGap after the last follow-up taken if
+// that is later.
+func (f *followUps) notBefore(due time.Time) time.Time {
+	if f.taken.IsZero() {
+		return due
+	}
+	return later(due, f.taken.Add(followUpGap))
 }
 
 // take removes the follow-ups due by now and returns the window they
-// re-read, or 0 when none is due.
+// re-read, or 0 when none is due. Follow-ups that fall due while a long
+// cycle runs wait followUpGap after the last one: every re-read reads the
+// commit-lag slack again (rereadSpan), so two in quick succession would
+// read it twice for nothing.
 func (f *followUps) take(now time.Time) time.Duration {
+	if now.Before(f.notBefore(now)) {
+		return 0
+	}
 	var origin time.Time
 	n := 0
 	for _, x := range f.pending {
@@ -82,10 +98,7 @@ func (f *followUps) take(now time.Time) time.Duration {
 // second instead of on every poll. One pending within followUpGap covers
 // it. Its window, when no re-read has completed yet, is wakeRereadWindow.
 func (f *followUps) owe(now time.Time) {
-	due := now
-	if !f.taken.IsZero() {
-		due = later(due, f.taken.Add(followUpGap))
-	}
+	due := f.notBefore(now)
 	if slices.ContainsFunc(f.pending, func(x followUp) bool { return absDur(x.due.Sub(due)) < followUpGap }) {
 		return
 	}

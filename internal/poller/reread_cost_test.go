@@ -30,7 +30,9 @@ import (
 // included, and the rows served to window reads stay bounded: the feed
 // holds 2 rows per message, and a row is re-read by the re-reads of the
 // followUpSlack (2 s) after the cursor passed it, one every followUpGap
-// (500 ms): about 5 times, 10 rows per message (measured 8.6).
+// (500 ms) at most: about 5 times, 10 rows per message (measured 8.6–10);
+// the bound of 15 leaves room for a loaded machine and still fails the
+// poller before.
 func TestBurstRereadsReadEachRowAFewTimesAtMost(t *testing.T) {
 	if testing.Short() {
 		t.Skip("sends a burst of 3,000 messages")
@@ -113,8 +115,8 @@ func TestBurstRereadsReadEachRowAFewTimesAtMost(t *testing.T) {
 	perMsg := float64(last-window0) / n
 	t.Logf("%d messages (%d late): window re-reads served %d rows, %.2f per message; %d window reads",
 		n, n/100, last-window0, perMsg, e.windowReadCount())
-	if perMsg > 12 {
-		t.Fatalf("window re-reads served %.2f rows per message, want at most 12 (each row read about 5 times, 2 rows per message)", perMsg)
+	if perMsg > 15 {
+		t.Fatalf("window re-reads served %.2f rows per message, want at most 15 (each row read about 5 times, 2 rows per message)", perMsg)
 	}
 }
 

@@ -61,3 +61,27 @@ func TestOwedRereadWaitsForTheGapAfterTheLast(t *testing.T) {
 		t.Fatalf("owed re-read due %v after the last, want followUpGap after it", due.Sub(t0))
 	}
 }
+
+// Follow-ups that fell due while a long cycle ran wait followUpGap after
+// the last one taken: each re-read reads the commit-lag slack again, so
+// two in quick succession would read it twice for nothing.
+func TestFollowUpDueDuringALongCycleWaitsForTheGap(t *testing.T) {
+	t0 := time.Unix(1_800_000_000, 0)
+	var f followUps
+	f.schedule(t0, []time.Duration{250 * time.Millisecond, time.Second})
+	if w := f.take(t0.Add(250 * time.Millisecond)); w == 0 {
+		t.Fatal("the first follow-up was not taken when due")
+	}
+	// A follow-up due 500 ms after t0 (scheduled by a poll at 200 ms)
+	// finds the loop at 600 ms, 350 ms after the last one.
+	f.schedule(t0.Add(200*time.Millisecond), []time.Duration{300 * time.Millisecond})
+	if w := f.take(t0.Add(600 * time.Millisecond)); w != 0 {
+		t.Fatalf("a follow-up ran 350 ms after the last (window %s), want it to wait for followUpGap", w)
+	}
+	if due, _ := f.next(); !due.Equal(t0.Add(250*time.Millisecond + followUpGap)) {
+		t.Fatalf("next follow-up due %s after t0, want followUpGap after the last", due.Sub(t0))
+	}
+	if w := f.take(t0.Add(250*time.Millisecond + followUpGap)); w == 0 {
+		t.Fatal("the follow-up was not taken once the gap had passed")
+	}
+}
