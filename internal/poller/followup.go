@@ -6,22 +6,27 @@ import (
 )
 
 const (
-	// wakeRereadWindow is what a woken poll that found nothing re-reads:
-	// the announced row committed behind the cursor, its created_at at
-	// most its commit lag earlier.
+	// wakeRereadWindow is what the re-read a woken poll that found
+	// nothing owes reads, before the process's first complete re-read
+	// (after it, rereadSpan): the announced row committed behind the
+	// cursor, its created_at at most its commit lag earlier.
 	wakeRereadWindow = 10 * time.Second
-	// followUpSlack widens a follow-up's window before the activity that
+	// followUpSlack widens a quick re-read's window before where the
+	// previous one started (rereadSpan), or before the activity that
 	// scheduled it: a late row's created_at precedes its commit by the
-	// commit's lag (milliseconds on the 2026-05 server).
+	// commit's lag (milliseconds on the 2026-05 server). Rows committed
+	// later than this after their created_at are left to the slow re-read.
 	followUpSlack = 2 * time.Second
-	// followUpGap is the least time between two follow-ups: under steady
-	// traffic they coalesce to at most two a second.
+	// followUpGap is the least time between the starts of two follow-ups:
+	// under steady traffic they coalesce to at most two a second.
 	followUpGap = 500 * time.Millisecond
 )
 
-// followUps are the quick overlap re-reads due after activity (one
-// workspace's Run loop owns them). Each covers the window from the
-// activity that scheduled it (less followUpSlack) to its own time.
+// followUps are the quick overlap re-reads due after activity, or owed by
+// a woken poll that found nothing (one workspace's Run loop owns them).
+// Each reads what rereadSpan says; before the process's first complete
+// re-read, the window from the activity that scheduled it (less
+// followUpSlack) to its own time.
 type followUps struct {
 	pending []followUp // by due time
 	// taken is when the last follow-up was taken: an owed re-read waits
