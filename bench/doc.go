@@ -24,9 +24,13 @@
 // cpu_bound_msg/s (the machine's CPUs divided by both: the throughput at
 // which the relay and the double together would saturate the machine), and
 // nats_in/msg and nats_out/msg (the NATS server's in_msgs and out_msgs
-// deltas per relayed message). -window-cpuprofile DIR has the relay process
-// write a CPU profile of each run's measured window, and its allocation
-// profiles at the window's start and end (allocs1 with -base allocs0).
+// deltas per relayed message), and fetch_rows/msg and window_rows/msg (the
+// activity rows the double served per relayed message to reads by cursor,
+// the polls, and by time window, the re-reads for late commits and the
+// replier's look-ups of a reply in doubt). -window-cpuprofile DIR has the
+// relay process write a CPU profile of each run's measured window, and its
+// allocation profiles at the window's start and end (allocs1 with -base
+// allocs0).
 //
 // BenchmarkFloor runs the parts of a relayed message that no code of the
 // relay's can remove, without the relay: the JetStream hand-off between

@@ -99,6 +99,7 @@ func (p *pipeline) throughput(b *testing.B, n int) {
 	ctx := context.Background()
 	stopProfile := p.startProfile(b)
 	load0, st0, self0 := loadavg(), p.relay.stats(b), selfCPU()
+	window0, cursor0 := p.srv.ActivityRowsServed()
 	b.ResetTimer()
 	t0, err := p.inject(ctx, n, *flagSenders, *flagPeerEvery)
 	injectDur := time.Since(t0)
@@ -109,6 +110,7 @@ func (p *pipeline) throughput(b *testing.B, n int) {
 	p.wait(n, *flagTimeout)
 	b.StopTimer()
 	st1, self1 := p.relay.stats(b), selfCPU()
+	window1, cursor1 := p.srv.ActivityRowsServed()
 	stopProfile()
 	res := p.match(n)
 	wall := res.last.Sub(t0)
@@ -132,6 +134,11 @@ func (p *pipeline) throughput(b *testing.B, n int) {
 		"nats_in/msg":     float64(st1.InMsgs-st0.InMsgs) / float64(n),
 		"nats_out/msg":    float64(st1.OutMsgs-st0.OutMsgs) / float64(n),
 		"load1":           (load0 + loadavg()) / 2,
+		// Rows the platform served per message: to reads by cursor (the
+		// polls) and by time window (the re-reads for late commits, and
+		// the replier's look-ups of a reply in doubt).
+		"fetch_rows/msg":  float64(cursor1-cursor0) / float64(n),
+		"window_rows/msg": float64(window1-window0) / float64(n),
 	}
 	m.report(b)
 	var shares []string
@@ -243,7 +250,7 @@ func printSummary() {
 		return
 	}
 	cols := []string{"msg/s", "p50_ms", "p99_ms", "inject_msg/s", "relay_us/msg", "msg/relay_cpu_s", "double_us/msg",
-		"cpu_bound_msg/s", "allocs/msg", "nats_in/msg", "nats_out/msg", "load1"}
+		"cpu_bound_msg/s", "allocs/msg", "nats_in/msg", "nats_out/msg", "fetch_rows/msg", "window_rows/msg", "load1"}
 	fmt.Printf("\nMedians over runs (GOMAXPROCS %d, %d CPUs; latency = reply received by the platform − row created_at)\n", runtime.GOMAXPROCS(0), runtime.NumCPU())
 	fmt.Printf("%-36s %4s", "configuration", "runs")
 	for _, c := range cols {

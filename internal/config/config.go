@@ -113,11 +113,11 @@ type Config struct {
 	// OverlapEvery is how often the whole overlap window is re-read.
 	// Default 30s; shorter than OverlapWindow.
 	OverlapEvery Seconds `env:"MOLECULE_OVERLAP_EVERY" envDefault:"30s"`
-	// OverlapFollowUps are quick re-reads of the few seconds around a
-	// poll that published messages, this long after it (comma
-	// separated), so a row committed behind the cursor is delivered
-	// within about a second; an idle workspace gets none. 0 turns them
-	// off. Default 250ms,1s,3s.
+	// OverlapFollowUps are quick re-reads after a poll that published
+	// messages, this long after it (comma separated), each from where the
+	// previous re-read looked (less 2 s) up to the cursor, so a row
+	// committed behind the cursor is delivered within about a second; an
+	// idle workspace gets none. 0 turns them off. Default 250ms,1s,3s.
 	OverlapFollowUps []Seconds `env:"MOLECULE_OVERLAP_FOLLOW_UPS" envSeparator:"," envDefault:"250ms,1s,3s"`
 	// AllowSelf delivers messages the agent sent itself. Default false.
 	AllowSelf bool `env:"MOLECULE_ALLOW_SELF"`

@@ -89,11 +89,14 @@ type Config struct {
 	OverlapEvery time.Duration
 	// OverlapFollowUps are quick overlap re-reads scheduled, in Run, after
 	// a poll that published messages: one this long after it, for each
-	// entry. They read only the few seconds around the activity, so a row
-	// committed behind the cursor by a concurrent sender is delivered
-	// within about a second instead of at the next OverlapEvery; an idle
-	// workspace never gets one. With SSE, a wake-up whose poll publishes
-	// nothing (the announced row is behind the cursor) re-reads at once.
+	// entry. They read only what can still hold a late row, from where
+	// the previous re-read looked (less followUpSlack) up to the cursor,
+	// so a row committed behind the cursor by a concurrent sender is
+	// delivered within about a second instead of at the next
+	// OverlapEvery; an idle workspace never gets one. With SSE, a wake-up
+	// whose poll publishes nothing (the announced row is behind the
+	// cursor, or was read by the poll before) re-reads at once, or
+	// followUpGap after the last follow-up.
 	// If not set, DefaultOverlapFollowUps (250ms, 1s, 3s); an entry <= 0
 	// turns them off.
 	OverlapFollowUps []time.Duration

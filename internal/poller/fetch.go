@@ -10,7 +10,6 @@ import (
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/trace"
 	"math"
-	"slices"
 	"sort"
 	"time"
 
@@ -107,6 +106,9 @@ func (p *Poller) activity(ctx context.Context, w *workspace, q molecule.Activity
 			return nil, err
 		}
 		res.Fetched += len(page.Rows)
+		if r := page.Newest(); r != nil {
+			w.feedClock.note(r.CreatedAt, time.Now())
+		}
 		return page, nil
 	}
 }
@@ -259,7 +261,7 @@ func (p *Poller) seed(ctx context.Context, w *workspace, cur *cursorEntry, lost 
 	}
 	var newest *molecule.ActivityRow
 	if window > 0 {
-		rows, err := p.window(ctx, w, window, res)
+		rows, err := p.window(ctx, w, window, time.Time{}, time.Time{}, res)
 		if err != nil {
 			return nil, err
 		}
@@ -324,15 +326,18 @@ func (p *Poller) registeredAt(ctx context.Context, w *workspace) (time.Time, err
 	return rec.RegisteredAt, nil
 }
 
-// window reads every row created in the last d (since_secs queries answer
-// newest-first; older pages continue with before_ts), oldest first,
-// without repeats.
-func (p *Poller) window(ctx context.Context, w *workspace, d time.Duration, res *WorkspaceResult) ([]molecule.ActivityRow, error) {
+// window reads every row created in the last d and, when until is set,
+// before until (since_secs queries answer newest-first; older pages
+// continue with before_ts), oldest first, without repeats. When from is
+// set, it stops after the page that reaches back to from: since_secs
+// counts whole seconds, so its first second can be rows the caller has
+// no use for.
+func (p *Poller) window(ctx context.Context, w *workspace, d time.Duration, from, until time.Time, res *WorkspaceResult) ([]molecule.ActivityRow, error) {
 	secs := int(math.Ceil(d.Seconds()))
 	secs = min(max(secs, 1), maxSinceSecs)
 	seen := map[string]bool{}
 	var rows []molecule.ActivityRow
-	var before time.Time
+	before := until
 	for i := 0; ; i++ {
 		if i == maxWindowPages {
 			w.log.WarnContext(ctx, "poller: window re-read stopped at its page cap; older rows in the window were not re-read",
@@ -351,7 +356,7 @@ func (p *Poller) window(ctx context.Context, w *workspace, d time.Duration, res 
 				added++
 			}
 		}
-		if !page.Full || added == 0 {
+		if !page.Full || added == 0 || (!from.IsZero() && page.Rows[0].CreatedAt.Before(from)) {
 			break
 		}
 		// Rows sharing the oldest row's microsecond are read again and
@@ -362,11 +367,25 @@ func (p *Poller) window(ctx context.Context, w *workspace, d time.Duration, res 
 	return rows, nil
 }
 
-// overlap re-reads the last d (OverlapWindow, or a quick follow-up's few
-// seconds) and publishes it again: rows the platform committed behind the
-// cursor are delivered, the ones already published are dropped by the
-// inbound stream's de-duplication. The cursor is not moved.
+// overlap re-reads the rows created in the last d (OverlapWindow, or a
+// quick re-read's span, rereadSpan) up to the cursor, and publishes them
+// again: rows the platform committed behind the cursor are delivered, the
+// ones already published are recognised (or dropped by the inbound
+// stream's de-duplication). The cursor is not moved.
+//
+// Rows after the cursor are not read: the next fetch reads every visible
+// one, and one that commits later, behind a cursor moved past it, is
+// behind the cursor of a later re-read. (With BatchRows they also belong
+// to the next batches: a batch is answered and checkpointed before the
+// next one is published.) The bound includes the cursor's own microsecond:
+// since_id passes rows that share it.
 func (p *Poller) overlap(ctx context.Context, w *workspace, d time.Duration, res *WorkspaceResult) error {
+	return p.overlapFrom(ctx, w, d, time.Time{}, res)
+}
+
+// overlapFrom is overlap, reading no further back than from (platform
+// clock; zero: d alone) when d's whole seconds reach further (rereadSpan).
+func (p *Poller) overlapFrom(ctx context.Context, w *workspace, d time.Duration, from time.Time, res *WorkspaceResult) error {
 	cur, err := p.loadCursor(ctx, w.id)
 	if err != nil {
 		return err
@@ -374,20 +393,26 @@ func (p *Poller) overlap(ctx context.Context, w *workspace, d time.Duration, res
 	if cur.UpdatedAt.IsZero() {
 		return nil // not seeded yet: nothing is ours to re-read
 	}
+	// From here on every row visible is visible to the re-read's pages,
+	// and the cursor loaded was created before (rereadSpan).
+	started := time.Now()
 	p.loadSent(ctx, w, cur.Recent) // a restarted poller's first re-read
-	rows, err := p.window(ctx, w, d, res)
+	var until time.Time
+	if cur.Cursor != "" && !cur.CreatedAt.IsZero() {
+		until = cur.CreatedAt.Add(time.Microsecond)
+	}
+	rows, err := p.window(ctx, w, d, from, until, res)
 	if err != nil {
 		return err
-	}
-	if p.cfg.BatchRows > 0 && !cur.CreatedAt.IsZero() {
-		// Rows after the cursor belong to the next batches: a batch is
-		// answered and checkpointed before the next one is published.
-		rows = slices.DeleteFunc(rows, func(r molecule.ActivityRow) bool { return r.CreatedAt.After(cur.CreatedAt) })
 	}
 	res.Overlap = true
 	before, mark := res.Published, len(res.published)
 	if err := p.deliver(ctx, w, rows, &cur.cursorValue, time.Now().UTC(), res); err != nil {
 		return err
+	}
+	w.rereadAt, w.rereadFloor = started, time.Time{}
+	if t := w.feedClock.atLeast(started); !t.IsZero() {
+		w.rereadFloor = t.Add(-followUpSlack)
 	}
 	n := res.Published - before
 	if n == 0 {

@@ -6,24 +6,32 @@ import (
 )
 
 const (
-	// wakeRereadWindow is what a woken poll that found nothing re-reads:
-	// the announced row committed behind the cursor, its created_at at
-	// most its commit lag earlier.
+	// wakeRereadWindow is what the re-read a woken poll that found
+	// nothing owes reads, before the process's first complete re-read
+	// (after it, rereadSpan): the announced row committed behind the
+	// cursor, its created_at at most its commit lag earlier.
 	wakeRereadWindow = 10 * time.Second
-	// followUpSlack widens a follow-up's window before the activity that
+	// followUpSlack widens a quick re-read's window before where the
+	// previous one started (rereadSpan), or before the activity that
 	// scheduled it: a late row's created_at precedes its commit by the
-	// commit's lag (milliseconds on the 2026-05 server).
+	// commit's lag (milliseconds on the 2026-05 server). Rows committed
+	// later than this after their created_at are left to the slow re-read.
 	followUpSlack = 2 * time.Second
-	// followUpGap is the least time between two follow-ups: under steady
-	// traffic they coalesce to at most two a second.
+	// followUpGap is the least time between the starts of two follow-ups:
+	// under steady traffic they coalesce to at most two a second.
 	followUpGap = 500 * time.Millisecond
 )
 
-// followUps are the quick overlap re-reads due after activity (one
-// workspace's Run loop owns them). Each covers the window from the
-// activity that scheduled it (less followUpSlack) to its own time.
+// followUps are the quick overlap re-reads due after activity, or owed by
+// a woken poll that found nothing (one workspace's Run loop owns them).
+// Each reads what rereadSpan says; before the process's first complete
+// re-read, the window from the activity that scheduled it (less
+// followUpSlack) to its own time.
 type followUps struct {
 	pending []followUp // by due time
+	// taken is when the last follow-up was taken: an owed re-read waits
+	// followUpGap after it (owe).
+	taken time.Time
 }
 
 type followUp struct{ due, origin time.Time }
@@ -42,17 +50,33 @@ func (f *followUps) schedule(now time.Time, after []time.Duration) {
 	slices.SortFunc(f.pending, func(a, b followUp) int { return a.due.Compare(b.due) })
 }
 
-// next is when the next follow-up is due.
+// next is when the next follow-up is due: not within followUpGap of the
+// last one taken.
 func (f *followUps) next() (time.Time, bool) {
 	if len(f.pending) == 0 {
 		return time.Time{}, false
 	}
-	return f.pending[0].due, true
+	return f.notBefore(f.pending[0].due), true
+}
+
+// notBefore is due, or followUpGap after the last follow-up taken if
+// that is later.
+func (f *followUps) notBefore(due time.Time) time.Time {
+	if f.taken.IsZero() {
+		return due
+	}
+	return later(due, f.taken.Add(followUpGap))
 }
 
 // take removes the follow-ups due by now and returns the window they
-// re-read, or 0 when none is due.
+// re-read, or 0 when none is due. Follow-ups that fall due while a long
+// cycle runs wait followUpGap after the last one: every re-read reads the
+// commit-lag slack again (rereadSpan), so two in quick succession would
+// read it twice for nothing.
 func (f *followUps) take(now time.Time) time.Duration {
+	if now.Before(f.notBefore(now)) {
+		return 0
+	}
 	var origin time.Time
 	n := 0
 	for _, x := range f.pending {
@@ -68,7 +92,30 @@ func (f *followUps) take(now time.Time) time.Duration {
 		return 0
 	}
 	f.pending = slices.Delete(f.pending, 0, n)
+	f.taken = now
 	return now.Sub(origin) + followUpSlack
+}
+
+// owe schedules the re-read a woken poll that found nothing owes (the
+// announced row committed behind the cursor): now, or followUpGap after
+// the last follow-up, so that a burst, in which most woken polls find
+// their row already read by the poll before, re-reads at most twice a
+// second instead of on every poll. One pending within followUpGap covers
+// it. Its window, when no re-read has completed yet, is wakeRereadWindow.
+func (f *followUps) owe(now time.Time) {
+	due := f.notBefore(now)
+	if slices.ContainsFunc(f.pending, func(x followUp) bool { return absDur(x.due.Sub(due)) < followUpGap }) {
+		return
+	}
+	f.pending = append(f.pending, followUp{due: due, origin: now.Add(followUpSlack - wakeRereadWindow)})
+	slices.SortFunc(f.pending, func(a, b followUp) int { return a.due.Compare(b.due) })
+}
+
+func later(a, b time.Time) time.Time {
+	if b.After(a) {
+		return b
+	}
+	return a
 }
 
 func absDur(d time.Duration) time.Duration {
@@ -76,4 +123,54 @@ func absDur(d time.Duration) time.Duration {
 		return -d
 	}
 	return d
+}
+
+// rereadSpan is how far back a quick re-read starting at now looks (it
+// stops at the cursor; overlap): to where this process's previous complete
+// re-read started, less followUpSlack. A row that was not visible then was
+// created at most its commit lag before it became visible, so no earlier;
+// every row visible then and not after the cursor was read by it. So a
+// burst's rows are re-read for about followUpSlack after the cursor passed
+// them, not again from every follow-up's own activity.
+//
+// d is that span on this process's clock (since_secs is relative, so a
+// skewed platform clock does not move it) and from the same edge on the
+// platform's clock, as far as the feed has shown it (feedClock), zero if
+// unknown: the re-read stops paging there instead of reading the rest of
+// since_secs' last whole second. Before the first re-read of the process,
+// d is fallback (the follow-up's window); never more than limit
+// (OverlapWindow: the slow re-read's reach).
+func (w *workspace) rereadSpan(now time.Time, fallback, limit time.Duration) (d time.Duration, from time.Time) {
+	if w.rereadAt.IsZero() {
+		return min(fallback, limit), time.Time{}
+	}
+	return min(now.Sub(w.rereadAt)+followUpSlack, limit), w.rereadFloor
+}
+
+// feedClock is a lower bound of the platform's clock: at (this process's
+// clock) a read of the feed had returned a row created at created, so the
+// platform's time was at least created then, and is at least created plus
+// the time elapsed since. It keeps the reading that says the most (a
+// window's older pages say less than its first), renewed at least every
+// feedClockKeep so that a platform clock set back is followed.
+type feedClock struct{ created, at time.Time }
+
+const feedClockKeep = time.Minute
+
+func (c *feedClock) note(created, at time.Time) {
+	if created.IsZero() {
+		return
+	}
+	if c.created.IsZero() || created.Sub(at) > c.created.Sub(c.at) || at.Sub(c.at) > feedClockKeep {
+		c.created, c.at = created, at
+	}
+}
+
+// atLeast is the platform's time at now, at least; zero if no read has
+// returned a row yet.
+func (c *feedClock) atLeast(now time.Time) time.Time {
+	if c.created.IsZero() {
+		return time.Time{}
+	}
+	return c.created.Add(now.Sub(c.at))
 }

@@ -108,6 +108,14 @@ type workspace struct {
 	sent sentSet
 	// sentLoaded: the snapshot of sent was read (loadSent; cycleMu).
 	sentLoaded bool
+	// rereadAt is when this process's last complete overlap re-read
+	// started, and rereadFloor the platform's time then, at least, less
+	// followUpSlack (cycleMu): where the next quick one starts looking
+	// (rereadSpan).
+	rereadAt, rereadFloor time.Time
+	// feedClock is the platform's clock as the last feed read saw it
+	// (cycleMu; followup.go).
+	feedClock feedClock
 
 	mu          sync.Mutex
 	notBefore   time.Time // no activity request before this (429, budget)
@@ -215,6 +223,9 @@ type WorkspaceResult struct {
 	// published are the rows JetStream acknowledged in this cycle, for
 	// the cursor's recent set.
 	published []recentID
+	// rereadOwed: a wake-up's poll found nothing after the cursor; Run
+	// schedules a quick re-read (followUps.owe).
+	rereadOwed bool
 }
 
 // MarshalJSON renders the result with snake_case keys, like every JSON the
@@ -505,12 +516,15 @@ func (p *Poller) poll(ctx context.Context, w *workspace, rec *statusRecord, res 
 		// (or a later follow-up) covers its window.
 		w.log.DebugContext(ctx, "poller: quick overlap re-read skipped; the rate budget is low")
 	case o.quick > 0:
-		err = p.overlap(ctx, w, min(o.quick, p.cfg.OverlapWindow), res)
+		d, from := w.rereadSpan(time.Now(), o.quick, p.cfg.OverlapWindow)
+		err = p.overlapFrom(ctx, w, d, from, res)
 	case o.woken && res.Published == 0 && len(p.cfg.OverlapFollowUps) > 0:
 		// The event stream announces a row once it is visible (PROTOCOL
 		// §8); a fetch after the cursor that does not find it means it
-		// committed behind the cursor.
-		err = p.overlap(ctx, w, min(wakeRereadWindow, p.cfg.OverlapWindow), res)
+		// committed behind the cursor, or that the poll before already
+		// read it (most of a burst's wake-ups): Run re-reads at once, or
+		// with the next follow-up (followUps.owe).
+		res.rereadOwed = true
 	}
 	p.saveSent(ctx, w)
 	switch {

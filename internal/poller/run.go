@@ -152,6 +152,9 @@ func (l *pollLoop) run() {
 		now := time.Now()
 		res := p.cycle(ctx, w, cycleOpts{checkState: p.stateDue(w, now), woken: woken, quick: l.fu.take(now)})
 		retryIn, retrySooner := l.retry.after(res.Err, p.cfg.PollInterval)
+		if res.rereadOwed {
+			l.fu.owe(time.Now())
+		}
 		if res.Published > 0 {
 			w.cad.noteActivity(time.Now())
 			l.fu.schedule(time.Now(), p.cfg.OverlapFollowUps)

@@ -188,6 +188,9 @@ type Server struct {
 
 	// accepted counts the TCP connections the server accepted (Accepted).
 	accepted atomic.Int64
+	// windowRows and cursorRows count the activity rows served to reads
+	// without since_id (windows) and with it (ActivityRowsServed).
+	windowRows, cursorRows atomic.Int64
 
 	randMu  sync.Mutex
 	rand    *rand.Rand
@@ -245,6 +248,14 @@ func NewServer(opts ...Option) *Server {
 // Accepted returns how many TCP connections the double has accepted since
 // it started: a client that keeps its connections alive opens few.
 func (s *Server) Accepted() int64 { return s.accepted.Load() }
+
+// ActivityRowsServed returns how many activity rows the double has served
+// since it started: to window reads (no since_id: since_secs, before_ts
+// or a bare read) and to cursor reads (since_id). A reader's cost on the
+// platform is the rows it makes the platform serve.
+func (s *Server) ActivityRowsServed() (window, cursor int64) {
+	return s.windowRows.Load(), s.cursorRows.Load()
+}
 
 // URL is the platform base URL, e.g. http://127.0.0.1:43127.
 func (s *Server) URL() string { return s.url }

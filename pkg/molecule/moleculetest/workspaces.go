@@ -325,6 +325,11 @@ func (s *Server) handleActivity(w http.ResponseWriter, r *http.Request, id strin
 		writeRaw(w, http.StatusGone, []byte(cursorGone))
 		return
 	}
+	if q.sinceID != "" {
+		s.cursorRows.Add(int64(len(rows)))
+	} else {
+		s.windowRows.Add(int64(len(rows)))
+	}
 	writeRows(w, rows)
 }
 
