@@ -241,7 +241,7 @@ func (r *Replier) postTimeout(j *job) time.Duration {
 // resume continues a reply whose record says a post may have happened.
 func (r *Replier) resume(runCtx context.Context, j *job, rec events.ReplyRecord, rev uint64) stage.Outcome {
 	if j.route == events.RouteNotify {
-		if settled, o := r.settle(runCtx, j, rec, rev); settled != settledNotDelivered {
+		if settled, o := r.settle(runCtx, j, rec, rev, true); settled != settledNotDelivered {
 			return o
 		}
 		j.Log.InfoContext(runCtx, "replier: earlier notify not on the feed; posting it")
