@@ -287,7 +287,12 @@ type slowMessage struct {
 // slower than 2 s (and than 10 s) to a cause: the election of a group its
 // longest leg needed, a SIGKILLed stage, a retry after a platform fault,
 // or none found.
-func attributeHops(ledger []*sent, runs map[string][]handlerRun, first map[string]time.Time, sink *spanSink, lw *leaderWatch, kills *stageKills) {
+//
+// It returns the message whose longest leg went on longest after the
+// groups it waited for had a leader again, among the messages slowed by an
+// election alone (first deliveries, no stage SIGKILLed during the leg):
+// what the relay itself added to an election (ok false: none).
+func attributeHops(ledger []*sent, runs map[string][]handlerRun, first map[string]time.Time, sink *spanSink, lw *leaderWatch, kills *stageKills) (worst slowMessage, ok bool) {
 	spans := lw.spans()
 	var all []path
 	var slow []slowMessage
@@ -309,6 +314,18 @@ func attributeHops(ledger []*sent, runs map[string][]handlerRun, first map[strin
 	}
 	printLegs(all)
 	printSlow(slow, missing)
+	var after []time.Duration
+	for _, m := range slow {
+		if m.cause != "election" || m.path.inDelivery > 1 || m.path.replyDelivery > 1 || len(m.stages) > 0 {
+			continue
+		}
+		after = append(after, m.afterLeader)
+		if !ok || m.afterLeader > worst.afterLeader {
+			worst, ok = m, true
+		}
+	}
+	fmt.Printf("CHAOS slowed by an election alone (first deliveries, no stage SIGKILLed): %d messages; their longest leg went on after its groups had a leader by %s\n", len(after), pcts(after))
+	return worst, ok
 }
 
 func attribute(text string, total time.Duration, p path, spans []leaderless, lw *leaderWatch, kills *stageKills) slowMessage {
@@ -381,8 +398,8 @@ func printLegs(all []path) {
 	}
 }
 
-// printSlow prints how the slow messages are attributed, and the slowest
-// dozen over 10 s in full.
+// printSlow prints how the slow messages are attributed, and in full the
+// slowest dozen over 10 s and five whose cause was not found.
 func printSlow(slow []slowMessage, missing int) {
 	if missing > 0 {
 		fmt.Printf("CHAOS %d answered messages without a complete trace (a span lost with a SIGKILLed stage)\n", missing)
@@ -411,10 +428,21 @@ func printSlow(slow []slowMessage, missing int) {
 		fmt.Printf("CHAOS over %s, elections: the leg began after the node kill by %s; it went on after the last of its groups had a leader by %s\n", th, pcts(fromKill), pcts(after))
 	}
 	slices.SortFunc(slow, func(a, b slowMessage) int { return int(b.total - a.total) })
+	var shown []slowMessage
 	for i, m := range slow {
 		if m.total <= 10*time.Second || i == 12 {
 			break
 		}
+		shown = append(shown, m)
+	}
+	unexplained := 0
+	for _, m := range slow {
+		if m.cause == "none found" && unexplained < 5 {
+			unexplained++
+			shown = append(shown, m)
+		}
+	}
+	for _, m := range shown {
 		var legs []string
 		for _, l := range m.path.legs {
 			if l.took() >= 300*time.Millisecond {
@@ -425,7 +453,7 @@ func printSlow(slow []slowMessage, missing int) {
 		for _, g := range m.leaderless {
 			groups = append(groups, fmt.Sprintf("%s %s-%s", g.group, g.from.UTC().Format("15:04:05.0"), g.to.UTC().Format("15:04:05.0")))
 		}
-		fmt.Printf("CHAOS over 10 s: %s %s (deliveries %d, reply %d): %s. Cause %s: longest leg %s-%s UTC, began %s after the kill of %s; leaderless: [%s]; then %s more; stages killed: %v\n",
+		fmt.Printf("CHAOS slow: %s %s (deliveries %d, reply %d): %s. Cause %s: longest leg %s-%s UTC, began %s after the kill of %s; leaderless: [%s]; then %s more; stages killed: %v\n",
 			m.text, m.total.Round(10*time.Millisecond), m.path.inDelivery, m.path.replyDelivery, strings.Join(legs, ", "), m.cause,
 			m.longest.from.UTC().Format("15:04:05.000"), m.longest.to.UTC().Format("15:04:05.000"), m.fromKill.Round(10*time.Millisecond), m.killed,
 			strings.Join(groups, ", "), m.afterLeader.Round(10*time.Millisecond), m.stages)
