@@ -211,10 +211,11 @@ func hops(sentAt time.Time, spans []span, run handlerRun, replyAt time.Time) (pa
 		reply, replier      = "MOLECULE_REPLY", "MOLECULE_REPLY/replier"
 		handled, replies    = "KV_molecule_handled", "KV_molecule_replies"
 		memory, cursors     = "MOLECULE_MEMORY", "KV_molecule_cursors"
+		status              = "KV_molecule_poller_status"
 	)
 	legs := []hop{
-		{legPoll, sentAt, pub0.start, []string{cursors, inbound}},
-		{legPublish, pub0.start, pub.start, []string{inbound, cursors}},
+		{legPoll, sentAt, pub0.start, []string{cursors, status, inbound}},
+		{legPublish, pub0.start, pub.start, []string{inbound, cursors, status}},
 		{legInbound, pub.start, handle.start, []string{inbound, dispatcher}},
 		{legBefore, handle.start, run.start, []string{handled, memory}},
 		{legHandler, run.start, run.at, nil},
