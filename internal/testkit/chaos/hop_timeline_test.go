@@ -216,12 +216,15 @@ func hops(sentAt time.Time, spans []span, run handlerRun, replyAt time.Time) (pa
 	legs := []hop{
 		{legPoll, sentAt, pub0.start, []string{cursors, status, inbound}},
 		{legPublish, pub0.start, pub.start, []string{inbound, cursors, status}},
-		{legInbound, pub.start, handle.start, []string{inbound, dispatcher}},
+		// A stage pulls only with a free slot, and its slots wait on the
+		// records of the messages it holds: the stream legs also need the
+		// buckets the next stage reads.
+		{legInbound, pub.start, handle.start, []string{inbound, dispatcher, handled, memory}},
 		{legBefore, handle.start, run.start, []string{handled, memory}},
 		{legHandler, run.start, run.at, nil},
 		{legAfter, run.at, rpub.start, []string{memory, handled}},
 		{legReplyPub, rpub.start, rpub.end, []string{reply}},
-		{legReplyStream, rpub.end, rep.start, []string{reply, replier}},
+		{legReplyStream, rpub.end, rep.start, []string{reply, replier, replies}},
 		{legRecord, rep.start, post.start, []string{replies}},
 		{legPost, post.start, replyAt, nil},
 	}
