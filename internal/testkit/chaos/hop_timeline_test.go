@@ -357,6 +357,11 @@ func attribute(text string, total time.Duration, p path, spans []leaderless, lw 
 	}
 	redelivered := (m.longest.name == legInbound && p.inDelivery > 1) || (m.longest.name == legReplyStream && p.replyDelivery > 1)
 	switch {
+	case m.longest.name == legRecord && p.replyDelivery > 1:
+		// A redelivered reply whose record says "posting": the post of a
+		// replier SIGKILLed before it was answered may still be in
+		// flight, and a notify not on the feed waits out its timeout.
+		m.cause = "settling an earlier delivery's post"
 	case len(m.leaderless) > 0:
 		m.cause = "election"
 	case len(m.stages) > 0:
