@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/cenkalti/backoff/v4"
+	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/molecule-ai/molecule-relay/internal/events"
@@ -176,7 +177,7 @@ func (p *Poller) saveCursor(ctx context.Context, ws string, cur *cursorEntry, v 
 	case errors.Is(err, jetstream.ErrKeyExists) || errors.Is(err, jetstream.ErrKeyRevisionMismatch):
 		p.cursorCache.Delete(ws)
 		return nil, errCursorMoved
-	case err != nil && ctx.Err() == nil:
+	case err != nil && ctx.Err() == nil && unanswered(err):
 		if !c.unsaved {
 			p.log.WarnContext(ctx, "poller: cursor not saved, the cursor bucket did not answer (a NATS leader election?); polling goes on from the cursor in memory and saves it once the bucket answers",
 				"workspace", ws, "error", err)
@@ -193,6 +194,16 @@ func (p *Poller) saveCursor(ctx context.Context, ws string, cur *cursorEntry, v 
 	saved := cursorEntry{cursorValue: v, Revision: rev}
 	p.cursorCache.Store(ws, cachedCursor{entry: saved})
 	return &saved, nil
+}
+
+// unanswered says whether err is a request nobody answered (a stream
+// without a leader, or a leader that died: a timeout, or no responders)
+// rather than an answer. Only such a save is put off: a refusal (a user
+// that may not write the bucket) would otherwise be put off forever, and
+// a restarted poller would re-read ever more rows.
+func unanswered(err error) bool {
+	return errors.Is(err, context.DeadlineExceeded) || errors.Is(err, nats.ErrTimeout) ||
+		errors.Is(err, nats.ErrNoResponders) || errors.Is(err, jetstream.ErrNoStreamResponse)
 }
 
 // writeCursor is the compare-and-set write of saveCursor, one try
