@@ -6,6 +6,7 @@ import (
 	"log/slog"
 
 	"github.com/nats-io/nats.go/jetstream"
+	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/molecule-ai/molecule-relay/internal/events"
@@ -57,7 +58,8 @@ func (d *Dispatcher) decoded(next stage.Step[*message]) stage.Step[*stage.Delive
 // message its logger; the message is finished in that trace.
 func (d *Dispatcher) traced(next stage.Step[*message]) stage.Step[*message] {
 	return func(runCtx context.Context, m *message) stage.Outcome {
-		runCtx, span := tracing.Start(tracing.Extract(runCtx, m.Msg.Headers()), "handle", trace.SpanKindConsumer)
+		runCtx, span := tracing.Start(tracing.Extract(runCtx, m.Msg.Headers()), "handle", trace.SpanKindConsumer,
+			attribute.String("molecule.activity_id", m.in.ActivityID), attribute.Int64("molecule.delivery", int64(m.Meta.NumDelivered)))
 		defer span.End()
 		m.FinishIn(runCtx)
 		m.Log = tracing.Log(runCtx, stage.MessageLogger(d.log,

@@ -178,48 +178,82 @@ type Topology struct {
 // MaxAckPending (all editable in place; its position and pending
 // messages are kept). It is idempotent and safe to call from every stage at start-up,
 // concurrently.
-func EnsureTopology(ctx context.Context, js jetstream.JetStream, cfg TopologyConfig) (*Topology, error) {
+//
+// With stages named (StagePoller, StageDispatcher, StageReplier) it
+// ensures only what those stages write to or read from, as
+// LookupTopology looks up only that, plus the dead-letter stream every
+// stage writes to; without, everything. Each stream, consumer and bucket
+// is a Raft group of its own on a cluster, and a lookup waits for its
+// leader: a stage restarted during an election would otherwise wait for
+// groups it never uses (the replier for the poller's cursors).
+func EnsureTopology(ctx context.Context, js jetstream.JetStream, cfg TopologyConfig, stages ...string) (*Topology, error) {
 	cfg.SetDefaults()
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
+	want := map[string]bool{}
+	for _, s := range stages {
+		want[s] = true
+	}
+	all := len(stages) == 0
+	poller, dispatcher, replier := all || want[StagePoller], all || want[StageDispatcher], all || want[StageReplier]
 	t := &Topology{Config: cfg}
 	var err error
-	if t.Inbound, err = ensureStream(ctx, js, InboundStreamConfig(cfg)); err != nil {
-		return nil, fmt.Errorf("events: create stream %s: %w", StreamInbound, err)
-	}
-	if t.Reply, err = ensureStream(ctx, js, ReplyStreamConfig(cfg)); err != nil {
-		return nil, fmt.Errorf("events: create stream %s: %w", StreamReply, err)
-	}
-	if t.DLQ, err = ensureStream(ctx, js, DLQStreamConfig(cfg)); err != nil {
-		return nil, fmt.Errorf("events: create stream %s: %w", StreamDLQ, err)
-	}
-	if t.Dispatcher, err = ensureConsumer(ctx, js, StreamInbound, DispatcherConsumerConfig(cfg)); err != nil {
-		return nil, fmt.Errorf("events: create consumer %s: %w", ConsumerDispatcher, err)
-	}
-	if t.Replier, err = ensureConsumer(ctx, js, StreamReply, ReplierConsumerConfig(cfg)); err != nil {
-		return nil, fmt.Errorf("events: create consumer %s: %w", ConsumerReplier, err)
-	}
-	for _, b := range []struct {
-		kv  *jetstream.KeyValue
-		cfg jetstream.KeyValueConfig
-	}{
-		{&t.Cursors, jetstream.KeyValueConfig{Bucket: BucketCursors, Description: "poll cursor per workspace", History: 5}},
-		{&t.Status, jetstream.KeyValueConfig{Bucket: BucketPollerStatus, Description: "poller observations per workspace"}},
-		{&t.Handled, jetstream.KeyValueConfig{Bucket: BucketHandled, Description: "inbound messages whose handler finished", TTL: cfg.RecordTTL}},
-		{&t.Replies, jetstream.KeyValueConfig{Bucket: BucketReplies, Description: "replies being or already posted", TTL: cfg.RecordTTL}},
-		{&t.Asks, jetstream.KeyValueConfig{Bucket: BucketAsks, Description: "questions to peers and their answers", TTL: cfg.AskTTL}},
-	} {
-		b.cfg.Replicas = cfg.Replicas
-		b.cfg.Storage = cfg.Storage
-		if *b.kv, err = EnsureBucket(ctx, js, b.cfg); err != nil {
-			return nil, err
+	stream := func(dst *jetstream.Stream, want jetstream.StreamConfig) {
+		if err == nil {
+			if *dst, err = ensureStream(ctx, js, want); err != nil {
+				err = fmt.Errorf("events: create stream %s: %w", want.Name, err)
+			}
 		}
 	}
-	if t.Memory, err = ensureMemoryStream(ctx, js, cfg); err != nil {
-		return nil, fmt.Errorf("events: create stream %s: %w", StreamMemory, err)
+	consumer := func(dst *jetstream.Consumer, stream string, want jetstream.ConsumerConfig) {
+		if err == nil {
+			if *dst, err = ensureConsumer(ctx, js, stream, want); err != nil {
+				err = fmt.Errorf("events: create consumer %s: %w", want.Durable, err)
+			}
+		}
 	}
-	t.History = legacyHistory(ctx, js)
+	bucket := func(dst *jetstream.KeyValue, b jetstream.KeyValueConfig) {
+		if err == nil {
+			b.Replicas, b.Storage = cfg.Replicas, cfg.Storage
+			*dst, err = EnsureBucket(ctx, js, b)
+		}
+	}
+	if poller || dispatcher {
+		stream(&t.Inbound, InboundStreamConfig(cfg))
+	}
+	if dispatcher || replier {
+		stream(&t.Reply, ReplyStreamConfig(cfg)) // the dispatcher publishes to it
+	}
+	stream(&t.DLQ, DLQStreamConfig(cfg))
+	if poller || dispatcher {
+		consumer(&t.Dispatcher, StreamInbound, DispatcherConsumerConfig(cfg))
+	}
+	if replier {
+		consumer(&t.Replier, StreamReply, ReplierConsumerConfig(cfg))
+	}
+	if poller {
+		bucket(&t.Cursors, jetstream.KeyValueConfig{Bucket: BucketCursors, Description: "poll cursor per workspace", History: 5})
+		bucket(&t.Status, jetstream.KeyValueConfig{Bucket: BucketPollerStatus, Description: "poller observations per workspace"})
+	}
+	if dispatcher {
+		bucket(&t.Handled, jetstream.KeyValueConfig{Bucket: BucketHandled, Description: "inbound messages whose handler finished", TTL: cfg.RecordTTL})
+	}
+	if replier {
+		bucket(&t.Replies, jetstream.KeyValueConfig{Bucket: BucketReplies, Description: "replies being or already posted", TTL: cfg.RecordTTL})
+	}
+	if dispatcher {
+		bucket(&t.Asks, jetstream.KeyValueConfig{Bucket: BucketAsks, Description: "questions to peers and their answers", TTL: cfg.AskTTL})
+	}
+	if err == nil && (dispatcher || replier) {
+		if t.Memory, err = ensureMemoryStream(ctx, js, cfg); err != nil {
+			err = fmt.Errorf("events: create stream %s: %w", StreamMemory, err)
+		}
+		t.History = legacyHistory(ctx, js)
+	}
+	if err != nil {
+		return nil, err
+	}
 	return t, nil
 }
 

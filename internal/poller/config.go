@@ -14,6 +14,7 @@ import (
 
 	"github.com/molecule-ai/molecule-relay/internal/configerr"
 	"github.com/molecule-ai/molecule-relay/internal/events"
+	"github.com/molecule-ai/molecule-relay/internal/stage"
 	"github.com/molecule-ai/molecule-relay/pkg/molecule"
 )
 
@@ -40,8 +41,10 @@ const (
 	// answer its predecessor's publishes): the whole batch then waited this
 	// long before the next cycle published it again, which the stream's
 	// de-duplication makes harmless. A batch on a live leader is
-	// acknowledged in milliseconds.
-	DefaultPublishTimeout = 5 * time.Second
+	// acknowledged in milliseconds. It is stage.AttemptTimeout, the bound
+	// of every other JetStream request retried around a message (at 5 s,
+	// make chaos-cluster showed batches waiting 5.1 s on a node kill).
+	DefaultPublishTimeout = stage.AttemptTimeout
 	DefaultReprobeEvery   = 10 * time.Minute
 )
 
@@ -136,7 +139,7 @@ type Config struct {
 	// set, 8.
 	Concurrency int
 	// PublishTimeout bounds the wait for JetStream's acknowledgements of
-	// one batch. If not set, DefaultPublishTimeout (5 seconds).
+	// one batch. If not set, DefaultPublishTimeout (2 seconds).
 	PublishTimeout time.Duration
 	// ReprobeEvery is how long an OLD or inconclusive generation probe is
 	// trusted before it is repeated (a NEW answer is kept for good). If not

@@ -28,6 +28,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/molecule-ai/molecule-relay/internal/events"
+	"github.com/molecule-ai/molecule-relay/internal/stage"
 	"github.com/molecule-ai/molecule-relay/pkg/molecule"
 )
 
@@ -82,6 +83,10 @@ type Poller struct {
 	// sweptSent: this process deleted the stale published-row snapshots
 	// (sentsnap.go sweepStaleSent).
 	sweptSent sync.Once
+	// cursorCache holds, per workspace id, the cursor this process last
+	// loaded or saved, or advanced while the bucket did not answer
+	// (cachedCursor).
+	cursorCache sync.Map
 }
 
 // workspace is the in-process state of one polled workspace.
@@ -431,11 +436,16 @@ func (p *Poller) endCycle(ctx context.Context, w *workspace, res *WorkspaceResul
 			r.LastError, r.LastErrorAt = res.Err.Error(), now
 		}
 	})
-	if _, err := p.updateStatus(context.WithoutCancel(ctx), w.id, func(r *statusRecord) {
+	// Bounded: a status bucket whose leader is being elected does not
+	// answer, and the workspace's next cycle waits for this one.
+	sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 2*stage.AttemptTimeout)
+	_, err := p.updateStatus(sctx, w.id, func(r *statusRecord) {
 		for _, f := range changes {
 			f(r)
 		}
-	}); err != nil && res.Err == nil {
+	})
+	cancel()
+	if err != nil && res.Err == nil {
 		res.Err = err
 	}
 	if !res.Stopped && !res.Paused {

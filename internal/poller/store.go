@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/cenkalti/backoff/v4"
+	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/molecule-ai/molecule-relay/internal/events"
@@ -63,8 +64,67 @@ type cursorEntry struct {
 // while no message was polled; the next try reaches the new leader.
 const storeTimeout = 20 * time.Second
 
+// bucketRetryAfter is how long a cycle goes on from what this process
+// holds in memory (cursor, status record) after the bucket did not answer,
+// before it asks the bucket again. While a cluster elects the bucket's
+// leader (4 to 9 s after a node died, nats-server raft.go
+// minElectionTimeoutDefault and maxElectionTimeoutDefault) every request
+// costs a whole stage.AttemptTimeout; asking once per this interval lets
+// the cycles in between publish at full speed.
+const bucketRetryAfter = 2 * time.Second
+
+// cachedCursor is a workspace's cursor as this process last loaded or
+// saved it. unsaved: the value is ahead of the stored one, which is still
+// at entry.Revision; the rows it covers were acknowledged by JetStream.
+type cachedCursor struct {
+	entry    cursorEntry
+	unsaved  bool
+	failedAt time.Time // when the bucket last did not answer
+}
+
+func (p *Poller) cachedCursor(ws string) (cachedCursor, bool) {
+	v, ok := p.cursorCache.Load(ws)
+	if !ok {
+		return cachedCursor{}, false
+	}
+	return v.(cachedCursor), true
+}
+
+// loadCursor reads the workspace's cursor. Once this process has one, a
+// read the cursor bucket does not answer within one try (its leader is
+// being elected) returns that one instead of holding up the cycle: the
+// cursor moves only by compare-and-set, so a stale one is found out by
+// the next save (errCursorMoved), as another poller's move is. A cursor
+// advanced while the bucket did not answer is returned as long as the
+// stored one is still at its revision.
 func (p *Poller) loadCursor(ctx context.Context, ws string) (*cursorEntry, error) {
-	ctx, cancel := context.WithTimeout(ctx, storeTimeout)
+	c, cached := p.cachedCursor(ws)
+	if cached && time.Since(c.failedAt) < bucketRetryAfter {
+		return &c.entry, nil
+	}
+	wait := storeTimeout
+	if cached {
+		wait = stage.AttemptTimeout
+	}
+	ce, err := p.readCursor(ctx, ws, wait)
+	switch {
+	case err != nil && cached && ctx.Err() == nil:
+		c.failedAt = time.Now()
+		p.cursorCache.Store(ws, c)
+		p.log.DebugContext(ctx, "poller: cursor bucket did not answer; polling on from the cursor in memory", "workspace", ws, "error", err)
+		return &c.entry, nil
+	case err != nil:
+		return nil, err
+	case cached && c.unsaved && c.entry.Revision == ce.Revision:
+		return &c.entry, nil
+	}
+	p.cursorCache.Store(ws, cachedCursor{entry: *ce})
+	return ce, nil
+}
+
+// readCursor reads the stored cursor, retrying for at most wait.
+func (p *Poller) readCursor(ctx context.Context, ws string, wait time.Duration) (*cursorEntry, error) {
+	ctx, cancel := context.WithTimeout(ctx, wait)
 	defer cancel()
 	e, err := stage.RetryGet(ctx, p.topo.Cursors, ws)
 	if errors.Is(err, jetstream.ErrKeyNotFound) {
@@ -86,6 +146,17 @@ func (p *Poller) loadCursor(ctx context.Context, ws string) (*cursorEntry, error
 // saveCursor advances the cursor with compare-and-set: Create for a new key,
 // Update on the loaded revision otherwise. A conflict returns errCursorMoved.
 // The rows published since (published) join the recent set.
+//
+// Every caller saves after JetStream acknowledged the rows the new value
+// covers, so a save the cursor bucket does not answer within one try (its
+// leader is being elected) is put off rather than waited for: the value
+// is kept in memory, returned by loadCursor, and written by a later save
+// (at most every bucketRetryAfter). Rows published meanwhile go on to the
+// dispatchers; a poller that dies first re-reads them from the stored
+// cursor and the inbound stream's de-duplication drops them, as after a
+// crash between a publish and its cursor save. (Waited for, the cursor
+// bucket's election held every new row for its 4 to 9 s: in make
+// chaos-cluster, the largest single cause of messages over 2 s.)
 func (p *Poller) saveCursor(ctx context.Context, ws string, cur *cursorEntry, v cursorValue, published []recentID) (*cursorEntry, error) {
 	if v.Floor.IsZero() && v.FloorID == "" {
 		v.Floor, v.FloorID = cur.Floor, cur.FloorID
@@ -95,31 +166,67 @@ func (p *Poller) saveCursor(ctx context.Context, ws string, cur *cursorEntry, v 
 	if err != nil {
 		return nil, err
 	}
+	c, cached := p.cachedCursor(ws)
+	unsaved := cachedCursor{entry: cursorEntry{cursorValue: v, Revision: cur.Revision}, unsaved: true, failedAt: c.failedAt}
+	if cached && time.Since(c.failedAt) < bucketRetryAfter {
+		p.cursorCache.Store(ws, unsaved)
+		return &unsaved.entry, nil
+	}
+	rev, err := p.writeCursor(ctx, ws, cur.Revision, data)
+	switch {
+	case errors.Is(err, jetstream.ErrKeyExists) || errors.Is(err, jetstream.ErrKeyRevisionMismatch):
+		p.cursorCache.Delete(ws)
+		return nil, errCursorMoved
+	case err != nil && ctx.Err() == nil && unanswered(err):
+		if !c.unsaved {
+			p.log.WarnContext(ctx, "poller: cursor not saved, the cursor bucket did not answer (a NATS leader election?); polling goes on from the cursor in memory and saves it once the bucket answers",
+				"workspace", ws, "error", err)
+		}
+		unsaved.failedAt = time.Now()
+		p.cursorCache.Store(ws, unsaved)
+		return &unsaved.entry, nil
+	case err != nil:
+		return nil, fmt.Errorf("poller: save cursor of %s: %w", ws, err)
+	}
+	if c.unsaved {
+		p.log.InfoContext(ctx, "poller: cursor saved again", "workspace", ws)
+	}
+	saved := cursorEntry{cursorValue: v, Revision: rev}
+	p.cursorCache.Store(ws, cachedCursor{entry: saved})
+	return &saved, nil
+}
+
+// unanswered says whether err is a request nobody answered (a stream
+// without a leader, or a leader that died: a timeout, or no responders)
+// rather than an answer. Only such a save is put off: a refusal (a user
+// that may not write the bucket) would otherwise be put off forever, and
+// a restarted poller would re-read ever more rows.
+func unanswered(err error) bool {
+	return errors.Is(err, context.DeadlineExceeded) || errors.Is(err, nats.ErrTimeout) ||
+		errors.Is(err, nats.ErrNoResponders) || errors.Is(err, jetstream.ErrNoStreamResponse)
+}
+
+// writeCursor is the compare-and-set write of saveCursor, one try
+// (stage.AttemptTimeout) with quick retries inside it. A try that timed
+// out but was applied makes the next save conflict: the cursor is then
+// reloaded (errCursorMoved), as after another poller's write.
+func (p *Poller) writeCursor(ctx context.Context, ws string, revision uint64, data []byte) (uint64, error) {
 	var rev uint64
-	// A try that timed out but was applied makes the next one conflict:
-	// the cursor is then reloaded (errCursorMoved), as after another
-	// poller's write.
-	sctx, cancel := context.WithTimeout(ctx, storeTimeout)
+	wctx, cancel := context.WithTimeout(ctx, stage.AttemptTimeout)
 	defer cancel()
-	err = stage.RetryRequest(sctx, func(ctx context.Context) error {
+	err := stage.RetryRequest(wctx, func(ctx context.Context) error {
 		var err error
-		if cur.Revision == 0 {
+		if revision == 0 {
 			rev, err = p.topo.Cursors.Create(ctx, ws, data)
 		} else {
-			rev, err = p.topo.Cursors.Update(ctx, ws, data, cur.Revision)
+			rev, err = p.topo.Cursors.Update(ctx, ws, data, revision)
 		}
 		if errors.Is(err, jetstream.ErrKeyExists) || errors.Is(err, jetstream.ErrKeyRevisionMismatch) {
 			return backoff.Permanent(err)
 		}
 		return err
 	})
-	if errors.Is(err, jetstream.ErrKeyExists) || errors.Is(err, jetstream.ErrKeyRevisionMismatch) {
-		return nil, errCursorMoved
-	}
-	if err != nil {
-		return nil, fmt.Errorf("poller: save cursor of %s: %w", ws, err)
-	}
-	return &cursorEntry{cursorValue: v, Revision: rev}, nil
+	return rev, err
 }
 
 // statusRecord is the JSON value of a BucketPollerStatus key.
@@ -185,14 +292,35 @@ const statusRefresh = time.Minute
 
 // cachedStatus is a status record as this process last read or wrote it.
 type cachedStatus struct {
-	rec statusRecord
+	rec      statusRecord
+	failedAt time.Time // when the bucket last did not answer a read
 }
 
 // readStatus loads the stored status record of ws and remembers it for
-// updateStatus.
+// updateStatus. Once this process has one, a read the status bucket does
+// not answer within one try (its leader is being elected) returns that
+// one, and the bucket is asked again only after bucketRetryAfter: what a
+// cycle reads there (registration, generation, the last re-read) changes
+// rarely, and waiting for the election held up every new row.
 func (p *Poller) readStatus(ctx context.Context, ws string) (statusRecord, error) {
-	r, rev, err := loadStatus(ctx, p.topo.Status, ws)
-	if err == nil && rev > 0 {
+	v, cached := p.statusCache.Load(ws)
+	if cached && time.Since(v.(cachedStatus).failedAt) < bucketRetryAfter {
+		return v.(cachedStatus).rec, nil
+	}
+	rctx, cancel := ctx, context.CancelFunc(func() {})
+	if cached {
+		rctx, cancel = context.WithTimeout(ctx, stage.AttemptTimeout)
+	}
+	r, rev, err := loadStatus(rctx, p.topo.Status, ws)
+	cancel()
+	switch {
+	case err != nil && cached && ctx.Err() == nil:
+		c := v.(cachedStatus)
+		c.failedAt = time.Now()
+		p.statusCache.Store(ws, c)
+		p.log.DebugContext(ctx, "poller: status bucket did not answer; going on with the record in memory", "workspace", ws, "error", err)
+		return c.rec, nil
+	case err == nil && rev > 0:
 		p.statusCache.Store(ws, cachedStatus{rec: r})
 	}
 	return r, err

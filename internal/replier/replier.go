@@ -241,7 +241,7 @@ func (r *Replier) postTimeout(j *job) time.Duration {
 // resume continues a reply whose record says a post may have happened.
 func (r *Replier) resume(runCtx context.Context, j *job, rec events.ReplyRecord, rev uint64) stage.Outcome {
 	if j.route == events.RouteNotify {
-		if settled, o := r.settle(runCtx, j, rec, rev); settled != settledNotDelivered {
+		if settled, o := r.settle(runCtx, j, rec, rev, true); settled != settledNotDelivered {
 			return o
 		}
 		j.Log.InfoContext(runCtx, "replier: earlier notify not on the feed; posting it")
@@ -272,7 +272,8 @@ func (r *Replier) post(runCtx context.Context, j *job, rec events.ReplyRecord, r
 	// A post outlives a cancelled run context (a clean stop lets it
 	// finish), bounded by its own timeout.
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(runCtx), r.postTimeout(j))
-	ctx, span := tracing.Start(ctx, "post", trace.SpanKindClient, attribute.String("molecule.route", j.route))
+	ctx, span := tracing.Start(ctx, "post", trace.SpanKindClient, attribute.String("molecule.route", j.route),
+		attribute.String("molecule.activity_id", j.rep.ActivityID))
 	start := time.Now()
 	err := r.send(ctx, j)
 	r.observePost(j, start, err)

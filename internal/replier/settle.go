@@ -29,7 +29,29 @@ const (
 // arrived: it waits, in this process, until that post can no longer be in
 // flight, then searches its window of the feed. Unless the notify was not
 // delivered, the outcome finishes j.
-func (r *Replier) settle(runCtx context.Context, j *job, rec events.ReplyRecord, rev uint64) (settlement, stage.Outcome) {
+//
+// With lookFirst (the post was an earlier delivery's, maybe a process
+// that died), a notify already on the feed settles it before the wait: a
+// replier SIGKILLed after the platform wrote the row (the usual place, a
+// post takes milliseconds) left its reply waiting out the post's whole
+// timeout (30 s for a notify) for nothing. Only a notify not found yet has
+// to wait: the platform may still be working on it. A post of this
+// delivery whose outcome is unknown (a gateway error, a dropped
+// connection) is not looked for first: the platform is most likely still
+// on it, and the look would be one more feed read.
+func (r *Replier) settle(runCtx context.Context, j *job, rec events.ReplyRecord, rev uint64, lookFirst bool) (settlement, stage.Outcome) {
+	if until := r.inFlightUntil(rec); lookFirst && time.Until(until) > 0 {
+		// Bounded by the flight: a feed that fails is retried inside the
+		// check, and the wait below must not grow by it.
+		ctx, cancel := r.reconcileContext(runCtx)
+		ctx, cancelFlight := context.WithDeadline(ctx, until)
+		found, err := r.reconcileNotify(ctx, j, rec)
+		cancelFlight()
+		cancel()
+		if err == nil && found {
+			return r.settled(runCtx, j, rec, rev)
+		}
+	}
 	if handBack, ok := r.awaitFlight(runCtx, j, rec); !ok {
 		return settledLater, handBack
 	}
@@ -43,12 +65,17 @@ func (r *Replier) settle(runCtx context.Context, j *job, rec events.ReplyRecord,
 	if !found {
 		return settledNotDelivered, stage.Outcome{}
 	}
+	return r.settled(runCtx, j, rec, rev)
+}
+
+// settled records a notify found on the feed as sent and acks it.
+func (r *Replier) settled(runCtx context.Context, j *job, rec events.ReplyRecord, rev uint64) (settlement, stage.Outcome) {
 	rec.State, rec.SentAt, rec.Reconciled = events.StateSent, time.Now().UTC(), true
 	if !r.markSent(runCtx, j, rec, rev) {
 		return settledLater, stage.Retry(0)
 	}
 	r.stats.reconciled.Add(1)
-	j.Log.InfoContext(ctx, "replier: earlier notify found on the feed; not posting again")
+	j.Log.InfoContext(runCtx, "replier: earlier notify found on the feed; not posting again")
 	return settledDelivered, r.ack(runCtx, j)
 }
 
@@ -128,7 +155,7 @@ func (r *Replier) unknownOutcome(runCtx context.Context, j *job, rev uint64, cau
 		}
 		cancel()
 	}
-	if settled, o := r.settle(runCtx, j, rec, rev); settled != settledNotDelivered {
+	if settled, o := r.settle(runCtx, j, rec, rev, false); settled != settledNotDelivered {
 		return o
 	}
 	r.forgetPosting(runCtx, j, rev)

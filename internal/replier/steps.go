@@ -8,6 +8,8 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/molecule-ai/molecule-relay/internal/events"
 	"github.com/molecule-ai/molecule-relay/internal/stage"
@@ -48,12 +50,18 @@ func (r *Replier) steps() stage.Step[*stage.Delivery] {
 // in that trace.
 func (r *Replier) decoded(next stage.Step[*job]) stage.Step[*stage.Delivery] {
 	return func(runCtx context.Context, d *stage.Delivery) stage.Outcome {
-		runCtx = tracing.Extract(runCtx, d.Msg.Headers())
-		d.FinishIn(runCtx)
 		rep, err := events.DecodeReply(d.Msg.Data())
 		if err != nil {
+			d.FinishIn(tracing.Extract(runCtx, d.Msg.Headers()))
 			return stage.DeadLetter(events.ReasonMalformed, err)
 		}
+		// The "reply" span starts as the delivery arrives, as the
+		// dispatcher's "handle" does: its start to the "post" span's is
+		// the time spent on the reply record (and the rate budget).
+		runCtx, span := tracing.Start(tracing.Extract(runCtx, d.Msg.Headers()), "reply", trace.SpanKindConsumer,
+			attribute.String("molecule.activity_id", rep.ActivityID), attribute.Int64("molecule.delivery", int64(d.Meta.NumDelivered)))
+		defer span.End()
+		d.FinishIn(runCtx)
 		j := &job{Delivery: d, rep: rep, key: events.ReplyKey(rep.WorkspaceID, rep.ActivityID), route: events.RouteNotify}
 		j.WorkspaceID, j.ActivityID = rep.WorkspaceID, rep.ActivityID
 		if rep.Source == events.SourcePeerAgent {

@@ -176,7 +176,11 @@ func (p *pool) release(n int) {
 func (p *pool) pull(ctx context.Context, n int, wait time.Duration) (got int, err error) {
 	pullEnds := time.Now().Add(wait)
 	handBack := func(m jetstream.Msg) { _ = m.NakWithDelay(time.Until(pullEnds) + pullEndMargin) }
-	batch, err := p.cons.Fetch(n, jetstream.FetchMaxWait(wait))
+	opts := []jetstream.FetchOpt{jetstream.FetchMaxWait(wait)}
+	if hb := pullHeartbeat(wait); hb > 0 {
+		opts = append(opts, jetstream.FetchHeartbeat(hb))
+	}
+	batch, err := p.cons.Fetch(n, opts...)
 	if err != nil {
 		p.release(n)
 		return 0, err
@@ -320,6 +324,20 @@ func pullWait(ctx context.Context, cfg Config, opts poolOptions) (time.Duration,
 		wait = min(wait, rem)
 	}
 	return max(wait, time.Millisecond), true
+}
+
+// pullHeartbeat is the idle heartbeat a pull of wait asks the server
+// for: two fifths of it, none for pulls under half a second. A pull sent
+// to a consumer leader that died (or that a cluster is still electing)
+// is never answered; without heartbeats nats.go gives it up only at its
+// expiry plus a second (2 s for the default FetchWait), and the first
+// pull to reach the new leader came that much later. With them the pull
+// fails after two missed heartbeats (0.8 s) and the next one is sent.
+func pullHeartbeat(wait time.Duration) time.Duration {
+	if wait < 500*time.Millisecond {
+		return 0
+	}
+	return wait * 2 / 5
 }
 
 // backoffDelay is the pause after failed pulls: 200 ms, 400 ms, then

@@ -19,8 +19,8 @@ import (
 
 // One canvas message through a relay.Runtime (poller, dispatcher, replier,
 // NATS between them) makes one trace: poll → publish → handle →
-// reply-publish → post, each the child of the one before (the last three
-// across NATS, through the traceparent header), with otelhttp client spans
+// reply-publish → reply → post, each the child of the one before (handle
+// and reply across NATS, through the traceparent header), with otelhttp client spans
 // for the platform requests, and the trace id in the stages' log lines.
 func TestOneTraceFromPollToPost(t *testing.T) {
 	rec := tracetest.NewSpanRecorder()
@@ -61,7 +61,7 @@ func TestOneTraceFromPollToPost(t *testing.T) {
 	// A parent span ends after its children: the dispatcher's handle span
 	// (and the poller's poll span) may still be open when the replier's
 	// post has ended. Wait for the whole chain.
-	const want = "post < reply-publish < handle < publish < poll"
+	const want = "post < reply < reply-publish < handle < publish < poll"
 	var post sdktrace.ReadOnlySpan
 	var chain string
 	t.Cleanup(func() {
@@ -73,8 +73,8 @@ func TestOneTraceFromPollToPost(t *testing.T) {
 		post, chain = postChain(t, rec.Ended())
 		return chain == want
 	})
-	if !post.Parent().IsRemote() {
-		t.Error("post's parent is not remote: the context did not cross NATS in the headers")
+	if reply := spanByID(rec.Ended(), post.Parent().SpanID()); reply == nil || !reply.Parent().IsRemote() {
+		t.Error("the reply span's parent is not remote: the context did not cross NATS in the headers")
 	}
 	httpUnderPost := false
 	for _, s := range rec.Ended() {
@@ -118,6 +118,16 @@ func stagesLogging(logs, traceID string) map[string]bool {
 		}
 	}
 	return stages
+}
+
+// spanByID returns the ended span with id, or nil.
+func spanByID(ended []sdktrace.ReadOnlySpan, id trace.SpanID) sdktrace.ReadOnlySpan {
+	for _, s := range ended {
+		if s.SpanContext().SpanID() == id {
+			return s
+		}
+	}
+	return nil
 }
 
 // postChain finds the ended post span and names its ended ancestors,

@@ -194,19 +194,8 @@ func (b budgetsByBucket) of(w config.Workspace) *molecule.RateBudget {
 // that has no quorum or is electing leaders (waitJetStream).
 func (rt *Runtime) ensureTopology(ctx context.Context, s Stages) error {
 	tc := events.TopologyConfig{Replicas: rt.Cfg.Replicas, HistoryTTL: rt.Cfg.HistoryTTL.D(), HistoryTurns: rt.Cfg.HistoryTurns}
+	names := s.names()
 	if rt.Cfg.Topology == "lookup" {
-		var names []string
-		if s != All {
-			if s.Poll {
-				names = append(names, events.StagePoller)
-			}
-			if s.Dispatch {
-				names = append(names, events.StageDispatcher)
-			}
-			if s.Reply {
-				names = append(names, events.StageReplier)
-			}
-		}
 		return waitJetStream(ctx, rt.Log, rt.Cfg.StartupTimeout.D(), "JetStream topology (lookup) on "+rt.Conn.URL(), func(ctx context.Context) error {
 			topo, err := events.LookupTopology(ctx, rt.Conn.JS, tc, names...)
 			rt.Topo = topo
@@ -214,13 +203,32 @@ func (rt *Runtime) ensureTopology(ctx context.Context, s Stages) error {
 		})
 	}
 	return waitJetStream(ctx, rt.Log, rt.Cfg.StartupTimeout.D(), "JetStream topology on "+rt.Conn.URL(), func(ctx context.Context) error {
-		topo, err := events.EnsureTopology(ctx, rt.Conn.JS, tc)
+		topo, err := events.EnsureTopology(ctx, rt.Conn.JS, tc, names...)
 		if err != nil {
 			return fmt.Errorf("JetStream topology on %s: %w (is JetStream enabled on the server, and may this user create streams?)", rt.Conn.URL(), err)
 		}
 		rt.Topo = topo
 		return nil
 	})
+}
+
+// names are the events stage names of s, for EnsureTopology and
+// LookupTopology to touch only what those stages use; none for All.
+func (s Stages) names() []string {
+	if s == All {
+		return nil
+	}
+	var names []string
+	if s.Poll {
+		names = append(names, events.StagePoller)
+	}
+	if s.Dispatch {
+		names = append(names, events.StageDispatcher)
+	}
+	if s.Reply {
+		names = append(names, events.StageReplier)
+	}
+	return names
 }
 
 // Close flushes and closes the NATS connection (broker.Conn.Close) and

@@ -9,6 +9,8 @@ import (
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/molecule-ai/molecule-relay/internal/stage"
 )
 
 // DefaultStartupTimeout is how long a stage waits at start-up for
@@ -23,9 +25,20 @@ var ErrStartupTimeout = errors.New("relay: JetStream not ready within MOLECULE_S
 // request to a stream without a leader, or to a server or leader that dies
 // meanwhile, is never answered; the next try reaches the new one. A try
 // that creates part of the topology and then times out is not lost: the
-// next one finds what it created. (At 10 s, a stage restarted during a
-// node's restart spent 10 s on its first try alone.)
-const startupAttempt = 4 * time.Second
+// next one finds what it created, each lookup answered in milliseconds by
+// a group with a leader. A try in flight when the last group it waits for
+// gets its leader runs out first, so the bound is what a restart during an
+// election costs beyond the election: stage.AttemptTimeout, as for every
+// request retried around a message. (At 10 s, a stage restarted during a
+// node's restart spent 10 s on its first try alone; at 4 s, a replier
+// restarted 0.7 s after a node kill ran 5.2 s after the last group it
+// needed had a leader, make chaos-cluster.)
+const startupAttempt = stage.AttemptTimeout
+
+// startupPauseMax caps the pause between start-up tries: the tries are
+// cheap (a group without a leader answers "no responders" at once or times
+// out), and a longer pause only adds to the wait after the election.
+const startupPauseMax = 500 * time.Millisecond
 
 // waitJetStream runs attempt until it succeeds, fails for good (an answer
 // no wait can change: see startupPermanent), ctx ends, or timeout passes.
@@ -70,7 +83,7 @@ func waitJetStream(ctx context.Context, log *slog.Logger, timeout time.Duration,
 			return fmt.Errorf("stopped while waiting for %s: %w", what, err)
 		case <-t.C:
 		}
-		pause = min(2*pause, 2*time.Second)
+		pause = min(2*pause, startupPauseMax)
 	}
 }
 

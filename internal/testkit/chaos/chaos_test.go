@@ -415,6 +415,7 @@ type handlerServer struct {
 type handlerRun struct {
 	activityID, sender, messageID string
 	delivery                      uint64
+	start                         time.Time // when the request reached the handler
 	at                            time.Time // when the run answered
 }
 
@@ -439,13 +440,14 @@ func (hs *handlerServer) serve(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	m := p.Message
+	start := time.Now()
 	// The agent works a while, as a real one does: a dispatcher killed
 	// now leaves the one window without a guarantee (a re-run).
 	if *flagWork > 0 {
 		pause(r.Context(), time.Duration(rand.Int64N(int64(2**flagWork))))
 	}
 	hs.mu.Lock()
-	hs.runs[m.Text] = append(hs.runs[m.Text], handlerRun{activityID: m.ActivityID, sender: m.SourceWorkspaceID, messageID: m.MessageID, delivery: p.Delivery, at: time.Now()})
+	hs.runs[m.Text] = append(hs.runs[m.Text], handlerRun{activityID: m.ActivityID, sender: m.SourceWorkspaceID, messageID: m.MessageID, delivery: p.Delivery, start: start, at: time.Now()})
 	hs.mu.Unlock()
 	w.Header().Set("Content-Type", "application/json")
 	_ = json.NewEncoder(w).Encode(map[string]string{"reply": "re: " + m.Text})

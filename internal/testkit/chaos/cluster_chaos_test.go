@@ -19,6 +19,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/molecule-ai/molecule-relay/internal/events"
+	"github.com/molecule-ai/molecule-relay/internal/stage"
 	"github.com/molecule-ai/molecule-relay/internal/testkit/chaos"
 	"github.com/molecule-ai/molecule-relay/internal/testkit/clustertest"
 	"github.com/molecule-ai/molecule-relay/pkg/molecule/moleculetest"
@@ -28,6 +29,7 @@ var (
 	flagRelayBin   = flag.String("chaos.relay-bin", "", "run this molecule-relay binary instead of building the working tree's (to measure another commit with the same scenario)")
 	flagNodeEvery  = flag.Duration("chaos.node-every", 12*time.Second, "cluster: a node is SIGKILLed this often, in rotation")
 	flagNodeDown   = flag.Duration("chaos.node-down", 3*time.Second, "cluster: how long a killed node stays down")
+	flagNodeTerm   = flag.Bool("chaos.node-term", false, "cluster: stop nodes with SIGTERM (nats-server steps down from its leaderships first) instead of SIGKILL")
 	flagStageKills = flag.Bool("chaos.stage-kills", true, "cluster: SIGKILL a random stage every 2-5 s as well")
 	flagLogDir     = flag.String("chaos.log-dir", "", "cluster: write the stages' logs here and keep them (default: a temporary directory)")
 )
@@ -37,6 +39,17 @@ var (
 // CrashLoopBackOff. A stage is expected never to exit while NATS is only
 // failing over, so any such exit is counted and fails the test.
 const crashLoopBackOff = 10 * time.Second
+
+// electionOvershootMax is how long a message may still wait in a leg of
+// its way once every group that leg needs (stream, consumer, bucket) has a
+// leader again: the relay's own share of a node loss. A request sent to
+// the leader that died is given up after stage.AttemptTimeout and tried
+// again; a failed pull is retried after at most 0.5 s (stage's
+// backoffDelay); the rest is room for a loaded 2-core machine. The
+// election itself (4 to 9 s, nats-server raft.go) is not the relay's and
+// is not bounded here; nor are a SIGKILLed stage's AckWait and a platform
+// fault's retry delay, which the attribution names separately.
+const electionOvershootMax = stage.AttemptTimeout + 3*time.Second
 
 // TestChaosCluster is TestChaos on a three-node NATS cluster (the
 // configuration of infra/nats, real nats-server processes on 127.0.0.1)
@@ -49,6 +62,15 @@ const crashLoopBackOff = 10 * time.Second
 // Besides TestChaos's checks it asserts that no stage exited by itself (a
 // stage must wait out a cluster without quorum, not exit), and it prints
 // the redeliveries of work already done, counted from the stages' logs.
+//
+// It also says where the time went: the stages export their spans to the
+// test (spanSink), which cuts each message's way into legs (poll, publish,
+// inbound stream, records, handler, reply stream, post); the nodes'
+// monitoring endpoints say when each stream, consumer and bucket had no
+// leader (leaderWatch). Every message slower than 2 s, and than 10 s, is
+// attributed to its longest leg and to an election of a group that leg
+// needs, a stage SIGKILL, a retry after a platform fault, or nothing
+// found.
 func TestChaosCluster(t *testing.T) {
 	if *flagMsgs <= 0 {
 		t.Skip("cluster chaos test: run make chaos-cluster (-chaos.msgs=N)")
@@ -83,6 +105,7 @@ func TestChaosCluster(t *testing.T) {
 		registerPoll(t, plat, peers[i])
 	}
 	hs := newHandlerServer(t)
+	sink := newSpanSink(t)
 
 	env := []string{
 		"NATS_USER=" + clustertest.UserAdmin,
@@ -92,6 +115,8 @@ func TestChaosCluster(t *testing.T) {
 		// stages' info lines.
 		"MOLECULE_LOG_LEVEL=info",
 	}
+	// The stages' own spans say when each message reached each hop.
+	env = append(env, sink.env()...)
 	logDir := dir
 	if *flagLogDir != "" {
 		logDir = *flagLogDir
@@ -125,16 +150,24 @@ func TestChaosCluster(t *testing.T) {
 		restartCrashed(superCtx, t, stages)
 	}()
 	var kills, nodeKills atomic.Int64
+	var killed stageKills
+	lw := newLeaderWatch(c)
+	watchCtx, stopWatch := context.WithCancel(context.Background())
+	watchDone := make(chan struct{})
+	go func() {
+		defer close(watchDone)
+		lw.run(watchCtx)
+	}()
 	var wg sync.WaitGroup
 	wg.Add(2)
 	go func() {
 		defer wg.Done()
-		rollNodes(ctx, t, c, &nodeKills)
+		rollNodes(ctx, t, c, lw, &nodeKills)
 	}()
 	go func() {
 		defer wg.Done()
 		if *flagStageKills {
-			killStages(ctx, t, rand.New(rand.NewPCG(seed+1, seed)), stages, &kills)
+			killStages(ctx, t, rand.New(rand.NewPCG(seed+1, seed)), stages, &killed, &kills)
 		}
 	}()
 
@@ -154,7 +187,11 @@ func TestChaosCluster(t *testing.T) {
 	}
 	t.Logf("traffic: %d messages in %s, %d stage kills, %d node kills", len(ledger), time.Since(start).Round(time.Millisecond), kills.Load(), nodeKills.Load())
 
+	trafficEnd := time.Now()
+
 	waitAnswered(t, plat, agent, peers, ledger, *flagDrain)
+	stopWatch()
+	<-watchDone
 	if !queuesEmpty(topo, 90*time.Second) {
 		// Reported, not fatal: the counts below say what is missing.
 		t.Errorf("the inbound and reply queues did not empty within 90 s")
@@ -172,8 +209,14 @@ func TestChaosCluster(t *testing.T) {
 	sentAgain := countInLogs(t, logDir, "reply", "reply already sent; acking the redelivery")
 	pullFailed := countInLogs(t, logDir, "", "stage: pull failed")
 	splitLatency(plat, agent, peers, ledger, hs)
-	fmt.Printf("CHAOS cluster: 3 nodes, R3, a node SIGKILLed every %s for %s, stage kills %v; stages that exited by themselves=%d\n",
-		*flagNodeEvery, *flagNodeDown, *flagStageKills, selfExits)
+	worst, slowed := attributeHops(ledger, hs.snapshot(), firstReplies(plat, agent, peers), sink, lw, &killed)
+	lw.printLeaderless(start, trafficEnd)
+	if slowed && worst.afterLeader > electionOvershootMax {
+		t.Errorf("%s waited %s in its leg %q after the groups it needs had a leader again (%s), want at most %s: the relay, not the election, held it",
+			worst.text, worst.afterLeader.Round(time.Millisecond), worst.longest.name, groupNames(worst.leaderless), electionOvershootMax)
+	}
+	fmt.Printf("CHAOS cluster: 3 nodes, R3, a node stopped every %s for %s (SIGTERM %v), stage kills %v; stages that exited by themselves=%d\n",
+		*flagNodeEvery, *flagNodeDown, *flagNodeTerm, *flagStageKills, selfExits)
 	fmt.Printf("CHAOS redeliveries: inbound redelivered after being handled=%d, replies redelivered after being sent=%d, failed pulls logged=%d\n",
 		handledAgain, sentAgain, pullFailed)
 	if selfExits > 0 {
@@ -216,13 +259,20 @@ func startStagesEnv(t *testing.T, dir, bin, natsURL, platURL string, agent molec
 
 // rollNodes SIGKILLs one node every -chaos.node-every, in rotation, and
 // starts it again -chaos.node-down later.
-func rollNodes(ctx context.Context, t *testing.T, c *clustertest.Cluster, kills *atomic.Int64) {
+func rollNodes(ctx context.Context, t *testing.T, c *clustertest.Cluster, lw *leaderWatch, kills *atomic.Int64) {
 	start := time.Now()
 	for i := 0; pause(ctx, *flagNodeEvery-*flagNodeDown); i++ {
 		n := c.Nodes[i%len(c.Nodes)]
-		n.Kill()
+		sig, at := "SIGKILL", time.Now()
+		if *flagNodeTerm {
+			sig = "SIGTERM"
+			n.Stop()
+		} else {
+			n.Kill()
+		}
+		lw.killed(n.Name, at)
 		kills.Add(1)
-		t.Logf("chaos %6.1fs: SIGKILL node %s (at %s, as in the stages' logs)", time.Since(start).Seconds(), n.Name, time.Now().UTC().Format("15:04:05.000"))
+		t.Logf("chaos %6.1fs: %s node %s (at %s, as in the stages' logs)", time.Since(start).Seconds(), sig, n.Name, at.UTC().Format("15:04:05.000"))
 		pause(context.Background(), *flagNodeDown)
 		if err := n.Start(); err != nil {
 			t.Errorf("restart node %s: %v", n.Name, err)
@@ -233,7 +283,7 @@ func rollNodes(ctx context.Context, t *testing.T, c *clustertest.Cluster, kills 
 
 // killStages SIGKILLs a random stage every 2–5 s and restarts it within
 // half a second, as a process manager would.
-func killStages(ctx context.Context, t *testing.T, rng *rand.Rand, stages []*chaos.Process, kills *atomic.Int64) {
+func killStages(ctx context.Context, t *testing.T, rng *rand.Rand, stages []*chaos.Process, killed *stageKills, kills *atomic.Int64) {
 	start := time.Now()
 	var wg sync.WaitGroup
 	defer wg.Wait()
@@ -243,6 +293,7 @@ func killStages(ctx context.Context, t *testing.T, rng *rand.Rand, stages []*cha
 			continue // down after exiting by itself: restartCrashed's
 		}
 		kills.Add(1)
+		killed.add(s.Name, time.Now())
 		t.Logf("chaos %6.1fs: SIGKILL %s", time.Since(start).Seconds(), s.Name)
 		restartSoon(t, rng, &wg, s)
 	}
@@ -276,13 +327,7 @@ func restartCrashed(ctx context.Context, t *testing.T, stages []*chaos.Process) 
 // the answer to the reply on the platform (handled record, reply stream,
 // replier).
 func splitLatency(plat *moleculetest.Server, agent moleculetest.Workspace, peers []moleculetest.Workspace, ledger []*sent, hs *handlerServer) {
-	first := map[string]time.Time{}
-	for _, r := range replies(plat, agent, peers) {
-		text := strings.TrimPrefix(r.text, "re: ")
-		if at, ok := first[text]; !ok || r.at.Before(at) {
-			first[text] = r.at
-		}
-	}
+	first := firstReplies(plat, agent, peers)
 	runs := hs.snapshot()
 	var toHandler, toReply []time.Duration
 	type slow struct {
@@ -314,6 +359,19 @@ func splitLatency(plat *moleculetest.Server, agent moleculetest.Workspace, peers
 		fmt.Printf("CHAOS slow: %s (activity %s) send->handler %s, handler->reply %s (handler runs %d, last delivery %d)\n",
 			x.text, x.activity, x.handler.Round(time.Millisecond), x.reply.Round(time.Millisecond), x.runs, x.deliveries)
 	}
+}
+
+// firstReplies is when the first reply to each sent text reached the
+// platform.
+func firstReplies(plat *moleculetest.Server, agent moleculetest.Workspace, peers []moleculetest.Workspace) map[string]time.Time {
+	first := map[string]time.Time{}
+	for _, r := range replies(plat, agent, peers) {
+		text := strings.TrimPrefix(r.text, "re: ")
+		if at, ok := first[text]; !ok || r.at.Before(at) {
+			first[text] = r.at
+		}
+	}
+	return first
 }
 
 func pcts(d []time.Duration) string {
@@ -427,4 +485,8 @@ func printStalls(ledger []*sent, runs map[string][]handlerRun, first map[string]
 	}
 	stalls("inbound", in)
 	stalls("reply", out)
+}
+
+func groupNames(ls []leaderless) string {
+	return strings.Join(dedupGroups(ls), ", ")
 }
