@@ -23,7 +23,7 @@ import (
 // (json.Unmarshal matches such keys by their decoded form), or fn returns
 // false.
 func Object(data []byte, fn func(key, val []byte) bool) bool {
-	i := skipSpace(data, 0)
+	i := SkipSpace(data, 0)
 	return i < len(data) && data[i] == '{' && json.Valid(data) && members(data, i+1, fn)
 }
 
@@ -38,19 +38,19 @@ func ElementObject(elem []byte, fn func(key, val []byte) bool) bool {
 // []json.RawMessage, sharing data's memory). It reports false when data
 // is not a valid list or fn returns false.
 func Array(data []byte, fn func(elem []byte) bool) bool {
-	i := skipSpace(data, 0)
+	i := SkipSpace(data, 0)
 	if i >= len(data) || data[i] != '[' || !json.Valid(data) {
 		return false
 	}
 	for i++; ; {
-		i = skipSpace(data, i)
+		i = SkipSpace(data, i)
 		if data[i] == ']' {
 			return true
 		}
 		if data[i] == ',' {
-			i = skipSpace(data, i+1)
+			i = SkipSpace(data, i+1)
 		}
-		end := skipValue(data, i)
+		end := SkipValue(data, i)
 		if !fn(data[i:end]) {
 			return false
 		}
@@ -61,20 +61,20 @@ func Array(data []byte, fn func(elem []byte) bool) bool {
 // members walks the members of the valid object whose '{' is before i.
 func members(data []byte, i int, fn func(key, val []byte) bool) bool {
 	for {
-		i = skipSpace(data, i)
+		i = SkipSpace(data, i)
 		if data[i] == '}' {
 			return true
 		}
 		if data[i] == ',' {
-			i = skipSpace(data, i+1)
+			i = SkipSpace(data, i+1)
 		}
-		end := skipString(data, i)
+		end := SkipString(data, i)
 		key := data[i+1 : end-1]
-		if !plainASCII(key) {
+		if !PlainASCII(key) {
 			return false
 		}
-		i = skipSpace(data, skipSpace(data, end)+1) // past ':'
-		vend := skipValue(data, i)
+		i = SkipSpace(data, SkipSpace(data, end)+1) // past ':'
+		vend := SkipValue(data, i)
 		if !fn(key, data[i:vend]) {
 			return false
 		}
@@ -158,8 +158,8 @@ func Value(val []byte, v any) bool {
 	return string(val) != "null" && json.Unmarshal(val, v) == nil
 }
 
-// plainASCII: no escape and no byte outside ASCII.
-func plainASCII(b []byte) bool {
+// PlainASCII: no escape and no byte outside ASCII.
+func PlainASCII(b []byte) bool {
 	for _, c := range b {
 		if c == '\\' || c >= utf8.RuneSelf {
 			return false
@@ -168,15 +168,17 @@ func plainASCII(b []byte) bool {
 	return true
 }
 
-func skipSpace(data []byte, i int) int {
+// SkipSpace returns the index of the first byte at or after i that is not
+// JSON whitespace.
+func SkipSpace(data []byte, i int) int {
 	for i < len(data) && (data[i] == ' ' || data[i] == '\t' || data[i] == '\n' || data[i] == '\r') {
 		i++
 	}
 	return i
 }
 
-// skipString returns the index after the string literal starting at i.
-func skipString(data []byte, i int) int {
+// SkipString returns the index after the string literal starting at i.
+func SkipString(data []byte, i int) int {
 	for i++; i < len(data); i++ {
 		switch data[i] {
 		case '\\':
@@ -188,18 +190,21 @@ func skipString(data []byte, i int) int {
 	return len(data)
 }
 
-// skipValue returns the index after the value starting at i (data is
-// valid JSON).
-func skipValue(data []byte, i int) int {
+// SkipValue returns the index after the value starting at i (data is
+// valid JSON; i at or past its end returns i).
+func SkipValue(data []byte, i int) int {
+	if i >= len(data) {
+		return i
+	}
 	switch data[i] {
 	case '"':
-		return skipString(data, i)
+		return SkipString(data, i)
 	case '{', '[':
 		depth := 0
 		for ; i < len(data); i++ {
 			switch data[i] {
 			case '"':
-				i = skipString(data, i) - 1
+				i = SkipString(data, i) - 1
 			case '{', '[':
 				depth++
 			case '}', ']':

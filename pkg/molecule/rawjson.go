@@ -4,6 +4,8 @@ import (
 	"bytes"
 	"encoding/json"
 	"unicode/utf8"
+
+	"github.com/molecule-ai/molecule-relay/internal/jsonread"
 )
 
 // Splitting JSON that is already known to be valid.
@@ -47,43 +49,33 @@ func (o rawObject) get(key string) (json.RawMessage, bool) {
 // splitObject splits a valid JSON object into its members. The values
 // share data's memory. It never returns nil.
 func splitObject(data []byte) rawObject {
-	i := skipSpace(data, 0) + 1 // past '{'
+	i := jsonread.SkipSpace(data, 0) + 1 // past '{'
 	obj := make(rawObject, 0, 16)
 	for {
-		i = skipSpace(data, i)
+		i = jsonread.SkipSpace(data, i)
 		if i >= len(data) || data[i] == '}' {
 			return obj
 		}
 		if data[i] == ',' {
-			i = skipSpace(data, i+1)
+			i = jsonread.SkipSpace(data, i+1)
 		}
-		end := skipString(data, i)
+		end := jsonread.SkipString(data, i)
 		key := data[i:end:end]
-		i = skipSpace(data, end) + 1 // past ':'
-		i = skipSpace(data, i)
-		vend := skipValue(data, i)
-		obj = append(obj, member{key: key, escaped: !plainASCII(key), val: json.RawMessage(data[i:vend:vend])})
+		i = jsonread.SkipSpace(data, end) + 1 // past ':'
+		i = jsonread.SkipSpace(data, i)
+		vend := jsonread.SkipValue(data, i)
+		obj = append(obj, member{key: key, escaped: !jsonread.PlainASCII(key), val: json.RawMessage(data[i:vend:vend])})
 		i = vend
 	}
-}
-
-// plainASCII: no escape and no byte outside ASCII.
-func plainASCII(b []byte) bool {
-	for _, c := range b {
-		if c == '\\' || c >= utf8.RuneSelf {
-			return false
-		}
-	}
-	return true
 }
 
 // splitArray splits a valid JSON array into its elements, sharing data's
 // memory.
 func splitArray(data []byte) []json.RawMessage {
-	i := skipSpace(data, 0) + 1 // past '['
+	i := jsonread.SkipSpace(data, 0) + 1 // past '['
 	var elems []json.RawMessage
 	for {
-		i = skipSpace(data, i)
+		i = jsonread.SkipSpace(data, i)
 		if i >= len(data) || data[i] == ']' {
 			if elems == nil {
 				elems = []json.RawMessage{} // "[]" is present, not null
@@ -91,9 +83,9 @@ func splitArray(data []byte) []json.RawMessage {
 			return elems
 		}
 		if data[i] == ',' {
-			i = skipSpace(data, i+1)
+			i = jsonread.SkipSpace(data, i+1)
 		}
-		end := skipValue(data, i)
+		end := jsonread.SkipValue(data, i)
 		elems = append(elems, json.RawMessage(data[i:end:end]))
 		i = end
 	}
@@ -109,63 +101,4 @@ func unquote(lit []byte) string {
 	var s string
 	_ = json.Unmarshal(lit, &s) // valid by the caller's contract
 	return s
-}
-
-func skipSpace(data []byte, i int) int {
-	for i < len(data) && (data[i] == ' ' || data[i] == '\t' || data[i] == '\n' || data[i] == '\r') {
-		i++
-	}
-	return i
-}
-
-// skipString returns the index after the string literal starting at i.
-func skipString(data []byte, i int) int {
-	for i++; i < len(data); i++ {
-		switch data[i] {
-		case '\\':
-			i++
-		case '"':
-			return i + 1
-		}
-	}
-	return len(data)
-}
-
-// skipValue returns the index after the value starting at i.
-func skipValue(data []byte, i int) int {
-	if i >= len(data) {
-		return i
-	}
-	switch data[i] {
-	case '"':
-		return skipString(data, i)
-	case '{', '[':
-		depth := 0
-		for ; i < len(data); i++ {
-			switch data[i] {
-			case '"':
-				i = skipString(data, i) - 1
-			case '{', '[':
-				depth++
-			case '}', ']':
-				if depth--; depth == 0 {
-					return i + 1
-				}
-			}
-		}
-		return len(data)
-	default: // number, true, false, null
-		for i < len(data) && !endsLiteral(data[i]) {
-			i++
-		}
-		return i
-	}
-}
-
-func endsLiteral(c byte) bool {
-	switch c {
-	case ',', '}', ']', ' ', '\t', '\r', '\n':
-		return true
-	}
-	return false
 }

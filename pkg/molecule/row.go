@@ -10,6 +10,8 @@ import (
 	"strings"
 	"time"
 	"unicode/utf8"
+
+	"github.com/molecule-ai/molecule-relay/internal/jsonread"
 )
 
 // ErrMalformedRow is matched by every error ParseRow returns.
@@ -273,7 +275,7 @@ func (o rawObject) strIs(key, want string) (bool, error) {
 		return want == "", nil
 	case '"':
 		lit := bytes.TrimSpace(v)
-		if plainASCII(lit) {
+		if jsonread.PlainASCII(lit) {
 			return string(lit[1:len(lit)-1]) == want, nil
 		}
 		return unquote(lit) == want, nil
