@@ -35,7 +35,7 @@ func (c *Client) StreamEvents(ctx context.Context, fn func(Event)) error {
 		accept:    "text/event-stream",
 		noTimeout: true,
 	}
-	resp, err := c.openStream(ctx, r, c.cfg.MaxResponseBytes)
+	resp, err := c.openStream(ctx, c.cfg.StreamHTTPClient, r, c.cfg.MaxResponseBytes)
 	if err != nil {
 		return err
 	}
