@@ -51,7 +51,7 @@ func startHTTPSink(b *testing.B) *httpSink {
 
 // floor posts n notify-sized JSON bodies from as many workers as the
 // replier has, on a transport pooled as the relay's (relay
-// platformHTTPClient), and reports this process's CPU per POST: the
+// platformHTTPClients), and reports this process's CPU per POST: the
 // client's share of one reply's HTTP round trip.
 func (s *httpSink) floor(b *testing.B, n int) {
 	hc := httpClient(true)

@@ -290,9 +290,11 @@ func loadStatus(ctx context.Context, kv jetstream.KeyValue, ws string) (statusRe
 // records per poll interval and per heartbeat to say nothing new.
 const statusRefresh = time.Minute
 
-// cachedStatus is a status record as this process last read or wrote it.
+// cachedStatus is a status record as this process last read or wrote it,
+// and the revision it had then (0 when not known).
 type cachedStatus struct {
 	rec      statusRecord
+	rev      uint64
 	failedAt time.Time // when the bucket last did not answer a read
 }
 
@@ -321,7 +323,7 @@ func (p *Poller) readStatus(ctx context.Context, ws string) (statusRecord, error
 		p.log.DebugContext(ctx, "poller: status bucket did not answer; going on with the record in memory", "workspace", ws, "error", err)
 		return c.rec, nil
 	case err == nil && rev > 0:
-		p.statusCache.Store(ws, cachedStatus{rec: r})
+		p.statusCache.Store(ws, cachedStatus{rec: r, rev: rev})
 	}
 	return r, err
 }
@@ -346,7 +348,10 @@ func sameStatus(prev, next statusRecord) bool {
 // updateStatus applies fn to the stored status record with compare-and-set,
 // re-applying it on a conflict (fn must only set fields). It returns the
 // record as written. When fn changes nothing of the record this process
-// last read or wrote (sameStatus), nothing is read or written.
+// last read or wrote (sameStatus), nothing is read or written; when it
+// does, the record is written on that revision without reading it first,
+// and read only when another write came in between (the compare-and-set
+// fails): a fleet's heartbeats refresh a thousand records a minute.
 func (p *Poller) updateStatus(ctx context.Context, ws string, fn func(*statusRecord)) (statusRecord, error) {
 	if v, ok := p.statusCache.Load(ws); ok {
 		c := v.(cachedStatus)
@@ -354,6 +359,12 @@ func (p *Poller) updateStatus(ctx context.Context, ws string, fn func(*statusRec
 		fn(&next)
 		if sameStatus(c.rec, next) {
 			return c.rec, nil
+		}
+		if c.rev > 0 {
+			r, err := p.writeStatus(ctx, ws, next, c.rev)
+			if !isConflict(err) {
+				return r, err
+			}
 		}
 	}
 	var lastErr error
@@ -363,30 +374,44 @@ func (p *Poller) updateStatus(ctx context.Context, ws string, fn func(*statusRec
 			return r, err
 		}
 		fn(&r)
-		r.UpdatedAt = time.Now().UTC()
-		data, err := json.Marshal(r)
-		if err != nil {
+		r, err = p.writeStatus(ctx, ws, r, rev)
+		if !isConflict(err) {
 			return r, err
-		}
-		// One bounded try: a conflict (also after a try that timed out
-		// but was applied) goes round this loop.
-		wctx, cancel := context.WithTimeout(ctx, stage.AttemptTimeout)
-		if rev == 0 {
-			_, err = p.topo.Status.Create(wctx, ws, data)
-		} else {
-			_, err = p.topo.Status.Update(wctx, ws, data, rev)
-		}
-		cancel()
-		if err == nil {
-			p.statusCache.Store(ws, cachedStatus{rec: r})
-			return r, nil
-		}
-		if !errors.Is(err, jetstream.ErrKeyExists) && !errors.Is(err, jetstream.ErrKeyRevisionMismatch) {
-			return r, fmt.Errorf("poller: save status of %s: %w", ws, err)
 		}
 		lastErr = err
 	}
 	return statusRecord{}, fmt.Errorf("poller: save status of %s: too many concurrent updates: %w", ws, lastErr)
+}
+
+// writeStatus writes r as ws's status record on revision rev (0: create)
+// in one bounded try, and remembers it. A conflict (also after a try that
+// timed out but was applied) is returned as jetstream's error, for the
+// caller to read the record and try again.
+func (p *Poller) writeStatus(ctx context.Context, ws string, r statusRecord, rev uint64) (statusRecord, error) {
+	r.UpdatedAt = time.Now().UTC()
+	data, err := json.Marshal(r)
+	if err != nil {
+		return r, err
+	}
+	wctx, cancel := context.WithTimeout(ctx, stage.AttemptTimeout)
+	defer cancel()
+	if rev == 0 {
+		rev, err = p.topo.Status.Create(wctx, ws, data)
+	} else {
+		rev, err = p.topo.Status.Update(wctx, ws, data, rev)
+	}
+	if err == nil {
+		p.statusCache.Store(ws, cachedStatus{rec: r, rev: rev})
+		return r, nil
+	}
+	if isConflict(err) {
+		return r, err
+	}
+	return r, fmt.Errorf("poller: save status of %s: %w", ws, err)
+}
+
+func isConflict(err error) bool {
+	return errors.Is(err, jetstream.ErrKeyExists) || errors.Is(err, jetstream.ErrKeyRevisionMismatch)
 }
 
 // WorkspaceStatus is what the poller last observed of one workspace, read

@@ -51,6 +51,30 @@ func Setup(ctx context.Context, serviceName string) (shutdown func(context.Conte
 	return tp.Shutdown, nil
 }
 
-// Transport wraps the platform client's transport with otelhttp: a client
-// span per request, traceparent on the request.
-func Transport(rt http.RoundTripper) http.RoundTripper { return otelhttp.NewTransport(rt) }
+// Transport wraps the platform client's transport with otelhttp while
+// tracing is on (a tracer provider installed, as Start decides per call): a
+// client span per request, traceparent on the request. While it is off, a
+// request goes straight to rt: otelhttp would still build its attribute
+// sets and metric options for every request, and wrap every response body,
+// to record nothing (12 % of an idle fleet's CPU at 1,000 workspaces,
+// docs/performance.md "An idle fleet"). Nothing is lost: with tracing off
+// the global propagator is the no-op one, so otelhttp injected nothing.
+func Transport(rt http.RoundTripper) http.RoundTripper {
+	return &transport{plain: rt, traced: otelhttp.NewTransport(rt)}
+}
+
+type transport struct{ plain, traced http.RoundTripper }
+
+func (t *transport) RoundTrip(r *http.Request) (*http.Response, error) {
+	if off() {
+		return t.plain.RoundTrip(r)
+	}
+	return t.traced.RoundTrip(r)
+}
+
+// CloseIdleConnections passes http.Client.CloseIdleConnections on to rt.
+func (t *transport) CloseIdleConnections() {
+	if c, ok := t.plain.(interface{ CloseIdleConnections() }); ok {
+		c.CloseIdleConnections()
+	}
+}

@@ -36,13 +36,20 @@ var unset = otel.GetTracerProvider()
 // installed it allocates nothing: ctx comes back unchanged (an incoming
 // traceparent is passed on as is) with a span that records nothing.
 func Start(ctx context.Context, name string, kind trace.SpanKind, attrs ...attribute.KeyValue) (context.Context, trace.Span) {
-	tp := otel.GetTracerProvider()
-	if _, isNoop := tp.(noop.TracerProvider); tp == unset || isNoop {
+	if off() {
 		return ctx, noop.Span{}
 	}
 	// The copy keeps attrs from escaping, so callers' attribute slices
 	// stay on their stack on the path above.
-	return tp.Tracer(Scope).Start(ctx, name, trace.WithSpanKind(kind), trace.WithAttributes(slices.Clone(attrs)...))
+	return otel.GetTracerProvider().Tracer(Scope).Start(ctx, name, trace.WithSpanKind(kind), trace.WithAttributes(slices.Clone(attrs)...))
+}
+
+// off reports whether tracing is off: no tracer provider installed, or a
+// no-op one.
+func off() bool {
+	tp := otel.GetTracerProvider()
+	_, isNoop := tp.(noop.TracerProvider)
+	return tp == unset || isNoop
 }
 
 // Header returns NATS headers carrying ctx's trace context (traceparent,

@@ -8,7 +8,10 @@
 // version the go command recorded (a `go install ...@v1.2.3`), else "dev".
 package version
 
-import "runtime/debug"
+import (
+	"runtime/debug"
+	"sync"
+)
 
 // Version is set with -ldflags -X; see the package comment.
 var Version = ""
@@ -19,8 +22,16 @@ func String() string {
 	if Version != "" {
 		return Version
 	}
+	return builtVersion()
+}
+
+// builtVersion reads the build info once: every heartbeat carries the
+// version, and debug.ReadBuildInfo parses the whole embedded module list
+// on each call (4 % of an idle fleet's CPU at 1,000 workspaces,
+// docs/performance.md "An idle fleet").
+var builtVersion = sync.OnceValue(func() string {
 	if bi, ok := debug.ReadBuildInfo(); ok && bi.Main.Version != "" && bi.Main.Version != "(devel)" {
 		return bi.Main.Version
 	}
 	return "dev"
-}
+})

@@ -55,6 +55,11 @@ type Config struct {
 	// HTTPClient is used for every request. If nil, a client with no overall
 	// timeout (calls are bounded by their context and by RequestTimeout).
 	HTTPClient *http.Client
+	// StreamHTTPClient, when set, carries the event stream (StreamEvents)
+	// instead of HTTPClient: a relay that holds one stream per workspace
+	// gives the streams a transport that costs less per held connection.
+	// If nil, HTTPClient.
+	StreamHTTPClient *http.Client
 	// RequestTimeout bounds each request whose context has no deadline,
 	// except SendA2A/CallPeer (a push peer may take up to 30 minutes) and
 	// StreamEvents. If not set, 30 seconds. Negative disables it. It applies
@@ -149,6 +154,9 @@ func (cfg *Config) validate() (base string, err error) {
 	}
 	if cfg.HTTPClient == nil {
 		cfg.HTTPClient = &http.Client{}
+	}
+	if cfg.StreamHTTPClient == nil {
+		cfg.StreamHTTPClient = cfg.HTTPClient
 	}
 	return strings.TrimRight(cfg.PlatformURL, "/"), nil
 }

@@ -175,12 +175,13 @@ func (c *Client) transportError(parent context.Context, r request, err error) er
 // archive, an upload) rather than whole under MaxResponseBytes (do). It
 // shares request building, rate-limit accounting and error classification
 // with do; a non-200 answer is an *APIError, its body read up to errCap.
-func (c *Client) openStream(ctx context.Context, r request, errCap int64) (*http.Response, error) {
+// hc is the client that carries it.
+func (c *Client) openStream(ctx context.Context, hc *http.Client, r request, errCap int64) (*http.Response, error) {
 	req, err := c.newRequest(ctx, r)
 	if err != nil {
 		return nil, err
 	}
-	resp, err := c.hc.Do(req)
+	resp, err := hc.Do(req)
 	if err != nil {
 		return nil, c.transportError(ctx, r, err)
 	}

@@ -35,7 +35,7 @@ func (c *Client) StreamEvents(ctx context.Context, fn func(Event)) error {
 		accept:    "text/event-stream",
 		noTimeout: true,
 	}
-	resp, err := c.openStream(ctx, r, c.cfg.MaxResponseBytes)
+	resp, err := c.openStreamAside(ctx, r)
 	if err != nil {
 		return err
 	}
@@ -56,6 +56,22 @@ func (c *Client) StreamEvents(ctx context.Context, fn func(Event)) error {
 		return fmt.Errorf("%w: %s %s", ErrStreamEnded, r.method, r.path)
 	}
 	return fmt.Errorf("%w: %s %s: %w", ErrPlatformUnavailable, r.method, r.path, err)
+}
+
+// openStreamAside opens the event stream on a goroutine that ends once it
+// is open. Opening (dial, request, headers) needs a deep stack, reading
+// the stream a shallow one, and a goroutine keeps the stack it grew while
+// it lives: the caller holds the stream for hours, one per workspace of a
+// fleet, so it should not carry the open's stack all that time
+// (docs/performance.md "An idle fleet").
+func (c *Client) openStreamAside(ctx context.Context, r request) (resp *http.Response, err error) {
+	opened := make(chan struct{})
+	go func() {
+		defer close(opened)
+		resp, err = c.openStream(ctx, c.cfg.StreamHTTPClient, r, c.cfg.MaxResponseBytes)
+	}()
+	<-opened
+	return resp, err
 }
 
 // readSSE parses text/event-stream framing from r, calling emit with the

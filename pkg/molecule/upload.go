@@ -51,7 +51,7 @@ func (c *Client) FetchUpload(ctx context.Context, fileID string, max int64) (*Up
 		max = MaxUploadBytes
 	}
 	r := request{method: http.MethodGet, path: c.selfPath("/pending-uploads/" + fileID + "/content"), accept: "*/*", noTimeout: true}
-	resp, err := c.openStream(ctx, r, maxErrorBody)
+	resp, err := c.openStream(ctx, c.hc, r, maxErrorBody)
 	if err != nil {
 		return nil, err
 	}

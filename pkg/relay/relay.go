@@ -148,18 +148,19 @@ func (rt *Runtime) Reconfigure(cfg *config.Config) error {
 // newClients builds one platform client per configured workspace, each on
 // its own tenant's base URL with its own tenant headers.
 func newClients(cfg *config.Config, log *slog.Logger) ([]*molecule.Client, error) {
-	hc := platformHTTPClient(cfg)
+	hc, streams := platformHTTPClients(cfg)
 	var clients []*molecule.Client
 	budgets := budgetsByBucket{}
 	for _, w := range cfg.Workspaces() {
 		c, err := molecule.New(molecule.Config{
-			PlatformURL: w.PlatformURL,
-			WorkspaceID: w.ID,
-			Token:       w.Token,
-			OrgID:       w.OrgID,
-			HTTPClient:  hc,
-			Logger:      log.With("workspace", w.ID),
-			RateBudget:  budgets.of(w),
+			PlatformURL:      w.PlatformURL,
+			WorkspaceID:      w.ID,
+			Token:            w.Token,
+			OrgID:            w.OrgID,
+			HTTPClient:       hc,
+			StreamHTTPClient: streams,
+			Logger:           log.With("workspace", w.ID),
+			RateBudget:       budgets.of(w),
 		})
 		if err != nil {
 			return nil, fmt.Errorf("workspace %s: %w", w.ID, err)
@@ -245,7 +246,7 @@ func (rt *Runtime) Close() {
 	}
 }
 
-// platformHTTPClient is shared by every workspace's client: one connection
+// platformHTTPClients are shared by every workspace's client: one connection
 // pool to the platform, sized for the replier's and poller's concurrency
 // and for the fleet. Go's default keeps only 2 idle connections per host,
 // so concurrent notifies would open and close a connection each (measured:
@@ -255,8 +256,10 @@ func (rt *Runtime) Close() {
 // that, every overlap closed some and the next opened new ones (measured
 // at 1,000 workspaces and 32 idle: 8,529 sockets in TIME_WAIT). An idle
 // connection costs only while it exists: the pool grows to the largest
-// overlap seen and shrinks after IdleConnTimeout.
-func platformHTTPClient(cfg *config.Config) *http.Client {
+// overlap seen and shrinks after IdleConnTimeout. The event streams, which
+// hold a connection each for their whole life, go through streams
+// (streamTransport).
+func platformHTTPClients(cfg *config.Config) (requests, streams *http.Client) {
 	t := http.DefaultTransport.(*http.Transport).Clone()
 	idle := max(cfg.ReplyConcurrency+cfg.Concurrency, 32, len(cfg.Workspaces()))
 	t.MaxIdleConns, t.MaxIdleConnsPerHost = 2*idle, idle
@@ -265,7 +268,8 @@ func platformHTTPClient(cfg *config.Config) *http.Client {
 	// connection with its own write buffer for its whole life.
 	t.WriteBufferSize = 1 << 10
 	t.IdleConnTimeout = 90 * time.Second
-	return &http.Client{Transport: tracing.Transport(t)}
+	return &http.Client{Transport: tracing.Transport(t)},
+		&http.Client{Transport: tracing.Transport(streamTransport{pooled: t})}
 }
 
 // ClientMap returns the clients keyed by workspace id.

@@ -1,0 +1,102 @@
+package poller
+
+import (
+	"context"
+	"encoding/json"
+	"testing"
+	"time"
+
+	"github.com/molecule-ai/molecule-relay/internal/events"
+	"github.com/molecule-ai/molecule-relay/internal/testkit/natstest"
+)
+
+// A status write goes on the revision this process last wrote, without
+// reading the record first (a fleet's heartbeats refresh a thousand
+// records a minute); only when another writer came in between does the
+// compare-and-set fail, and then the record is read and the other
+// writer's change kept.
+func TestStatusWriteReadsOnlyAfterAnotherWrite(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	ns := natstest.Start(t)
+	_, js := natstest.Connect(t, ns.ClientURL())
+	topo, err := events.EnsureTopology(ctx, js, events.TopologyConfig{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Every read of a status record is a request to the bucket's stream
+	// (a direct get, or a message get where direct gets are off).
+	watch, _ := natstest.Connect(t, ns.ClientURL())
+	stream := "KV_" + topo.Status.Bucket()
+	var subs []interface{ Pending() (int, int, error) }
+	for _, subj := range []string{"$JS.API.DIRECT.GET." + stream, "$JS.API.DIRECT.GET." + stream + ".>", "$JS.API.STREAM.MSG.GET." + stream} {
+		sub, err := watch.SubscribeSync(subj)
+		if err != nil {
+			t.Fatal(err)
+		}
+		subs = append(subs, sub)
+	}
+	reads := func() int {
+		t.Helper()
+		if err := watch.Flush(); err != nil {
+			t.Fatal(err)
+		}
+		n := 0
+		for _, s := range subs {
+			m, _, _ := s.Pending()
+			n += m
+		}
+		return n
+	}
+	if err := watch.Flush(); err != nil {
+		t.Fatal(err)
+	}
+
+	p := &Poller{topo: topo}
+	const ws = "ws-1"
+	set := func(f func(*statusRecord)) {
+		t.Helper()
+		if _, err := p.updateStatus(ctx, ws, f); err != nil {
+			t.Fatal(err)
+		}
+	}
+	set(func(r *statusRecord) { r.Paused = true }) // nothing cached yet: read, then create
+	first := reads()
+	set(func(r *statusRecord) { r.Paused = false })
+	set(func(r *statusRecord) { r.LastPollError = "x" })
+	if n := reads() - first; n != 0 {
+		t.Fatalf("%d reads for two writes on this process's own last revision, want 0", n)
+	}
+
+	// Another writer in between: the write reads the record and keeps
+	// the other's change.
+	e, err := topo.Status.Get(ctx, ws)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var theirs statusRecord
+	if err := json.Unmarshal(e.Value(), &theirs); err != nil {
+		t.Fatal(err)
+	}
+	theirs.Generation = "old"
+	data, _ := json.Marshal(theirs)
+	if _, err := topo.Status.Update(ctx, ws, data, e.Revision()); err != nil {
+		t.Fatal(err)
+	}
+	before := reads()
+	set(func(r *statusRecord) { r.Paused = true })
+	if n := reads() - before; n != 1 {
+		t.Errorf("%d reads after another writer's update, want 1", n)
+	}
+	e, err = topo.Status.Get(ctx, ws)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got statusRecord
+	if err := json.Unmarshal(e.Value(), &got); err != nil {
+		t.Fatal(err)
+	}
+	if got.Generation != "old" || !got.Paused || got.LastPollError != "x" {
+		t.Errorf("stored record %+v: want the other writer's generation old, paused, and the earlier last_poll_error", got)
+	}
+}
