@@ -97,8 +97,9 @@ type workspace struct {
 
 	// cycleMu serialises poll cycles of one workspace within this process.
 	cycleMu sync.Mutex
-	// errs and hbErrs log poll and heartbeat failures once per change.
-	errs, hbErrs repeatLog
+	// errs, hbErrs and statusErrs log poll, heartbeat and status record
+	// failures once per change.
+	errs, hbErrs, statusErrs repeatLog
 	// warnedForeign: a notify row not ours was reported (foreign.go).
 	warnedForeign atomic.Bool
 	// warnedShared: another process on this NATS polls it too (foreign.go).
@@ -445,9 +446,7 @@ func (p *Poller) endCycle(ctx context.Context, w *workspace, res *WorkspaceResul
 		}
 	})
 	cancel()
-	if err != nil && res.Err == nil {
-		res.Err = err
-	}
+	p.noteStatusSave(ctx, w, err)
 	if !res.Stopped && !res.Paused {
 		w.recordOutcome(res.Err)
 	}
@@ -456,6 +455,20 @@ func (p *Poller) endCycle(ctx context.Context, w *workspace, res *WorkspaceResul
 		w.errs.ok(ctx, w.log, "poller: polling works again")
 	case !res.Stopped && ctx.Err() == nil:
 		w.errs.failed(ctx, w.log, "poller: poll failed", res.Err)
+	}
+}
+
+// noteStatusSave logs a status record the bucket did not store. It is the
+// cycle's bookkeeping, not its work: the rows were published and the
+// cursor saved before it, so the cycle is not counted as a failed poll
+// (that would log "poll failed" for a poll that worked, raise the error
+// rate and fail a --once run); the next cycle's write carries the record.
+func (p *Poller) noteStatusSave(ctx context.Context, w *workspace, err error) {
+	switch {
+	case err == nil:
+		w.statusErrs.ok(ctx, w.log, "poller: status record saved again")
+	case ctx.Err() == nil:
+		w.statusErrs.failed(ctx, w.log, "poller: status record not saved (polling works: the rows are published and the cursor saved; the next cycle writes it)", err)
 	}
 }
 
