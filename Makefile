@@ -90,7 +90,7 @@ cover: ## statement coverage of pkg/molecule
 
 validate-infra: $(HELM) ## helm lint and template the chart; decode it and infra/k8s strictly into k8s.io/api and KEDA types (infra/validate)
 	$(HELM) lint --strict $(CHART) -f $(CHART)/ci/example-values.yaml
-	$(HELM) lint --strict $(CHART) -f $(CHART)/ci/example-values.yaml --set keda.enabled=true,poller.mode=deployment,metrics.serviceMonitor.enabled=true
+	$(HELM) lint --strict $(CHART) -f $(CHART)/ci/example-values.yaml --set keda.enabled=true,poller.mode=deployment,poller.replicas=3,metrics.serviceMonitor.enabled=true
 	$(HELM) template molecule-relay $(CHART) --namespace molecule-relay -f $(CHART)/ci/example-values.yaml > /dev/null
 	cd infra/validate && $(GO) vet ./... && HELM=$(HELM) $(GO) test -count=1 ./...
 

@@ -93,6 +93,9 @@ livenessProbe:
     {{- if eq $v.poller.mode "deployment" }}
     - {name: MOLECULE_METRICS_ADDR, value: {{ printf ":%v" $v.metricsPort | quote }}}
     {{- end }}
+    {{- with include "molecule-relay.pollerGroup" .root }}
+    - {name: MOLECULE_POLLER_GROUP, value: {{ . | quote }}}
+    {{- end }}
   {{- if eq $v.poller.mode "deployment" }}
   {{- include "molecule-relay.serving" . | nindent 2 }}
   {{- end }}
@@ -155,4 +158,26 @@ topologySpreadConstraints:
   - {{ toYaml (merge (dict) . (dict "labelSelector" (dict "matchLabels" (include "molecule-relay.selector" $ | fromYaml)))) | nindent 4 | trim }}
 {{- end }}
 {{- end }}
+{{- end }}
+
+{{/* The poller's MOLECULE_POLLER_GROUP: poller.group, or with several
+replicas "<namespace>-<release>" (dots, allowed in a release name, made
+dashes; past 64 characters cut, with a hash of the whole kept unique); empty
+for one replica without a group. A cronjob runs `poll --once`, which polls
+every workspace, so it refuses both. */}}
+{{- define "molecule-relay.pollerGroup" -}}
+{{- $p := .Values.poller -}}
+{{- $replicas := int $p.replicas -}}
+{{- if eq $p.mode "cronjob" -}}
+{{- if gt $replicas 1 }}{{ fail (printf "poller.replicas=%d with poller.mode=cronjob: a `poll --once` run polls every workspace, so several would poll each one several times; use poller.mode=deployment, whose replicas form a poller group" $replicas) }}{{ end -}}
+{{- if $p.group }}{{ fail "poller.group with poller.mode=cronjob: a `poll --once` run polls every workspace, groups apply to long-running pollers; use poller.mode=deployment or unset poller.group" }}{{ end -}}
+{{- else -}}
+{{- $group := $p.group -}}
+{{- if and (not $group) (gt $replicas 1) -}}
+{{- $group = printf "%s-%s" .Release.Namespace .Release.Name | replace "." "-" -}}
+{{- if gt (len $group) 64 }}{{ $group = printf "%s-%s" (trunc 55 $group) (sha256sum $group | trunc 8) }}{{ end -}}
+{{- end -}}
+{{- if and $group (not (regexMatch "^[A-Za-z0-9_-]{1,64}$" $group)) }}{{ fail (printf "poller.group %q: use 1 to 64 letters, digits, - or _ (MOLECULE_POLLER_GROUP)" $group) }}{{ end -}}
+{{- $group -}}
+{{- end -}}
 {{- end }}
