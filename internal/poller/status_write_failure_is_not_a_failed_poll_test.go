@@ -1,34 +1,15 @@
 package poller_test
 
 import (
-	"bytes"
 	"log/slog"
 	"net/http"
 	"strings"
-	"sync"
 	"testing"
 
 	"github.com/molecule-ai/molecule-relay/internal/poller"
+	"github.com/molecule-ai/molecule-relay/internal/testkit/pipelinetest"
 	"github.com/molecule-ai/molecule-relay/pkg/molecule/moleculetest"
 )
-
-// syncBuffer is a log destination the test reads after the poller wrote.
-type syncBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (b *syncBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
-}
-
-func (b *syncBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.String()
-}
 
 // A status record the bucket refuses to store is the cycle's bookkeeping,
 // not its work: the message is published, the cycle is no failed poll
@@ -36,7 +17,7 @@ func (b *syncBuffer) String() string {
 // warning says what was not saved.
 func TestStatusWriteFailureDoesNotFailThePoll(t *testing.T) {
 	e := newEnv(t)
-	var logs syncBuffer
+	var logs pipelinetest.LogBuffer
 	p := e.poller(poller.Config{Logger: slog.New(slog.NewTextHandler(&logs, nil))})
 	e.runOnce(p) // registers, and records the registration (that write must land: the seed needs it)
 	// A failed feed read leaves its error in the status record, so that
