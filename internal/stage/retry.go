@@ -38,7 +38,14 @@ func RetryDelay(base, maxDelay time.Duration, delivery uint64) time.Duration {
 // its first "try" returns that failure, so the next real one comes after
 // the first wait.
 func RetryWrite(ctx context.Context, op func() error) error {
-	err := tryWrite(op)
+	return retry(ctx, 2*time.Second, func() error { return tryWrite(op) })
+}
+
+// retry runs try until it succeeds, returns a backoff.Permanent error, or
+// ctx ends, waiting from 50 ms up to maxWait between tries. The first try
+// runs before any backoff state is built (see RetryWrite).
+func retry(ctx context.Context, maxWait time.Duration, try func() error) error {
+	err := try()
 	if err == nil {
 		return nil
 	}
@@ -47,16 +54,20 @@ func RetryWrite(ctx context.Context, op func() error) error {
 	}
 	b := backoff.NewExponentialBackOff()
 	b.InitialInterval = 50 * time.Millisecond
-	b.MaxInterval = 2 * time.Second
+	b.MaxInterval = maxWait
 	b.MaxElapsedTime = 0
 	first := err
-	return backoff.Retry(func() error {
+	err = backoff.Retry(func() error {
 		if first != nil {
 			err, first = first, nil
 			return err
 		}
-		return tryWrite(op)
+		return try()
 	}, backoff.WithContext(b, ctx))
+	if permanent, ok := errors.AsType[*backoff.PermanentError](err); ok {
+		return permanent.Err
+	}
+	return err
 }
 
 // tryWrite is one try of RetryWrite: a closed connection is permanent.
@@ -91,34 +102,11 @@ const AttemptTimeout = 2 * time.Second
 // leader is answered at once ("no responders") or times out, and costs
 // the cluster nothing else.
 func RetryRequest(ctx context.Context, op func(ctx context.Context) error) error {
-	try := func() error {
+	return retry(ctx, 500*time.Millisecond, func() error {
 		actx, cancel := context.WithTimeout(ctx, AttemptTimeout)
 		defer cancel()
 		return tryWrite(func() error { return op(actx) })
-	}
-	err := try()
-	if err == nil {
-		return nil
-	}
-	if permanent, ok := errors.AsType[*backoff.PermanentError](err); ok {
-		return permanent.Err
-	}
-	b := backoff.NewExponentialBackOff()
-	b.InitialInterval = 50 * time.Millisecond
-	b.MaxInterval = 500 * time.Millisecond
-	b.MaxElapsedTime = 0
-	first := err
-	err = backoff.Retry(func() error {
-		if first != nil {
-			err, first = first, nil
-			return err
-		}
-		return try()
-	}, backoff.WithContext(b, ctx))
-	if permanent, ok := errors.AsType[*backoff.PermanentError](err); ok {
-		return permanent.Err
-	}
-	return err
+	})
 }
 
 // RetryCreate creates key in kv with RetryRequest: a transient failure is
