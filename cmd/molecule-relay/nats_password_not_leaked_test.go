@@ -1,17 +1,16 @@
 package main
 
 import (
-	"bytes"
 	"context"
 	"fmt"
 	"net"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
 	"github.com/nats-io/nats-server/v2/server"
 
+	"github.com/molecule-ai/molecule-relay/internal/testkit/pipelinetest"
 	"github.com/molecule-ai/molecule-relay/pkg/molecule/moleculetest"
 )
 
@@ -37,23 +36,6 @@ func startAuthNATS(t *testing.T, jetStream bool) string {
 	return fmt.Sprintf("nats://relay:%s@127.0.0.1:%d", secretNATSPassword, ns.Addr().(*net.TCPAddr).Port)
 }
 
-type lockedBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (l *lockedBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *lockedBuffer) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
-}
-
 // The info-level "running" line of a long-running connect must not carry
 // the NATS password of a NATS_URL with user information.
 func TestConnectLogDoesNotLeakNATSPassword(t *testing.T) {
@@ -64,7 +46,7 @@ func TestConnectLogDoesNotLeakNATSPassword(t *testing.T) {
 		"NATS_URL=" + startAuthNATS(t, true), "MOLECULE_POLL_INTERVAL=200ms", "MOLECULE_LOG_LEVEL=info"}
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	var out, errb lockedBuffer
+	var out, errb pipelinetest.LogBuffer
 	done := make(chan int, 1)
 	go func() {
 		done <- run(ctx, &cliEnv{stdin: strings.NewReader(""), stdout: &out, stderr: &errb, environ: environ}, []string{"connect"})

@@ -31,6 +31,8 @@ import (
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/molecule-ai/molecule-relay/internal/testkit/pipelinetest"
 )
 
 // Users of account RELAY in infra/nats/accounts.conf.
@@ -150,7 +152,7 @@ type Node struct {
 	mu     sync.Mutex
 	cmd    *exec.Cmd
 	exited chan struct{}
-	out    lockedBuffer
+	out    pipelinetest.LogBuffer
 }
 
 // Cluster is the three-node cluster of infra/nats.
@@ -160,7 +162,7 @@ type Cluster struct {
 	bin   string
 	// clients collects the asynchronous errors (permission violations,
 	// disconnects) of every connection made by Connect.
-	clients lockedBuffer
+	clients pipelinetest.LogBuffer
 }
 
 // Start starts the three nodes from the files in infra/nats and waits
@@ -580,21 +582,4 @@ func freePorts(t testing.TB, n int) []int {
 		ln.Close()
 	}
 	return ports
-}
-
-type lockedBuffer struct {
-	mu sync.Mutex
-	b  strings.Builder
-}
-
-func (l *lockedBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *lockedBuffer) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
 }

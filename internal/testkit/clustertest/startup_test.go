@@ -5,32 +5,14 @@ import (
 	"errors"
 	"log/slog"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
 	"github.com/molecule-ai/molecule-relay/internal/config"
 	"github.com/molecule-ai/molecule-relay/internal/testkit/clustertest"
+	"github.com/molecule-ai/molecule-relay/internal/testkit/pipelinetest"
 	"github.com/molecule-ai/molecule-relay/pkg/relay"
 )
-
-// syncBuffer is a log sink read while the stage writes to it.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  strings.Builder
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
 
 // stageConfig is the configuration of a poll stage on the cluster, R3,
 // with the given start-up timeout: as the admin creating the topology
@@ -83,7 +65,7 @@ func TestStageStartingWithoutQuorumWaitsForIt(t *testing.T) {
 
 func stageWaitsForQuorum(t *testing.T, topology string) {
 	c := withoutQuorum(t)
-	var logs syncBuffer
+	var logs pipelinetest.LogBuffer
 	log := slog.New(slog.NewTextHandler(&logs, &slog.HandlerOptions{Level: slog.LevelInfo}))
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()

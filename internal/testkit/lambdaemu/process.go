@@ -1,7 +1,6 @@
 package lambdaemu
 
 import (
-	"bytes"
 	"errors"
 	"fmt"
 	"os"
@@ -10,6 +9,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/molecule-ai/molecule-relay/internal/testkit/pipelinetest"
 )
 
 // ShutdownGrace is how long Stop waits between SIGTERM and SIGKILL: what
@@ -27,7 +28,7 @@ type Process struct {
 	emu  *Emulator
 	bin  string
 	env  []string
-	out  lockedBuffer
+	out  pipelinetest.LogBuffer
 	once sync.Once
 
 	mu       sync.Mutex
@@ -232,21 +233,4 @@ func (p *Process) stopCurrent() {
 		_ = cmd.Process.Kill()
 		<-exited
 	}
-}
-
-type lockedBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (l *lockedBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *lockedBuffer) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
 }
