@@ -8,7 +8,6 @@ import (
 	"math/rand/v2"
 	"net"
 	"net/http"
-	"os"
 	"os/exec"
 	"path/filepath"
 	"slices"
@@ -202,34 +201,7 @@ func registerPoll(t *testing.T, plat *moleculetest.Server, ws moleculetest.Works
 // molecule-relay processes, stopped at cleanup.
 func startStages(t *testing.T, dir, bin, natsURL, platURL string, agent moleculetest.Workspace, handlerURL string) []*chaos.Process {
 	t.Helper()
-	env := []string{
-		"PATH=" + os.Getenv("PATH"),
-		"NATS_URL=" + natsURL,
-		"MOLECULE_PLATFORM_URL=" + platURL,
-		"MOLECULE_WORKSPACE_ID=" + agent.ID,
-		"MOLECULE_WORKSPACE_TOKEN=" + agent.Token,
-		"MOLECULE_HANDLER=http:" + handlerURL,
-		"MOLECULE_TOPOLOGY=lookup",
-		"MOLECULE_POLL_INTERVAL=1s",
-		"MOLECULE_RECONCILE_SKEW=" + reconcileSkew,
-		"MOLECULE_LOG_LEVEL=warn",
-	}
-	var procs []*chaos.Process
-	add := func(name, cmd string) {
-		procs = append(procs, chaos.NewProcess(name, bin, []string{cmd}, env, filepath.Join(dir, name+".log")))
-	}
-	add("poll", "poll")
-	for i := range dispatchers {
-		add(fmt.Sprintf("dispatch-%d", i+1), "dispatch")
-	}
-	add("reply", "reply")
-	for _, p := range procs {
-		t.Cleanup(p.Stop)
-		if err := p.Start(); err != nil {
-			t.Fatal(err)
-		}
-	}
-	return procs
+	return startStagesEnv(t, dir, bin, natsURL, platURL, agent, handlerURL, []string{"MOLECULE_TOPOLOGY=lookup", "MOLECULE_LOG_LEVEL=warn"})
 }
 
 // waitSeeded waits until the poller registered the agent and saved its
