@@ -238,24 +238,7 @@ func TestPermissions(t *testing.T) {
 
 	t.Run("dispatcher", func(t *testing.T) {
 		js := dispatcher.js
-		cons, err := js.Consumer(ctx, events.StreamInbound, events.ConsumerDispatcher)
-		if err != nil {
-			t.Fatalf("dispatcher consumer: %v", err)
-		}
-		b, err := cons.Fetch(1, jetstream.FetchMaxWait(5*time.Second))
-		if err != nil {
-			t.Fatal(err)
-		}
-		var got []string
-		for m := range b.Messages() {
-			got = append(got, string(m.Data()))
-			if err := m.DoubleAck(ctx); err != nil {
-				t.Fatalf("ack: %v", err)
-			}
-		}
-		if len(got) != 1 || got[0] != "a1" {
-			t.Fatalf("consumed %v, want [a1]", got)
-		}
+		consumeOne(t, ctx, js, events.StreamInbound, events.ConsumerDispatcher, "a1")
 		if _, err := js.Publish(ctx, events.ReplySubject(ws), []byte("r1"), jetstream.WithMsgID(events.ReplyMsgID(ws, "a1"))); err != nil {
 			t.Fatalf("publish reply: %v", err)
 		}
@@ -339,24 +322,7 @@ func TestPermissions(t *testing.T) {
 
 	t.Run("replier", func(t *testing.T) {
 		js := replier.js
-		cons, err := js.Consumer(ctx, events.StreamReply, events.ConsumerReplier)
-		if err != nil {
-			t.Fatalf("replier consumer: %v", err)
-		}
-		b, err := cons.Fetch(1, jetstream.FetchMaxWait(5*time.Second))
-		if err != nil {
-			t.Fatal(err)
-		}
-		var got []string
-		for m := range b.Messages() {
-			got = append(got, string(m.Data()))
-			if err := m.DoubleAck(ctx); err != nil {
-				t.Fatalf("ack: %v", err)
-			}
-		}
-		if len(got) != 1 || got[0] != "r1" {
-			t.Fatalf("consumed %v, want [r1]", got)
-		}
+		consumeOne(t, ctx, js, events.StreamReply, events.ConsumerReplier, "r1")
 		replies, err := js.KeyValue(ctx, events.BucketReplies)
 		if err != nil {
 			t.Fatalf("replies bucket: %v", err)
@@ -481,5 +447,29 @@ func sweepStaleSnapshots(ctx context.Context, t *testing.T, status jetstream.Key
 	}
 	if _, err := status.Get(ctx, key); !errors.Is(err, jetstream.ErrKeyNotFound) {
 		t.Fatalf("the stale snapshot is still there: %v", err)
+	}
+}
+
+// consumeOne pulls one message from stream's durable consumer as the
+// stage's user, acks it and checks it is want.
+func consumeOne(t *testing.T, ctx context.Context, js jetstream.JetStream, stream, consumer, want string) {
+	t.Helper()
+	cons, err := js.Consumer(ctx, stream, consumer)
+	if err != nil {
+		t.Fatalf("%s consumer: %v", consumer, err)
+	}
+	b, err := cons.Fetch(1, jetstream.FetchMaxWait(5*time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got []string
+	for m := range b.Messages() {
+		got = append(got, string(m.Data()))
+		if err := m.DoubleAck(ctx); err != nil {
+			t.Fatalf("ack: %v", err)
+		}
+	}
+	if len(got) != 1 || got[0] != want {
+		t.Fatalf("consumed %v, want [%s]", got, want)
 	}
 }
