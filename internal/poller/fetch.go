@@ -27,7 +27,9 @@ const (
 	maxCursorRestarts = 5
 	// maxRateLimitRetries bounds consecutive 429s waited out in one cycle.
 	maxRateLimitRetries = 3
-	// maxWindowPages bounds the pages of one since_secs window read.
+	// maxWindowPages bounds the pages of one since_secs window read: a
+	// longer window is read on in chunks of it (windowChunks), each
+	// published before the next is read, so memory stays bounded.
 	maxWindowPages = 50
 	// maxSinceSecs is the platform's cap on since_secs (30 days).
 	maxSinceSecs = 30 * 24 * 3600
@@ -261,27 +263,32 @@ func (p *Poller) seed(ctx context.Context, w *workspace, cur *cursorEntry, lost 
 	}
 	var newest *molecule.ActivityRow
 	if window > 0 {
-		rows, err := p.window(ctx, w, window, time.Time{}, time.Time{}, res)
+		v.Recent = cur.Recent // recognise what was published before a lost cursor
+		before, read := res.Published, 0
+		// A backlog larger than one capped read is delivered whole, newer
+		// chunks first, before the cursor lands on its newest row: nothing
+		// would read what lies behind that cursor.
+		err := p.windowChunks(ctx, w, window, time.Time{}, time.Time{}, res, func(rows []molecule.ActivityRow, only bool) error {
+			if b := p.cfg.BatchRows; b > 0 && only && len(rows) > b {
+				// The oldest batch now; the cursor lands on its newest row
+				// and the next batches are fetched from there. (A backlog of
+				// several chunks is delivered whole: the batch would skip
+				// the older chunks.)
+				rows, res.More = rows[:b], true
+			}
+			if newest == nil && len(rows) > 0 {
+				newest = &rows[len(rows)-1]
+			}
+			read += len(rows)
+			return p.deliver(ctx, w, rows, &v, time.Now().UTC(), res)
+		})
 		if err != nil {
 			return nil, err
 		}
-		if b := p.cfg.BatchRows; b > 0 && len(rows) > b {
-			// The oldest batch now; the cursor lands on its newest row and
-			// the next batches are fetched from there.
-			rows, res.More = rows[:b], true
-		}
-		v.Recent = cur.Recent // recognise what was published before a lost cursor
-		before := res.Published
-		if err := p.deliver(ctx, w, rows, &v, time.Now().UTC(), res); err != nil {
-			return nil, err
-		}
-		if len(rows) > 0 {
-			newest = &rows[len(rows)-1]
-		}
-		if cold && len(rows) > 0 {
+		if cold && read > 0 {
 			// Rows read are not rows delivered: own notifies, rows below
 			// the floor and duplicates are among them.
-			w.log.InfoContext(ctx, "poller: cold start; read the backlog window", "rows_read", len(rows),
+			w.log.InfoContext(ctx, "poller: cold start; read the backlog window", "rows_read", read,
 				"published", res.Published-before, "window", window)
 		}
 	} else {
@@ -331,22 +338,22 @@ func (p *Poller) registeredAt(ctx context.Context, w *workspace) (time.Time, err
 // continue with before_ts), oldest first, without repeats. When from is
 // set, it stops after the page that reaches back to from: since_secs
 // counts whole seconds, so its first second can be rows the caller has
-// no use for.
-func (p *Poller) window(ctx context.Context, w *workspace, d time.Duration, from, until time.Time, res *WorkspaceResult) ([]molecule.ActivityRow, error) {
+// no use for. When it stops at its page cap (maxWindowPages), reached is
+// the created_at of the oldest row it read (windowChunks reads on from
+// there); zero otherwise.
+func (p *Poller) window(ctx context.Context, w *workspace, d time.Duration, from, until time.Time, res *WorkspaceResult) (rows []molecule.ActivityRow, reached time.Time, err error) {
 	secs := int(math.Ceil(d.Seconds()))
 	secs = min(max(secs, 1), maxSinceSecs)
 	seen := map[string]bool{}
-	var rows []molecule.ActivityRow
-	before := until
+	before, capped := until, false
 	for i := 0; ; i++ {
 		if i == maxWindowPages {
-			w.log.WarnContext(ctx, "poller: window re-read stopped at its page cap; older rows in the window were not re-read",
-				"pages", maxWindowPages, "window", d)
+			capped = true
 			break
 		}
 		page, err := p.activity(ctx, w, molecule.ActivityQuery{Type: activityType, SinceSecs: secs, Limit: p.cfg.PageLimit, BeforeTS: before}, res)
 		if err != nil {
-			return nil, fmt.Errorf("poller: read the last %ds of activity: %w", secs, err)
+			return nil, time.Time{}, fmt.Errorf("poller: read the last %ds of activity: %w", secs, err)
 		}
 		added := 0
 		for _, r := range page.Rows {
@@ -364,7 +371,10 @@ func (p *Poller) window(ctx context.Context, w *workspace, d time.Duration, from
 		before = page.Rows[0].CreatedAt.Add(time.Microsecond)
 	}
 	sort.SliceStable(rows, func(i, j int) bool { return rows[i].CreatedAt.Before(rows[j].CreatedAt) })
-	return rows, nil
+	if capped {
+		reached = rows[0].CreatedAt
+	}
+	return rows, reached, nil
 }
 
 // overlap re-reads the rows created in the last d (OverlapWindow, or a
@@ -401,13 +411,13 @@ func (p *Poller) overlapFrom(ctx context.Context, w *workspace, d time.Duration,
 	if cur.Cursor != "" && !cur.CreatedAt.IsZero() {
 		until = cur.CreatedAt.Add(time.Microsecond)
 	}
-	rows, err := p.window(ctx, w, d, from, until, res)
-	if err != nil {
-		return err
-	}
 	res.Overlap = true
-	before, mark := res.Published, len(res.published)
-	if err := p.deliver(ctx, w, rows, &cur.cursorValue, time.Now().UTC(), res); err != nil {
+	before, mark, read := res.Published, len(res.published), 0
+	err = p.windowChunks(ctx, w, d, from, until, res, func(rows []molecule.ActivityRow, _ bool) error {
+		read += len(rows)
+		return p.deliver(ctx, w, rows, &cur.cursorValue, time.Now().UTC(), res)
+	})
+	if err != nil {
 		return err
 	}
 	w.rereadAt, w.rereadFloor = started, time.Time{}
@@ -416,10 +426,10 @@ func (p *Poller) overlapFrom(ctx context.Context, w *workspace, d time.Duration,
 	}
 	n := res.Published - before
 	if n == 0 {
-		w.log.DebugContext(ctx, "poller: overlap re-read", "reread", len(rows), "new", 0)
+		w.log.DebugContext(ctx, "poller: overlap re-read", "reread", read, "new", 0)
 		return nil
 	}
-	w.log.InfoContext(ctx, "poller: overlap re-read found rows the cursor had skipped (late commits)", "reread", len(rows), "new", n)
+	w.log.InfoContext(ctx, "poller: overlap re-read found rows the cursor had skipped (late commits)", "reread", read, "new", n)
 	// Remember them, so the next re-read does not publish them again. The
 	// cursor itself does not move; another poller's save wins.
 	v := cur.cursorValue
