@@ -3,7 +3,6 @@ package poller_test
 import (
 	"fmt"
 	"net/http"
-	"sync"
 	"testing"
 	"time"
 
@@ -31,17 +30,7 @@ func TestLateRowBehindACappedWindowIsPublished(t *testing.T) {
 	e.waitSeeded(e.ws.ID)
 	waitFor(t, 10*time.Second, "event stream connected", func() bool { return e.requests(http.MethodGet, "/events/stream") > 0 })
 
-	var wg sync.WaitGroup
-	for s := range senders {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for i := range each {
-				e.sendCanvas(e.ws.ID, fmt.Sprintf("s%d-m%d", s, i))
-			}
-		}()
-	}
-	wg.Wait()
+	e.sendConcurrently(senders, each, nil)
 	want := senders * each
 	waitFor(t, 30*time.Second, "every message published, late ones included", func() bool { return len(e.inbound()) >= want })
 	assertExactlyOnce(t, e.inbound(), e.messageRowIDs(e.ws.ID))

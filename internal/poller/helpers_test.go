@@ -4,9 +4,11 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"io"
 	"log/slog"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -114,6 +116,28 @@ func (e *env) sendCanvas(to, text string) {
 	if err != nil || st != 200 {
 		e.t.Fatalf("send canvas: %d %s %v", st, body, err)
 	}
+}
+
+// sendConcurrently sends senders×each canvas messages "s<sender>-m<i>"
+// to the env's workspace from senders goroutines at once (the platform's
+// late commits come from concurrent senders, docs/protocol.md §4), calls
+// sent after each one's send, if set, and returns when all were sent.
+func (e *env) sendConcurrently(senders, each int, sent func(text string)) {
+	var wg sync.WaitGroup
+	for s := range senders {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := range each {
+				text := fmt.Sprintf("s%d-m%d", s, i)
+				e.sendCanvas(e.ws.ID, text)
+				if sent != nil {
+					sent(text)
+				}
+			}
+		}()
+	}
+	wg.Wait()
 }
 
 // inbound reads every envelope in the inbound stream, in stream order.

@@ -1,7 +1,6 @@
 package poller_test
 
 import (
-	"fmt"
 	"net/http"
 	"slices"
 	"strings"
@@ -42,21 +41,11 @@ func lateRowLatencies(t *testing.T, cfg poller.Config, senders, each int) []time
 
 	var mu sync.Mutex
 	accepted := map[string]time.Time{}
-	var wg sync.WaitGroup
-	for s := range senders {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for i := range each {
-				text := fmt.Sprintf("s%d-m%d", s, i)
-				e.sendCanvas(e.ws.ID, text)
-				mu.Lock()
-				accepted[text] = time.Now()
-				mu.Unlock()
-			}
-		}()
-	}
-	wg.Wait()
+	e.sendConcurrently(senders, each, func(text string) {
+		mu.Lock()
+		accepted[text] = time.Now()
+		mu.Unlock()
+	})
 	n := senders * each
 	arrived := map[string]time.Time{}
 	deadline := time.After(40 * time.Second)

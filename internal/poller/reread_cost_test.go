@@ -1,7 +1,6 @@
 package poller_test
 
 import (
-	"fmt"
 	"net/http"
 	"sync"
 	"testing"
@@ -70,16 +69,8 @@ func TestBurstRereadsReadEachRowAFewTimesAtMost(t *testing.T) {
 			}
 		}()
 	}
-	var swg sync.WaitGroup
-	for s := range senders {
-		swg.Add(1)
-		go func() {
-			defer swg.Done()
-			for i := range each {
-				e.sendCanvas(e.ws.ID, fmt.Sprintf("s%d-m%d", s, i))
-			}
-		}()
-	}
+	sent := make(chan struct{})
+	go func() { defer close(sent); e.sendConcurrently(senders, each, nil) }()
 	seen := map[string]bool{}
 	deadline := time.After(60 * time.Second)
 	for len(seen) < n {
@@ -97,7 +88,7 @@ func TestBurstRereadsReadEachRowAFewTimesAtMost(t *testing.T) {
 			t.Fatalf("%d of %d messages published within 60 s", len(seen), n)
 		}
 	}
-	swg.Wait()
+	<-sent
 	close(replies)
 	rwg.Wait()
 	// The last follow-ups (3 s after the last publishing poll) end.
