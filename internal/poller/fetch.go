@@ -262,44 +262,15 @@ func (p *Poller) seed(ctx context.Context, w *workspace, cur *cursorEntry, lost 
 		v.Floor, v.FloorID = time.Now().Add(-window).UTC(), ""
 	}
 	var newest *molecule.ActivityRow
+	var err error
 	if window > 0 {
 		v.Recent = cur.Recent // recognise what was published before a lost cursor
-		before, read := res.Published, 0
-		// A backlog larger than one capped read is delivered whole, newer
-		// chunks first, before the cursor lands on its newest row: nothing
-		// would read what lies behind that cursor.
-		err := p.windowChunks(ctx, w, window, time.Time{}, time.Time{}, res, func(rows []molecule.ActivityRow, only bool) error {
-			if b := p.cfg.BatchRows; b > 0 && only && len(rows) > b {
-				// The oldest batch now; the cursor lands on its newest row
-				// and the next batches are fetched from there. (A backlog of
-				// several chunks is delivered whole: the batch would skip
-				// the older chunks.)
-				rows, res.More = rows[:b], true
-			}
-			if newest == nil && len(rows) > 0 {
-				newest = &rows[len(rows)-1]
-			}
-			read += len(rows)
-			return p.deliver(ctx, w, rows, &v, time.Now().UTC(), res)
-		})
-		if err != nil {
-			return nil, err
-		}
-		if cold && read > 0 {
-			// Rows read are not rows delivered: own notifies, rows below
-			// the floor and duplicates are among them.
-			w.log.InfoContext(ctx, "poller: cold start; read the backlog window", "rows_read", read,
-				"published", res.Published-before, "window", window)
-		}
+		newest, err = p.readBacklog(ctx, w, window, cold, &v, res)
 	} else {
-		page, err := p.activity(ctx, w, molecule.ActivityQuery{Type: activityType, Limit: 1}, res)
-		if err != nil {
-			return nil, fmt.Errorf("poller: seed cursor: %w", err)
-		}
-		if newest = page.Newest(); newest != nil {
-			v.Floor, v.FloorID = newest.CreatedAt, newest.ID
-			w.log.InfoContext(ctx, "poller: cold start; cursor seeded at the newest row, existing backlog not delivered (backlog window 0)")
-		}
+		newest, err = p.newestRow(ctx, w, &v, res)
+	}
+	if err != nil {
+		return nil, err
 	}
 	v.UpdatedAt = time.Now().UTC()
 	if newest != nil {
@@ -313,6 +284,55 @@ func (p *Poller) seed(ctx context.Context, w *workspace, cur *cursorEntry, lost 
 	}
 	res.Cursor = ncur.Cursor
 	return ncur, nil
+}
+
+// readBacklog delivers the rows created in the last window, with v as
+// the floor, and returns the newest (nil if none): where the cursor
+// lands. A backlog larger than one capped read is delivered whole, newer
+// chunks first (windowChunks), before the cursor lands on its newest row:
+// nothing would read what lies behind that cursor.
+func (p *Poller) readBacklog(ctx context.Context, w *workspace, window time.Duration, cold bool, v *cursorValue, res *WorkspaceResult) (*molecule.ActivityRow, error) {
+	var newest *molecule.ActivityRow
+	before, read := res.Published, 0
+	err := p.windowChunks(ctx, w, window, time.Time{}, time.Time{}, res, func(rows []molecule.ActivityRow, only bool) error {
+		if b := p.cfg.BatchRows; b > 0 && only && len(rows) > b {
+			// The oldest batch now; the cursor lands on its newest row and
+			// the next batches are fetched from there. (A backlog of several
+			// chunks is delivered whole: the batch would skip the older
+			// chunks.)
+			rows, res.More = rows[:b], true
+		}
+		if newest == nil && len(rows) > 0 {
+			newest = &rows[len(rows)-1]
+		}
+		read += len(rows)
+		return p.deliver(ctx, w, rows, v, time.Now().UTC(), res)
+	})
+	if err != nil {
+		return nil, err
+	}
+	if cold && read > 0 {
+		// Rows read are not rows delivered: own notifies, rows below the
+		// floor and duplicates are among them.
+		w.log.InfoContext(ctx, "poller: cold start; read the backlog window", "rows_read", read,
+			"published", res.Published-before, "window", window)
+	}
+	return newest, nil
+}
+
+// newestRow returns the feed's newest row (nil if none) and puts v's
+// floor on it: a cold start with backlog window 0 delivers nothing older.
+func (p *Poller) newestRow(ctx context.Context, w *workspace, v *cursorValue, res *WorkspaceResult) (*molecule.ActivityRow, error) {
+	page, err := p.activity(ctx, w, molecule.ActivityQuery{Type: activityType, Limit: 1}, res)
+	if err != nil {
+		return nil, fmt.Errorf("poller: seed cursor: %w", err)
+	}
+	newest := page.Newest()
+	if newest != nil {
+		v.Floor, v.FloorID = newest.CreatedAt, newest.ID
+		w.log.InfoContext(ctx, "poller: cold start; cursor seeded at the newest row, existing backlog not delivered (backlog window 0)")
+	}
+	return newest, nil
 }
 
 // registeredAt is when this relay last asked the platform to register w:
