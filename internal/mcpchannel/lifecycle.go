@@ -110,43 +110,9 @@ func Run(ctx context.Context, opts Options, in io.Reader, out io.Writer) error {
 
 	if why != nil {
 		log.Warn("mcp: another session holds the channel; this one lists its tools and delivers nothing until that session ends", "why", why)
-		var released <-chan struct{}
-		stopWatch := func() {}
-		defer func() { stopWatch() }()
-		for t.r == nil {
-			if released == nil && t.rt != nil {
-				// Waiting for a lease on a shared NATS: its release wakes us.
-				if ch, stop, err := watchReleases(ctx, t.rt.Conn.JS, opts.Workspaces); err == nil {
-					released, stopWatch = ch, stop
-				}
-			}
-			retry := time.NewTimer(t.retryIn(why))
-			select {
-			case err := <-served:
-				retry.Stop()
-				return err
-			case <-released:
-			case <-retry.C:
-			}
-			retry.Stop()
-			if ctx.Err() != nil { // a signal: stop, not a failure to open
-				return <-served
-			}
-			why, err = t.try(ctx)
-			if err != nil {
-				endSession()
-				serr := <-served
-				if ctx.Err() != nil {
-					return serr // the signal came during the try
-				}
-				return err
-			}
-			if why != nil {
-				srv.SetWaiting(why.Error())
-			}
+		if ended, err := t.waitForChannel(ctx, srv, served, endSession, why); ended {
+			return err
 		}
-		stopWatch()
-		stopWatch = func() {}
 		log.Info("mcp: the other session ended; this one has the channel now")
 		attach()
 	}
@@ -172,6 +138,50 @@ func Run(ctx context.Context, opts Options, in io.Reader, out io.Writer) error {
 		t.opts.CloseWait = max(t.opts.CloseWait, handBackCloseWait)
 	}
 	return err
+}
+
+// waitForChannel serves a session that another holds the channel from
+// until this one takes it (false) or the session ends meanwhile (true,
+// with what Run returns): it tries again when the holder's lease is
+// released on a shared NATS (watched) or after retryIn, and keeps the
+// session's instructions saying why it waits.
+func (t *takeover) waitForChannel(ctx context.Context, srv *Server, served <-chan error, endSession func(), why error) (ended bool, err error) {
+	var released <-chan struct{}
+	stopWatch := func() {}
+	defer func() { stopWatch() }()
+	for t.r == nil {
+		if released == nil && t.rt != nil {
+			// Waiting for a lease on a shared NATS: its release wakes us.
+			if ch, stop, err := watchReleases(ctx, t.rt.Conn.JS, t.opts.Workspaces); err == nil {
+				released, stopWatch = ch, stop
+			}
+		}
+		retry := time.NewTimer(t.retryIn(why))
+		select {
+		case err := <-served:
+			retry.Stop()
+			return true, err
+		case <-released:
+		case <-retry.C:
+		}
+		retry.Stop()
+		if ctx.Err() != nil { // a signal: stop, not a failure to open
+			return true, <-served
+		}
+		why, err = t.try(ctx)
+		if err != nil {
+			endSession()
+			serr := <-served
+			if ctx.Err() != nil {
+				return true, serr // the signal came during the try
+			}
+			return true, err
+		}
+		if why != nil {
+			srv.SetWaiting(why.Error())
+		}
+	}
+	return false, nil
 }
 
 // takeover holds what a session has opened on its way to the channel.
