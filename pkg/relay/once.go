@@ -25,24 +25,11 @@ type onceRun struct {
 }
 
 func (rt *Runtime) onceStages(s Stages) (*onceRun, error) {
-	o := &onceRun{rt: rt, s: s}
-	if s.Dispatch {
-		h, err := rt.Handler()
-		if err != nil {
-			return nil, err
-		}
-		if o.d, err = rt.Dispatcher(h); err != nil {
-			return nil, err
-		}
+	d, r, err := rt.stageCores(s)
+	if err != nil {
+		return nil, err
 	}
-	if s.Reply {
-		r, err := rt.Replier()
-		if err != nil {
-			return nil, err
-		}
-		o.r = r
-	}
-	return o, nil
+	return &onceRun{rt: rt, s: s, d: d, r: r}, nil
 }
 
 // drain runs the dispatcher and replier until their queues are empty and
