@@ -45,6 +45,12 @@ func (o *onceRun) drain(ctx context.Context, rep *OnceReport, idle time.Duration
 }
 
 func (o *onceRun) drainWith(ctx context.Context, rep *OnceReport, idle time.Duration) []Failure {
+	// The replies the dispatcher posted itself (direct posting) are the
+	// replier's, counted while the dispatcher drains.
+	var repliedBefore uint64
+	if o.r != nil {
+		repliedBefore = replied(o.r.Stats())
+	}
 	if o.d != nil {
 		st, err := o.d.Drain(ctx, idle)
 		rep.Handled += st.Handled
@@ -56,7 +62,7 @@ func (o *onceRun) drainWith(ctx context.Context, rep *OnceReport, idle time.Dura
 	}
 	if o.r != nil {
 		st, err := o.r.Drain(ctx, idle)
-		rep.Replied += st.Notified + st.SentA2A + st.Reconciled
+		rep.Replied += replied(o.r.Stats()) - repliedBefore
 		rep.DeadLettered += st.DeadLettered
 		o.deadReply += st.DeadLettered
 		if err != nil {
@@ -123,3 +129,6 @@ func mergePoll(into *poller.Result, batch poller.Result) {
 		}
 	}
 }
+
+// replied is how many replies s counts as delivered.
+func replied(s replier.Stats) uint64 { return s.Notified + s.SentA2A + s.Reconciled }
