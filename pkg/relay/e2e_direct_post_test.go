@@ -3,6 +3,7 @@ package relay_test
 import (
 	"context"
 	"fmt"
+	"net/http"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -12,6 +13,7 @@ import (
 	"github.com/molecule-ai/molecule-relay/internal/replier"
 	"github.com/molecule-ai/molecule-relay/internal/stage/crashpoint"
 	"github.com/molecule-ai/molecule-relay/internal/testkit/pipelinetest"
+	"github.com/molecule-ai/molecule-relay/pkg/molecule/moleculetest"
 )
 
 // With the dispatcher and the replier in one process, every reply is
@@ -174,5 +176,41 @@ func testCrashDirectPost(t *testing.T, peer bool, posts int, hooks func(kill fun
 	} else {
 		t.Logf("LIMITATION: a peer reply interrupted between its accepted POST and its sent record is posted %d times with messageId %s",
 			got, events.ReplyMessageID(target.ActivityID))
+	}
+}
+
+// A direct post the platform does not accept is not lost: the dispatcher
+// publishes the reply to the reply stream, and the replier stage posts it
+// (a 429: no record left) or settles it first (a gateway error: the
+// posting record left by the direct post). One reply each.
+func TestE2EDirectPostFallsBackToTheReplyStream(t *testing.T) {
+	t.Parallel()
+	w := pipelinetest.New(t, pipelinetest.Options{})
+	notify := "/workspaces/" + w.Agent.ID + "/notify"
+	pl := w.StartPipeline(pipelinetest.PipelineConfig{Direct: true})
+	w.WaitSeeded(w.Agent.ID)
+	// One at a time, so each fault meets the direct post it is meant for.
+	w.Plat.InjectFault(moleculetest.Fault{Method: http.MethodPost, PathPrefix: notify, Status: http.StatusTooManyRequests, Count: 1,
+		Header: http.Header{"Retry-After": {"0"}}})
+	w.SendCanvas("refused once")
+	w.WaitReplies(1, 20*time.Second)
+	w.Plat.InjectFault(moleculetest.Fault{Method: http.MethodPost, PathPrefix: notify, Status: http.StatusBadGateway, Count: 1})
+	w.SendCanvas("gateway error once")
+	w.WaitReplies(2, 20*time.Second)
+	waitDrained(t, w, 15*time.Second)
+	pl.Stop(t)
+
+	sent := w.Sent()
+	checkHandledOnce(t, pl.Recorder, sent)
+	w.CheckExactlyOnce(t, sent)
+	info, err := w.Obs.Topo.Reply.Info(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if info.State.LastSeq != 2 {
+		t.Errorf("reply stream received %d messages, want the 2 replies the direct post did not finish", info.State.LastSeq)
+	}
+	if st := pl.Replier.Stats(); st.Direct != 0 || st.DirectFallbacks != 2 || st.Notified+st.Reconciled != 2 {
+		t.Errorf("replier stats %+v: want 2 fallbacks, posted or settled by the stream", st)
 	}
 }
