@@ -10,9 +10,10 @@
 // in progress; store the handled record (create-only); post the reply
 // through a replier in the same process (Config.Direct), or, when there
 // is none or it did not post it, publish it with a Nats-Msg-Id derived
-// from the activity id and wait for the stream's acknowledgement; ack. A crash anywhere after the record is
-// stored leads, on redelivery, to the republish path; only a crash during
-// the handler runs it again, and the handler then sees Delivery > 1.
+// from the activity id and wait for the stream's acknowledgement; ack. A
+// crash anywhere after the record is stored leads, on redelivery, to the
+// republish path; only a crash during the handler runs it again, and the
+// handler then sees Delivery > 1.
 package dispatcher
 
 import (
@@ -278,9 +279,9 @@ func BuildReply(in *events.Inbound, text string, handledAt time.Time) events.Rep
 }
 
 // complete stores the handled record of a handler's answer, posts the
-// reply directly or publishes it, and acks, in that order: a crash after the record makes the
-// redelivery republish the recorded reply (duplicate), never run the
-// handler again.
+// reply directly or publishes it, and acks, in that order: a crash after
+// the record makes the redelivery republish the recorded reply
+// (duplicate), never run the handler again.
 func (d *Dispatcher) complete(runCtx context.Context, m *message, a handler.Answer) stage.Outcome {
 	in, log := m.in, m.Log
 	now := time.Now().UTC()
