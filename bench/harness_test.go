@@ -36,6 +36,8 @@ var (
 		"0: the poller's defaults, whose first re-read after the start comes 30s later, after most runs ended")
 	flagPooledHTTP = flag.Bool("pooled-http", true, "give the platform clients an HTTP transport that keeps 256 idle connections per host "+
 		"(false: the default transport, 2 idle per host, as relay.Open builds them)")
+	flagDirect = flag.Bool("direct", true, "the dispatchers in the relay process post their replies through its replier, skipping the reply stream, "+
+		"as connect does by default (MOLECULE_DIRECT_POST); false: every reply goes through the reply stream")
 )
 
 // scenario is one pipeline configuration.
@@ -125,7 +127,7 @@ func start(b testing.TB, sc scenario) *pipeline {
 		PlatformURL: srv.URL(), AgentID: p.agent.ID, AgentToken: p.agent.Token, Handler: sc.handler,
 		Dispatchers: sc.dispatchers, ChildProc: sc.childProc, Concurrency: sc.concurrency, ReplyConc: sc.replyConc,
 		SSE: sc.sse, PollEvery: sc.pollEvery, Overlap: *flagOverlap, PooledHTTP: *flagPooledHTTP,
-		HistoryTurns: sc.historyTurns,
+		HistoryTurns: sc.historyTurns, Direct: *flagDirect,
 	})
 	p.conversations = sc.conversations
 	if got := srv.Status(p.agent.ID).DeliveryMode; got != "poll" {

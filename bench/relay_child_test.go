@@ -47,7 +47,8 @@ type relayConfig struct {
 	SSE                              bool
 	PollEvery, Overlap               time.Duration
 	PooledHTTP                       bool
-	HistoryTurns                     int // MOLECULE_HISTORY_TURNS of every stage; 0: memory off
+	HistoryTurns                     int  // MOLECULE_HISTORY_TURNS of every stage; 0: memory off
+	Direct                           bool // the in-process dispatchers post through the replier (MOLECULE_DIRECT_POST)
 }
 
 // relayStats is the child's answer to "stats".
@@ -156,10 +157,16 @@ func startRelay(t *testing.T, cfg relayConfig) *relay {
 		inproc--
 		r.child = startChild(t, ns.ClientURL(), cfg.Concurrency, cfg.HistoryTurns)
 	}
+	// Wired as relay.Runtime wires a dispatcher with its process's
+	// replier; the `molecule-relay dispatch` child has none.
+	var direct dispatcher.DirectPoster
+	if cfg.Direct {
+		direct = rep
+	}
 	for range inproc {
 		js, topo := conn()
 		d, err := dispatcher.New(js, topo, h, dispatcher.Config{Config: stage.Config{Concurrency: cfg.Concurrency, Logger: log},
-			Memory: stageMemory(t, js, topo, cfg.HistoryTurns)})
+			Memory: stageMemory(t, js, topo, cfg.HistoryTurns), Direct: direct})
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -188,6 +188,12 @@ type Config struct {
 	ReplyToReplies bool `env:"MOLECULE_REPLY_TO_REPLIES"`
 	// MaxHops caps relay replies in one conversation. Default 3.
 	MaxHops int `env:"MOLECULE_MAX_HOPS" envDefault:"3"`
+	// DirectPost lets a dispatcher post its replies itself, in its own
+	// slot, through the replier of the same process (connect, dev), instead
+	// of handing them over through the reply stream; a reply it cannot post
+	// at once goes to the stream as before. Without a replier in the
+	// process (dispatch alone, Lambda) it has no effect. Default true.
+	DirectPost bool `env:"MOLECULE_DIRECT_POST" envDefault:"true"`
 	// HistoryTurns is how many recent turns of each conversation are kept
 	// and given to the handler (conversation memory, in the NATS stream
 	// MOLECULE_MEMORY); 0 turns memory off. Default 20.

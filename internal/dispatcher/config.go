@@ -45,6 +45,12 @@ type Config struct {
 	// it). It must be quick and safe for concurrent use. If nil, nothing is
 	// called.
 	OnReply func()
+	// Direct, when set, posts each reply in the dispatcher's slot right
+	// after its handled record is stored (a replier in the same process:
+	// replier.Replier.PostDirect), skipping the reply stream; a reply it
+	// does not post is published to the stream as usual. If nil, every
+	// reply is published.
+	Direct DirectPoster
 	// Agent, when set, opens the agent API session of each handler run
 	// (Request.Agent); the dispatcher ends it when the handler returns.
 	// If nil, handlers get no agent API.
@@ -53,6 +59,14 @@ type Config struct {
 	// history and replies carry what the replier records. If nil, memory
 	// is off and its bucket is never touched.
 	Memory *memory.Store
+}
+
+// DirectPoster posts a reply without the reply stream
+// (replier.Replier.PostDirect). Its outcome is the replier stage's: Ack
+// when the reply was posted and recorded sent, Abandon at a crash point,
+// anything else when the reply is to be published to the stream.
+type DirectPoster interface {
+	PostDirect(ctx context.Context, reply []byte, progress func()) stage.Outcome
 }
 
 // AgentAPI opens per-message agent API sessions (internal/agentapi.Server).

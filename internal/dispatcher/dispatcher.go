@@ -7,11 +7,13 @@
 // (present → the handler already finished on an earlier delivery whose ack
 // was lost: republish the recorded reply, ack, do not run the handler);
 // run the handler with a deadline while telling the server the message is
-// in progress; store the handled record (create-only); publish the reply
-// with a Nats-Msg-Id derived from the activity id and wait for the
-// stream's acknowledgement; ack. A crash anywhere after the record is
-// stored leads, on redelivery, to the republish path; only a crash during
-// the handler runs it again, and the handler then sees Delivery > 1.
+// in progress; store the handled record (create-only); post the reply
+// through a replier in the same process (Config.Direct), or, when there
+// is none or it did not post it, publish it with a Nats-Msg-Id derived
+// from the activity id and wait for the stream's acknowledgement; ack. A
+// crash anywhere after the record is stored leads, on redelivery, to the
+// republish path; only a crash during the handler runs it again, and the
+// handler then sees Delivery > 1.
 package dispatcher
 
 import (
@@ -276,10 +278,10 @@ func BuildReply(in *events.Inbound, text string, handledAt time.Time) events.Rep
 	return r
 }
 
-// complete stores the handled record of a handler's answer, publishes
-// the reply and acks, in that order: a crash after the record makes the
-// redelivery republish the recorded reply (duplicate), never run the
-// handler again.
+// complete stores the handled record of a handler's answer, posts the
+// reply directly or publishes it, and acks, in that order: a crash after
+// the record makes the redelivery republish the recorded reply
+// (duplicate), never run the handler again.
 func (d *Dispatcher) complete(runCtx context.Context, m *message, a handler.Answer) stage.Outcome {
 	in, log := m.in, m.Log
 	now := time.Now().UTC()
@@ -323,12 +325,20 @@ func (d *Dispatcher) complete(runCtx context.Context, m *message, a handler.Answ
 		return stage.Abandon()
 	}
 	if rec.Reply != nil {
-		if err := d.publishReply(ctx, in, rec.Reply); err != nil {
-			log.ErrorContext(ctx, "dispatcher: reply publish failed; will republish on redelivery", "error", err)
-			return stage.Retry(0)
+		posted := d.postDirect(runCtx, m, rec.Reply)
+		if posted.Abandoned() {
+			return stage.Abandon()
 		}
-	}
-	if crashpoint.Hit(runCtx, crashpoint.DispatcherOf(runCtx).AfterReplyPublish, in) {
+		if !posted.Acked() {
+			if err := d.publishReply(ctx, in, rec.Reply); err != nil {
+				log.ErrorContext(ctx, "dispatcher: reply publish failed; will republish on redelivery", "error", err)
+				return stage.Retry(0)
+			}
+			if crashpoint.Hit(runCtx, crashpoint.DispatcherOf(runCtx).AfterReplyPublish, in) {
+				return stage.Abandon()
+			}
+		}
+	} else if crashpoint.Hit(runCtx, crashpoint.DispatcherOf(runCtx).AfterReplyPublish, in) {
 		return stage.Abandon()
 	}
 	d.rememberUnanswered(runCtx, in, rec.Outcome, log)
@@ -343,6 +353,18 @@ func (d *Dispatcher) complete(runCtx context.Context, m *message, a handler.Answ
 	}
 	log.DebugContext(ctx, "dispatcher: handled", "outcome", rec.Outcome)
 	return stage.Ack(ackLost)
+}
+
+// postDirect hands the stored reply to the replier in this process
+// (Config.Direct), which posts it in this slot; its outcome says whether
+// the reply is delivered (Ack) or is to be published. A redelivery never
+// posts directly (duplicate publishes): the record the direct post left
+// is the replier stage's to follow.
+func (d *Dispatcher) postDirect(runCtx context.Context, m *message, reply []byte) stage.Outcome {
+	if d.cfg.Direct == nil {
+		return stage.Outcome{}
+	}
+	return d.cfg.Direct.PostDirect(runCtx, reply, m.Progress)
 }
 
 // duplicate finishes a message whose handled record exists: republish the

@@ -60,6 +60,8 @@ type Replier struct {
 	log     *slog.Logger
 	run     *stage.Runner
 	stats   counters
+	// work is chain, built once: a reply's work after its decode.
+	work stage.Step[*job]
 }
 
 // New validates cfg, applies its defaults and returns a Replier. clients
@@ -81,6 +83,7 @@ func New(js jetstream.JetStream, topo *events.Topology, clients map[string]*mole
 	}
 	cfg.SetDefaults()
 	r := &Replier{js: js, topo: topo, clients: clients}
+	r.work = r.chain()
 	run, err := stage.Open(js, dlq.ReplierTarget(topo), &cfg.Config, topo.Config.ReplierAckWait, topo.Config.ReplierMaxDeliver,
 		r.admit, r.steps())
 	if err != nil {

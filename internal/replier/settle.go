@@ -155,6 +155,11 @@ func (r *Replier) unknownOutcome(runCtx context.Context, j *job, rev uint64, cau
 		}
 		cancel()
 	}
+	if j.direct {
+		// The dispatcher's slot does not wait out the flight: the stream's
+		// delivery of the reply finds this posting record and settles it.
+		return r.retry(j, molecule.RetryAfterOf(cause), true, cause)
+	}
 	if settled, o := r.settle(runCtx, j, rec, rev, false); settled != settledNotDelivered {
 		return o
 	}

@@ -33,6 +33,12 @@ type Stats struct {
 	// MemoryErrors counts sent replies whose turns could not be recorded
 	// in the conversation's memory (best-effort: the reply was acked).
 	MemoryErrors uint64
+	// Direct counts replies a dispatcher in this process posted in its
+	// own slot (PostDirect), skipping the reply stream; they are counted
+	// in Notified or SentA2A too. DirectFallbacks counts the replies
+	// PostDirect left to the stream (not posted, or not known to be).
+	Direct          uint64
+	DirectFallbacks uint64
 	// Posts, PostTime and PostMax describe post latency.
 	Posts    uint64
 	PostTime time.Duration
@@ -41,17 +47,19 @@ type Stats struct {
 
 func (s Stats) sub(p Stats) Stats {
 	return Stats{
-		Stats:        s.Stats.Sub(p.Stats),
-		Notified:     s.Notified - p.Notified,
-		SentA2A:      s.SentA2A - p.SentA2A,
-		Duplicates:   s.Duplicates - p.Duplicates,
-		Reconciled:   s.Reconciled - p.Reconciled,
-		Reposted:     s.Reposted - p.Reposted,
-		PostErrors:   s.PostErrors - p.PostErrors,
-		MemoryErrors: s.MemoryErrors - p.MemoryErrors,
-		Posts:        s.Posts - p.Posts,
-		PostTime:     s.PostTime - p.PostTime,
-		PostMax:      s.PostMax,
+		Stats:           s.Stats.Sub(p.Stats),
+		Notified:        s.Notified - p.Notified,
+		SentA2A:         s.SentA2A - p.SentA2A,
+		Duplicates:      s.Duplicates - p.Duplicates,
+		Reconciled:      s.Reconciled - p.Reconciled,
+		Reposted:        s.Reposted - p.Reposted,
+		PostErrors:      s.PostErrors - p.PostErrors,
+		MemoryErrors:    s.MemoryErrors - p.MemoryErrors,
+		Direct:          s.Direct - p.Direct,
+		DirectFallbacks: s.DirectFallbacks - p.DirectFallbacks,
+		Posts:           s.Posts - p.Posts,
+		PostTime:        s.PostTime - p.PostTime,
+		PostMax:         s.PostMax,
 	}
 }
 
@@ -59,23 +67,25 @@ func (s Stats) sub(p Stats) Stats {
 // shared ones.
 type counters struct {
 	notified, sentA2A, duplicates, reconciled, reposted, postErrors atomic.Uint64
-	memoryErrors                                                    atomic.Uint64
+	memoryErrors, direct, directFallbacks                           atomic.Uint64
 	post                                                            stage.Durations
 }
 
 func (c *counters) snapshot(shared stage.Stats) Stats {
 	posts, total, longest := c.post.Load()
 	return Stats{
-		Stats:        shared,
-		Notified:     c.notified.Load(),
-		SentA2A:      c.sentA2A.Load(),
-		Duplicates:   c.duplicates.Load(),
-		Reconciled:   c.reconciled.Load(),
-		Reposted:     c.reposted.Load(),
-		PostErrors:   c.postErrors.Load(),
-		MemoryErrors: c.memoryErrors.Load(),
-		Posts:        posts,
-		PostTime:     total,
-		PostMax:      longest,
+		Stats:           shared,
+		Notified:        c.notified.Load(),
+		SentA2A:         c.sentA2A.Load(),
+		Duplicates:      c.duplicates.Load(),
+		Reconciled:      c.reconciled.Load(),
+		Reposted:        c.reposted.Load(),
+		PostErrors:      c.postErrors.Load(),
+		MemoryErrors:    c.memoryErrors.Load(),
+		Direct:          c.direct.Load(),
+		DirectFallbacks: c.directFallbacks.Load(),
+		Posts:           posts,
+		PostTime:        total,
+		PostMax:         longest,
 	}
 }

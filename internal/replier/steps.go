@@ -29,48 +29,67 @@ type job struct {
 	xTimeout time.Duration
 	// rec is the posting record of the post under way.
 	rec events.ReplyRecord
+	// direct: a dispatcher in this process posts it in its own slot
+	// (PostDirect), before any stream delivery. It never waits there: a
+	// wait the stage would sit out is left to the stream's delivery.
+	direct bool
 }
 
-// steps is the replier's work on one delivery, in the order a reply meets
-// it. Each step either returns how the reply is finished (the
-// stage.Runner applies it) or passes it on.
+// steps is the replier's work on one delivery: its decode, then the
+// chain every reply meets (chain), whether it came from the stream or from
+// a dispatcher in this process (PostDirect).
 func (r *Replier) steps() stage.Step[*stage.Delivery] {
-	return r.decoded(stage.Steps(r.postFirst,
+	return r.decoded(r.work)
+}
+
+// chain is the work on one decoded reply, in the order a reply meets it.
+// Each step either returns how the reply is finished (the stage.Runner
+// applies it, or PostDirect reports it) or passes it on.
+func (r *Replier) chain() stage.Step[*job] {
+	return stage.Steps(r.postFirst,
 		r.routable, // a client for its workspace, and something to post
 		r.recorded, // a redelivery follows its reply record: sent → ack, posting → resume
 		r.budgeted, // the workspace's rate budget, shared with the heartbeat
 		r.roomy,    // the start-margin rule
-	))
+	)
 	// then postFirst: the posting record, the POST, the sent record, the
 	// turns in memory, the ack (post).
 }
 
 // decoded continues the publisher's trace, decodes the reply (malformed:
-// dead letter) and gives it its route and logger; the reply is finished
-// in that trace.
+// dead letter) and makes it a job; the reply is finished in its trace.
 func (r *Replier) decoded(next stage.Step[*job]) stage.Step[*stage.Delivery] {
 	return func(runCtx context.Context, d *stage.Delivery) stage.Outcome {
+		runCtx = tracing.Extract(runCtx, d.Msg.Headers())
 		rep, err := events.DecodeReply(d.Msg.Data())
 		if err != nil {
-			d.FinishIn(tracing.Extract(runCtx, d.Msg.Headers()))
+			d.FinishIn(runCtx)
 			return stage.DeadLetter(events.ReasonMalformed, err)
 		}
-		// The "reply" span starts as the delivery arrives, as the
-		// dispatcher's "handle" does: its start to the "post" span's is
-		// the time spent on the reply record (and the rate budget).
-		runCtx, span := tracing.Start(tracing.Extract(runCtx, d.Msg.Headers()), "reply", trace.SpanKindConsumer,
-			attribute.String("molecule.activity_id", rep.ActivityID), attribute.Int64("molecule.delivery", int64(d.Meta.NumDelivered)))
-		defer span.End()
+		runCtx, j, end := r.newJob(runCtx, d, rep, slog.Uint64("delivery", d.Meta.NumDelivered))
+		defer end()
 		d.FinishIn(runCtx)
-		j := &job{Delivery: d, rep: rep, key: events.ReplyKey(rep.WorkspaceID, rep.ActivityID), route: events.RouteNotify}
-		j.WorkspaceID, j.ActivityID = rep.WorkspaceID, rep.ActivityID
-		if rep.Source == events.SourcePeerAgent {
-			j.route = events.RouteA2A
-		}
-		j.Log = tracing.Log(runCtx, stage.MessageLogger(r.log, slog.String("workspace", rep.WorkspaceID), slog.String("activity", rep.ActivityID),
-			slog.String("route", j.route), slog.Uint64("delivery", d.Meta.NumDelivered)))
 		return next(runCtx, j)
 	}
+}
+
+// newJob is the job of rep's delivery d, with its route and logger (which
+// also names the delivery by which), and
+// ctx in its "reply" span; end ends the span. The span starts as the
+// delivery arrives, as the dispatcher's "handle" does: its start to the
+// "post" span's is the time spent on the reply record (and the rate
+// budget).
+func (r *Replier) newJob(ctx context.Context, d *stage.Delivery, rep *events.Reply, which slog.Attr) (context.Context, *job, func()) {
+	ctx, span := tracing.Start(ctx, "reply", trace.SpanKindConsumer,
+		attribute.String("molecule.activity_id", rep.ActivityID), attribute.Int64("molecule.delivery", int64(d.Meta.NumDelivered)))
+	j := &job{Delivery: d, rep: rep, key: events.ReplyKey(rep.WorkspaceID, rep.ActivityID), route: events.RouteNotify}
+	j.WorkspaceID, j.ActivityID = rep.WorkspaceID, rep.ActivityID
+	if rep.Source == events.SourcePeerAgent {
+		j.route = events.RouteA2A
+	}
+	j.Log = tracing.Log(ctx, stage.MessageLogger(r.log, slog.String("workspace", rep.WorkspaceID), slog.String("activity", rep.ActivityID),
+		slog.String("route", j.route), which))
+	return ctx, j, func() { span.End() }
 }
 
 // routable dead-letters a reply this replier cannot post: no client
@@ -128,6 +147,10 @@ func (r *Replier) budgeted(next stage.Step[*job]) stage.Step[*job] {
 			d := j.client.TakeBudget(r.cfg.RateReserve)
 			if d <= 0 {
 				return next(runCtx, j)
+			}
+			if j.direct {
+				// The dispatcher's slot does not wait for the window.
+				return stage.Defer(d)
 			}
 			if _, ok := r.postFits(runCtx, j, d); !ok {
 				j.Log.DebugContext(runCtx, "replier: rate budget at reserve until past the deadline; handing the reply back", "wait", d.Round(time.Millisecond))

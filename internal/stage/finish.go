@@ -71,6 +71,15 @@ func DeadLetter(reason string, cause error) Outcome {
 // stands for a process that died right there, abandons a message.
 func Abandon() Outcome { return Outcome{kind: outcomeAbandon} }
 
+// Acked says whether o acknowledges its message: what a step that
+// completes work for another stage in the same process (the replier's
+// direct post) reports as done.
+func (o Outcome) Acked() bool { return o.kind == outcomeAck }
+
+// Abandoned says whether o is Abandon: a crash point stopped the work, and
+// whoever called the step must stop too.
+func (o Outcome) Abandoned() bool { return o.kind == outcomeAbandon }
+
 // String names the outcome, for logs and tests.
 func (o Outcome) String() string {
 	switch o.kind {

@@ -22,7 +22,22 @@ import (
 // reply-publish → reply → post, each the child of the one before (handle
 // and reply across NATS, through the traceparent header), with otelhttp client spans
 // for the platform requests, and the trace id in the stages' log lines.
+// With direct posting (the default), the dispatcher posts the reply in its
+// own slot: its reply and post spans are under the handle span, and there
+// is no reply-publish.
 func TestOneTraceFromPollToPost(t *testing.T) {
+	for _, tc := range []struct {
+		direct string
+		want   string
+	}{
+		{"true", "post < reply < handle < publish < poll"},
+		{"false", "post < reply < reply-publish < handle < publish < poll"},
+	} {
+		t.Run("MOLECULE_DIRECT_POST="+tc.direct, func(t *testing.T) { testOneTrace(t, tc.direct, tc.want) })
+	}
+}
+
+func testOneTrace(t *testing.T, direct, want string) {
 	rec := tracetest.NewSpanRecorder()
 	tp := sdktrace.NewTracerProvider(sdktrace.WithSpanProcessor(rec))
 	otel.SetTracerProvider(tp)
@@ -36,6 +51,7 @@ func TestOneTraceFromPollToPost(t *testing.T) {
 		"MOLECULE_HANDLER=echo",
 		"MOLECULE_POLL_INTERVAL=200ms",
 		"NATS_URL=" + w.NATSURL(),
+		"MOLECULE_DIRECT_POST=" + direct,
 	})
 	if err == nil {
 		err = cfg.Validate(config.NeedPlatform | config.NeedHandler)
@@ -61,7 +77,6 @@ func TestOneTraceFromPollToPost(t *testing.T) {
 	// A parent span ends after its children: the dispatcher's handle span
 	// (and the poller's poll span) may still be open when the replier's
 	// post has ended. Wait for the whole chain.
-	const want = "post < reply < reply-publish < handle < publish < poll"
 	var post sdktrace.ReadOnlySpan
 	var chain string
 	t.Cleanup(func() {
@@ -73,7 +88,7 @@ func TestOneTraceFromPollToPost(t *testing.T) {
 		post, chain = postChain(t, rec.Ended())
 		return chain == want
 	})
-	if reply := spanByID(rec.Ended(), post.Parent().SpanID()); reply == nil || !reply.Parent().IsRemote() {
+	if reply := spanByID(rec.Ended(), post.Parent().SpanID()); direct == "false" && (reply == nil || !reply.Parent().IsRemote()) {
 		t.Error("the reply span's parent is not remote: the context did not cross NATS in the headers")
 	}
 	httpUnderPost := false

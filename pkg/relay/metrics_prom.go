@@ -112,8 +112,9 @@ var (
 	descDeadLettered = desc("dead_lettered_total", "Messages moved to the dead-letter stream, by stage.", "stage")
 	descReplied      = desc("replied_total", "Replies the platform accepted (or found delivered: reconciled), by route.", "route")
 	descReplyErrs    = desc("reply_errors_total", "Reply posts that failed.")
+	descDirect       = desc("replies_direct_total", "Replies the dispatcher handed to the replier of its process, by path: direct (posted in the dispatcher's slot; counted in replied_total too) or stream (left to the reply stream).", "path")
 	descMemoryErrs   = desc("memory_errors_total", "Conversation-memory reads and writes that failed (the message went on without them), by stage.", "stage")
-	describeStages   = []*prometheus.Desc{descHandled, descHandlerErrs, descDuplicates, descDeadLettered, descReplied, descReplyErrs, descMemoryErrs}
+	describeStages   = []*prometheus.Desc{descHandled, descHandlerErrs, descDuplicates, descDeadLettered, descReplied, descReplyErrs, descDirect, descMemoryErrs}
 
 	descStreamMsgs    = desc("stream_messages", "Messages stored in the stream.", "stream")
 	descStreamPub     = desc("stream_published_total", "Messages ever stored in the stream (its last sequence); for the inbound stream, messages polled and published.", "stream")
@@ -153,6 +154,8 @@ func (rt *Runtime) collectStages(ch chan<- prometheus.Metric) {
 		ch <- counterOf(descReplied, s.SentA2A, "a2a")
 		ch <- counterOf(descReplied, s.Reconciled, "reconciled")
 		ch <- counterOf(descReplyErrs, s.PostErrors)
+		ch <- counterOf(descDirect, s.Direct, "direct")
+		ch <- counterOf(descDirect, s.DirectFallbacks, "stream")
 		ch <- counterOf(descDeadLettered, s.DeadLettered, "replier")
 		ch <- counterOf(descMemoryErrs, s.MemoryErrors, "replier")
 	}

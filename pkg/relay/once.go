@@ -25,24 +25,11 @@ type onceRun struct {
 }
 
 func (rt *Runtime) onceStages(s Stages) (*onceRun, error) {
-	o := &onceRun{rt: rt, s: s}
-	if s.Dispatch {
-		h, err := rt.Handler()
-		if err != nil {
-			return nil, err
-		}
-		if o.d, err = rt.Dispatcher(h); err != nil {
-			return nil, err
-		}
+	d, r, err := rt.stageCores(s)
+	if err != nil {
+		return nil, err
 	}
-	if s.Reply {
-		r, err := rt.Replier()
-		if err != nil {
-			return nil, err
-		}
-		o.r = r
-	}
-	return o, nil
+	return &onceRun{rt: rt, s: s, d: d, r: r}, nil
 }
 
 // drain runs the dispatcher and replier until their queues are empty and
@@ -58,6 +45,12 @@ func (o *onceRun) drain(ctx context.Context, rep *OnceReport, idle time.Duration
 }
 
 func (o *onceRun) drainWith(ctx context.Context, rep *OnceReport, idle time.Duration) []Failure {
+	// The replies the dispatcher posted itself (direct posting) are the
+	// replier's, counted while the dispatcher drains.
+	var repliedBefore uint64
+	if o.r != nil {
+		repliedBefore = replied(o.r.Stats())
+	}
 	if o.d != nil {
 		st, err := o.d.Drain(ctx, idle)
 		rep.Handled += st.Handled
@@ -69,7 +62,7 @@ func (o *onceRun) drainWith(ctx context.Context, rep *OnceReport, idle time.Dura
 	}
 	if o.r != nil {
 		st, err := o.r.Drain(ctx, idle)
-		rep.Replied += st.Notified + st.SentA2A + st.Reconciled
+		rep.Replied += replied(o.r.Stats()) - repliedBefore
 		rep.DeadLettered += st.DeadLettered
 		o.deadReply += st.DeadLettered
 		if err != nil {
@@ -136,3 +129,6 @@ func mergePoll(into *poller.Result, batch poller.Result) {
 		}
 	}
 }
+
+// replied is how many replies s counts as delivered.
+func replied(s replier.Stats) uint64 { return s.Notified + s.SentA2A + s.Reconciled }

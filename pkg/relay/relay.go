@@ -343,8 +343,45 @@ func agentCard(cfg *config.Config) any {
 	return map[string]any{"name": cfg.AgentName, "description": cfg.AgentDescription}
 }
 
-// Dispatcher builds the dispatcher stage core around h.
+// Dispatcher builds the dispatcher stage core around h. Its replies go to
+// the reply stream (a replier in another process or function posts them);
+// see stageCores for a dispatcher with its replier.
 func (rt *Runtime) Dispatcher(h handler.Handler) (*dispatcher.Dispatcher, error) {
+	return rt.dispatcher(h, nil)
+}
+
+// stageCores builds the dispatcher and replier s selects (nil when not). When
+// it runs both and MOLECULE_DIRECT_POST is on (the default), the
+// dispatcher posts its replies through this replier in its own slot
+// (replier.Replier.PostDirect), skipping the reply stream.
+func (rt *Runtime) stageCores(s Stages) (*dispatcher.Dispatcher, *replier.Replier, error) {
+	var (
+		d *dispatcher.Dispatcher
+		r *replier.Replier
+	)
+	if s.Reply {
+		var err error
+		if r, err = rt.Replier(); err != nil {
+			return nil, nil, err
+		}
+	}
+	if s.Dispatch {
+		h, err := rt.Handler()
+		if err != nil {
+			return nil, nil, err
+		}
+		var direct dispatcher.DirectPoster
+		if r != nil && rt.Cfg.DirectPost {
+			direct = r
+		}
+		if d, err = rt.dispatcher(h, direct); err != nil {
+			return nil, nil, err
+		}
+	}
+	return d, r, nil
+}
+
+func (rt *Runtime) dispatcher(h handler.Handler, direct dispatcher.DirectPoster) (*dispatcher.Dispatcher, error) {
 	mem, err := rt.Memory()
 	if err != nil {
 		return nil, err
@@ -362,6 +399,7 @@ func (rt *Runtime) Dispatcher(h handler.Handler) (*dispatcher.Dispatcher, error)
 		ObserveHandler: rt.handlerObserver(),
 		OnReply:        rt.Hooks.OnReply,
 		Memory:         mem,
+		Direct:         direct,
 	})
 }
 

@@ -5,11 +5,9 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/molecule-ai/molecule-relay/internal/dispatcher"
 	"github.com/molecule-ai/molecule-relay/internal/events"
 	"github.com/molecule-ai/molecule-relay/internal/poller"
 	"github.com/molecule-ai/molecule-relay/internal/pollgroup"
-	"github.com/molecule-ai/molecule-relay/internal/replier"
 	"github.com/nats-io/nats.go/jetstream"
 )
 
@@ -50,27 +48,11 @@ func (rt *Runtime) Run(ctx context.Context, s Stages) error {
 		defer stop() // after the stages returned
 		rt.push = urls
 	}
-	var (
-		d *dispatcher.Dispatcher
-		r *replier.Replier
-	)
-	if s.Dispatch {
-		h, err := rt.Handler()
-		if err != nil {
-			return err
-		}
-		if d, err = rt.Dispatcher(h); err != nil {
-			return err
-		}
-		rt.stages.set(d, nil)
+	d, r, err := rt.stageCores(s)
+	if err != nil {
+		return err
 	}
-	if s.Reply {
-		var err error
-		if r, err = rt.Replier(); err != nil {
-			return err
-		}
-		rt.stages.set(nil, r)
-	}
+	rt.stages.set(d, r)
 	st.drain = d != nil || s.ReplyDrain > 0
 	st.watch(d, r)
 	if d != nil {

@@ -24,8 +24,15 @@ type Dispatcher struct {
 	// reply is published.
 	AfterRecord func(ctx context.Context, m *events.Inbound) error
 	// AfterReplyPublish runs after the reply publish was acknowledged (or
-	// there was no reply), before the inbound message is acked.
+	// there was no reply), before the inbound message is acked. A reply
+	// posted directly is not published: this point is not reached.
 	AfterReplyPublish func(ctx context.Context, m *events.Inbound) error
+	// Direct are the replier's points on the dispatcher's direct post (a
+	// replier in the same process posting the reply in the dispatcher's
+	// slot, after AfterRecord): BeforePost after the posting record,
+	// AfterPost after the POST, AfterSent after the sent record, before
+	// the inbound message is acked.
+	Direct Replier
 }
 
 // Replier holds the replier's crash points.
@@ -74,6 +81,17 @@ func ReplierOf(ctx context.Context) *Replier {
 		return h
 	}
 	return &none.r
+}
+
+// Direct returns ctx with the dispatcher's Direct points (none set when
+// ctx carries none) as the replier's: the replier's code, run by the
+// dispatcher's direct post, stops at them.
+func Direct(ctx context.Context) context.Context {
+	h := DispatcherOf(ctx)
+	if h == &none.d {
+		return ctx
+	}
+	return WithReplier(ctx, &h.Direct)
 }
 
 // Hit runs hook with v when it is set, and says whether the stage must

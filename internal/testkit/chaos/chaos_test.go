@@ -30,11 +30,12 @@ import (
 )
 
 var (
-	flagMsgs  = flag.Int("chaos.msgs", 0, "messages to send; 0 skips the chaos test (make chaos, make chaos-long)")
-	flagRate  = flag.Float64("chaos.rate", 15, "messages per second")
-	flagSeed  = flag.Uint64("chaos.seed", 0, "seed of the traffic, kills and faults; 0 picks one from the clock")
-	flagDrain = flag.Duration("chaos.drain", 4*time.Minute, "how long after the last message every reply must have arrived")
-	flagWork  = flag.Duration("chaos.handler-time", 20*time.Millisecond, "mean time the handler works on a message (uniform 0..2x), so that kills land mid-handler")
+	flagMsgs    = flag.Int("chaos.msgs", 0, "messages to send; 0 skips the chaos test (make chaos, make chaos-long)")
+	flagRate    = flag.Float64("chaos.rate", 15, "messages per second")
+	flagSeed    = flag.Uint64("chaos.seed", 0, "seed of the traffic, kills and faults; 0 picks one from the clock")
+	flagDrain   = flag.Duration("chaos.drain", 4*time.Minute, "how long after the last message every reply must have arrived")
+	flagWork    = flag.Duration("chaos.handler-time", 20*time.Millisecond, "mean time the handler works on a message (uniform 0..2x), so that kills land mid-handler")
+	flagConnect = flag.Bool("chaos.connect", false, "run the relay as a `connect` process (poller, dispatcher and replier in one, the dispatcher posting directly) and a second `dispatch` process, instead of one process per stage")
 )
 
 const (
@@ -197,7 +198,8 @@ func registerPoll(t *testing.T, plat *moleculetest.Server, ws moleculetest.Works
 	}
 }
 
-// startStages starts 1 poller, the dispatchers and 1 replier as
+// startStages starts 1 poller, the dispatchers and 1 replier (with
+// -chaos.connect: a connect process and a dispatch process) as
 // molecule-relay processes, stopped at cleanup.
 func startStages(t *testing.T, dir, bin, natsURL, platURL string, agent moleculetest.Workspace, handlerURL string) []*chaos.Process {
 	t.Helper()

@@ -243,11 +243,20 @@ func startStagesEnv(t *testing.T, dir, bin, natsURL, platURL string, agent molec
 	add := func(name, cmd string) {
 		procs = append(procs, chaos.NewProcess(name, bin, []string{cmd}, env, filepath.Join(dir, name+".log")))
 	}
-	add("poll", "poll")
-	for i := range dispatchers {
-		add(fmt.Sprintf("dispatch-%d", i+1), "dispatch")
+	if *flagConnect {
+		// Direct posting's crash points under SIGKILL: the connect
+		// process's dispatcher posts through its own replier; the second
+		// dispatcher, alone in its process, publishes to the reply stream
+		// for that replier.
+		add("connect", "connect")
+		add("dispatch-2", "dispatch")
+	} else {
+		add("poll", "poll")
+		for i := range dispatchers {
+			add(fmt.Sprintf("dispatch-%d", i+1), "dispatch")
+		}
+		add("reply", "reply")
 	}
-	add("reply", "reply")
 	for _, p := range procs {
 		t.Cleanup(p.Stop)
 		if err := p.Start(); err != nil {

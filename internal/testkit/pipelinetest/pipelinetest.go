@@ -340,6 +340,11 @@ type PipelineConfig struct {
 	// NoPoller, NoDispatcher and NoReplier leave that stage out (a test
 	// runs it itself, for example with crash hooks).
 	NoPoller, NoDispatcher, NoReplier bool
+	// Direct puts the dispatcher and the replier in one process and has
+	// the dispatcher post its replies through that replier
+	// (dispatcher.Config.Direct), as relay's composition does. It needs
+	// both stages.
+	Direct bool
 }
 
 // Pipeline is the three stages running long-running, each in its own
@@ -375,15 +380,21 @@ func (w *World) StartPipeline(cfg PipelineConfig) *Pipeline {
 			clients[c.WorkspaceID()] = c
 		}
 	}
-	if !cfg.NoDispatcher {
-		pl.DispatcherProc = w.Proc()
-		pl.Dispatcher = w.NewDispatcher(pl.DispatcherProc, h, cfg.Dispatcher)
-		pl.DispatcherRun = Start(w.T, pl.Dispatcher.Run)
+	if cfg.Direct && (cfg.NoDispatcher || cfg.NoReplier) {
+		w.T.Fatal("pipelinetest: Direct needs the dispatcher and the replier")
 	}
 	if !cfg.NoReplier {
 		pl.ReplierProc = w.Proc()
 		pl.Replier = w.NewReplier(pl.ReplierProc, clients, cfg.Replier)
 		pl.ReplierRun = Start(w.T, pl.Replier.Run)
+	}
+	if !cfg.NoDispatcher {
+		pl.DispatcherProc = w.Proc()
+		if cfg.Direct {
+			pl.DispatcherProc, cfg.Dispatcher.Direct = pl.ReplierProc, pl.Replier
+		}
+		pl.Dispatcher = w.NewDispatcher(pl.DispatcherProc, h, cfg.Dispatcher)
+		pl.DispatcherRun = Start(w.T, pl.Dispatcher.Run)
 	}
 	if !cfg.NoPoller {
 		pl.PollerProc = w.Proc()

@@ -1,0 +1,168 @@
+package replier_test
+
+import (
+	"context"
+	"net/http"
+	"testing"
+	"time"
+
+	"github.com/molecule-ai/molecule-relay/internal/events"
+	"github.com/molecule-ai/molecule-relay/internal/replier"
+	"github.com/molecule-ai/molecule-relay/internal/stage"
+	"github.com/molecule-ai/molecule-relay/pkg/molecule/moleculetest"
+)
+
+// postDirect is a dispatcher's direct post of r through rp, bounded so a
+// post that waited (for the budget, for a flight) fails the test instead
+// of hanging it.
+func postDirect(t *testing.T, rp *replier.Replier, r events.Reply) stage.Outcome {
+	t.Helper()
+	data, err := r.Marshal()
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := make(chan stage.Outcome, 1)
+	go func() { got <- rp.PostDirect(context.Background(), data, func() {}) }()
+	select {
+	case o := <-got:
+		return o
+	case <-time.After(10 * time.Second):
+		t.Fatal("PostDirect held the caller for 10 s: a direct post must not wait")
+		return stage.Outcome{}
+	}
+}
+
+// A direct post the platform accepts is recorded sent and counted as a
+// notify and as direct: the caller acks without publishing.
+func TestDirectPostPostsAndRecordsSent(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	rp := e.replier(t, e.js, e.topo, replier.Config{})
+	if o := postDirect(t, rp, e.canvasReply("act-1", "hello")); !o.Acked() {
+		t.Fatalf("outcome %v, want ack", o)
+	}
+	if o := postDirect(t, rp, e.peerReply("act-2", "hello peer")); !o.Acked() {
+		t.Fatalf("peer reply: outcome %v, want ack", o)
+	}
+	if got := len(e.plat.Notifications(e.a.ID)); got != 1 {
+		t.Errorf("notified %d times, want 1", got)
+	}
+	if got := len(e.plat.A2ACalls(e.b.ID)); got != 1 {
+		t.Errorf("a2a posts to B: %d, want 1", got)
+	}
+	for _, act := range []string{"act-1", "act-2"} {
+		if rec, ok := e.record(t, act); !ok || rec.State != events.StateSent {
+			t.Errorf("%s: record %+v, %v; want sent", act, rec, ok)
+		}
+	}
+	if st := rp.Stats(); st.Direct != 2 || st.DirectFallbacks != 0 || st.Notified != 1 || st.SentA2A != 1 || st.Posts != 2 {
+		t.Errorf("stats %+v, want 2 direct (1 notify, 1 a2a), 2 posts, no fallback", st)
+	}
+	if n := e.replyLeft(t); n != 0 {
+		t.Errorf("reply stream holds %d messages, want none", n)
+	}
+}
+
+// Every outcome a direct post does not finish leaves the reply to the
+// stream: the dispatcher publishes it, and the stage's delivery follows
+// whatever record the direct post left, as it follows a redelivery's.
+// The end is the same as without the direct post: posted once.
+func TestDirectPostFallsBackToTheStream(t *testing.T) {
+	t.Parallel()
+	notify := func(e *env) string { return "/workspaces/" + e.a.ID + "/notify" }
+	for _, tc := range []struct {
+		name  string
+		fault func(e *env) moleculetest.Fault
+		// record is the reply record the direct post must leave: "" none
+		// (the platform refused it, so the stream posts at once).
+		record string
+		// reconciled: the stream found the direct post's notify on the
+		// feed instead of posting it again.
+		reconciled bool
+	}{
+		{"rate limited (429): the posting record is forgotten", func(e *env) moleculetest.Fault {
+			return moleculetest.Fault{Method: http.MethodPost, PathPrefix: notify(e), Status: http.StatusTooManyRequests, Count: 1,
+				Header: http.Header{"Retry-After": {"0"}}}
+		}, "", false},
+		{"refused for now (409): the posting record is forgotten", func(e *env) moleculetest.Fault {
+			return moleculetest.Fault{Method: http.MethodPost, PathPrefix: notify(e), Status: http.StatusConflict, Count: 1}
+		}, "", false},
+		{"gateway error, not processed: the stream waits out the flight, finds nothing, posts", func(e *env) moleculetest.Fault {
+			return moleculetest.Fault{Method: http.MethodPost, PathPrefix: notify(e), Status: http.StatusBadGateway, Count: 1}
+		}, events.StatePosting, false},
+		{"error after the platform wrote the row: the stream finds it on the feed", func(e *env) moleculetest.Fault {
+			return moleculetest.Fault{Method: http.MethodPost, PathPrefix: notify(e), Status: http.StatusInternalServerError, Count: 1, AfterHandler: true}
+		}, events.StatePosting, true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			e := newEnv(t)
+			e.pollMode(t)
+			e.plat.InjectFault(tc.fault(e))
+			rp := e.replier(t, e.js, e.topo, replier.Config{})
+			reply := e.canvasReply("act-1", "answer once")
+			o := postDirect(t, rp, reply)
+			if o.Acked() || o.Abandoned() {
+				t.Fatalf("outcome %v, want one that leaves the reply to the stream", o)
+			}
+			rec, ok := e.record(t, "act-1")
+			if got := map[bool]string{true: rec.State}[ok]; got != tc.record {
+				t.Fatalf("record after the direct post: %q (%+v), want %q", got, rec, tc.record)
+			}
+			if st := rp.Stats(); st.Direct != 0 || st.DirectFallbacks != 1 {
+				t.Errorf("stats %+v, want one fallback and no direct", st)
+			}
+			e.publish(t, reply) // as the dispatcher does
+			st := e.runUntilAcked(t, replier.Config{}, 15*time.Second)
+			if got := len(e.plat.Notifications(e.a.ID)); got != 1 {
+				t.Fatalf("notified %d times, want exactly 1", got)
+			}
+			if rec, ok := e.record(t, "act-1"); !ok || rec.State != events.StateSent {
+				t.Errorf("record %+v, %v; want sent", rec, ok)
+			}
+			if (st.Reconciled == 1) != tc.reconciled {
+				t.Errorf("stream stats %+v, want reconciled %v", st, tc.reconciled)
+			}
+		})
+	}
+}
+
+// A direct post never waits for the rate budget: at the reserve it hands
+// the reply to the stream at once, having posted nothing and written no
+// record, and the stage's delivery waits for the window instead.
+func TestDirectPostDoesNotWaitForTheRateBudget(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, moleculetest.WithRateLimit(5, time.Minute))
+	rp := e.replier(t, e.js, e.topo, replier.Config{})
+	// Two posts bring the window's remaining requests to the reserve (3).
+	for _, act := range []string{"act-1", "act-2"} {
+		if o := postDirect(t, rp, e.canvasReply(act, "within budget")); !o.Acked() {
+			t.Fatalf("%s: outcome %v, want ack", act, o)
+		}
+	}
+	if o := postDirect(t, rp, e.canvasReply("act-3", "at the reserve")); o.String() != "defer" {
+		t.Fatalf("outcome %v, want defer: the stream waits for the window, not the dispatcher", o)
+	}
+	if _, ok := e.record(t, "act-3"); ok {
+		t.Error("a posting record was written for a reply that was not posted")
+	}
+	if got := len(e.plat.Notifications(e.a.ID)); got != 2 {
+		t.Errorf("notified %d times, want 2", got)
+	}
+}
+
+// A reply whose record exists is never posted directly: the direct post
+// hands it to the stream, whose delivery follows the record.
+func TestDirectPostLeavesARecordedReplyToTheStream(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	now := time.Now().UTC()
+	e.putRecord(t, "act-1", events.ReplyRecord{State: events.StatePosting, Route: events.RouteNotify, PostingAt: now, Deadline: now.Add(time.Minute), Attempts: 1})
+	rp := e.replier(t, e.js, e.topo, replier.Config{})
+	if o := postDirect(t, rp, e.canvasReply("act-1", "maybe delivered")); o.Acked() || o.Abandoned() {
+		t.Fatalf("outcome %v, want one that leaves the reply to the stream", o)
+	}
+	if got := len(e.plat.Notifications(e.a.ID)); got != 0 {
+		t.Errorf("notified %d times, want 0", got)
+	}
+}
