@@ -70,13 +70,16 @@ func waitJetStream(ctx context.Context, log *slog.Logger, timeout time.Duration,
 			return fmt.Errorf("stopped while waiting for %s: %w", what, err)
 		case startupPermanent(err):
 			return err
-		case time.Now().Add(pause).After(deadline):
+		case !time.Now().Before(deadline):
 			return fmt.Errorf("%w (%s): still no %s after %d attempts: %w; the NATS cluster has no JetStream quorum or no leader for it: check that a majority of its nodes runs and that they see each other (nats server report jetstream)",
 				ErrStartupTimeout, timeout, what, n, err)
 		}
 		log.Warn("nats: waiting for JetStream (a cluster without quorum, or electing leaders, answers nothing); retrying",
 			"waiting_for", what, "error", err, "attempt", n, "gives_up_in", time.Until(deadline).Round(time.Second), "setting", "MOLECULE_STARTUP_TIMEOUT")
-		t := time.NewTimer(pause)
+		// The last pause ends at the deadline, and a last try follows: a
+		// cluster that answers "no responders" at once is still waited for
+		// the whole timeout.
+		t := time.NewTimer(min(pause, time.Until(deadline)))
 		select {
 		case <-ctx.Done():
 			t.Stop()

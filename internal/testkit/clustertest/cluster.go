@@ -470,6 +470,74 @@ func (c *Cluster) WaitMetaLeader(t testing.TB, timeout time.Duration) string {
 	return leader
 }
 
+// leaderz is the part of /jsz?accounts=true&streams=true that names the
+// leaders a node knows of.
+type leaderz struct {
+	Meta *struct {
+		Leader string `json:"leader"`
+	} `json:"meta_cluster"`
+	Accounts []struct {
+		Streams []struct {
+			Name    string `json:"name"`
+			Cluster *struct {
+				Leader string `json:"leader"`
+			} `json:"cluster"`
+		} `json:"stream_detail"`
+	} `json:"account_details"`
+}
+
+// leaders returns the meta leader and the stream leaders n knows of.
+func (n *Node) leaders() ([]string, error) {
+	resp, err := http.Get(fmt.Sprintf("http://127.0.0.1:%d/jsz?accounts=true&streams=true", n.MonitorPort))
+	if err != nil {
+		return nil, err
+	}
+	defer resp.Body.Close()
+	var z leaderz
+	if err := json.NewDecoder(resp.Body).Decode(&z); err != nil {
+		return nil, err
+	}
+	var out []string
+	if z.Meta != nil && z.Meta.Leader != "" {
+		out = append(out, "meta: "+z.Meta.Leader)
+	}
+	for _, a := range z.Accounts {
+		for _, st := range a.Streams {
+			if st.Cluster != nil && st.Cluster.Leader != "" {
+				out = append(out, st.Name+": "+st.Cluster.Leader)
+			}
+		}
+	}
+	return out, nil
+}
+
+// WaitLeaderless waits until no running node knows of a meta leader or a
+// stream leader: after a majority of the nodes died, the survivors' leaders
+// step down only when they notice the lost quorum (nats-server's raft:
+// about 10 s without their followers' answers), and until then a survivor
+// still answers lookups as leader.
+func (c *Cluster) WaitLeaderless(t testing.TB, timeout time.Duration) {
+	t.Helper()
+	var known []string
+	err := poll(timeout, nil, func() (bool, error) {
+		known = known[:0]
+		for _, n := range c.Nodes {
+			if !n.Running() {
+				continue
+			}
+			l, err := n.leaders()
+			if err != nil {
+				return false, nil
+			}
+			known = append(known, l...)
+		}
+		return len(known) == 0, nil
+	})
+	if err != nil {
+		t.Fatalf("clustertest: leaders still known after %s: %v (%v)", timeout, known, err)
+	}
+}
+
 // WaitStreamCurrent waits until the stream has a leader and every replica
 // on a running node is current (caught up), seen by js.
 func WaitStreamCurrent(t testing.TB, c *Cluster, js jetstream.JetStream, stream string, timeout time.Duration) {
