@@ -24,7 +24,7 @@ IMAGE_REPO    ?= ghcr.io/molecule-ai/molecule-relay
 # but no registry; release: the distroless base of .ko.yaml.
 KO_BASE       ?= local
 
-.PHONY: help build dev test test-short chaos chaos-long chaos-cluster lint bench bench-fleet fuzz cover clean validate-infra image release-check
+.PHONY: help build dev test test-short chaos chaos-connect chaos-long chaos-cluster lint bench bench-fleet fuzz cover clean validate-infra image release-check
 
 include Makefile.deploy
 
@@ -47,6 +47,9 @@ test: ## go vet, then every test with the race detector
 
 chaos: ## chaos test, short: 300 messages through separate stage processes on an external nats-server, random SIGKILLs, platform 429/500/latency (internal/testkit/chaos)
 	$(GO) test -count=1 -v -timeout 10m -run '^TestChaos$$' ./internal/testkit/chaos -args -chaos.msgs=$(or $(CHAOS_MSGS),300) -chaos.rate=$(or $(CHAOS_RATE),15) $(CHAOS_FLAGS)
+
+chaos-connect: ## chaos test, short, of the main job: a `connect` process (its dispatcher posting directly) and a `dispatch` process, random SIGKILLs landing anywhere in a direct post
+	$(GO) test -count=1 -v -timeout 10m -run '^TestChaos$$' ./internal/testkit/chaos -args -chaos.msgs=$(or $(CHAOS_MSGS),300) -chaos.rate=$(or $(CHAOS_RATE),15) -chaos.connect $(CHAOS_FLAGS)
 
 chaos-long: ## chaos test, long: 10,000 messages at 40/s (CHAOS_RUNS=3 runs it three times)
 	@for i in $$(seq 1 $(or $(CHAOS_RUNS),1)); do \
