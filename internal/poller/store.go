@@ -284,11 +284,17 @@ func loadStatus(ctx context.Context, kv jetstream.KeyValue, ws string) (statusRe
 	return r, e.Revision(), nil
 }
 
-// statusRefresh is how old the stored LastPollAt and LastHeartbeatAt may
+// StatusRefresh is how old the stored LastPollAt and LastHeartbeatAt may
 // grow before a cycle or a heartbeat that changed nothing else writes them
 // again: a fleet of a thousand workspaces would otherwise write a thousand
-// records per poll interval and per heartbeat to say nothing new.
-const statusRefresh = time.Minute
+// records per poll interval and per heartbeat to say nothing new. At one
+// minute the refreshes alone were 25 KV writes a second at a thousand
+// workspaces, a sixth of the idle relay's CPU (docs/performance.md, "An
+// idle fleet"); a failed heartbeat or poll, a pause or a stop is still
+// written at once, so an older time says only "nothing changed"; a time
+// older than StatusRefresh plus the poll (or heartbeat) interval says that
+// no poller polls (or heartbeats) the workspace any more.
+const StatusRefresh = 5 * time.Minute
 
 // cachedStatus is a status record as this process last read or wrote it,
 // and the revision it had then (0 when not known).
@@ -330,12 +336,12 @@ func (p *Poller) readStatus(ctx context.Context, ws string) (statusRecord, error
 
 // sameStatus reports whether next says nothing that prev, as stored, does
 // not: equal but for UpdatedAt, and for LastPollAt and LastHeartbeatAt
-// having moved by less than statusRefresh.
+// having moved by less than StatusRefresh.
 func sameStatus(prev, next statusRecord) bool {
-	if d := next.LastPollAt.Sub(prev.LastPollAt); d >= 0 && d < statusRefresh {
+	if d := next.LastPollAt.Sub(prev.LastPollAt); d >= 0 && d < StatusRefresh {
 		next.LastPollAt = prev.LastPollAt
 	}
-	if d := next.LastHeartbeatAt.Sub(prev.LastHeartbeatAt); d >= 0 && d < statusRefresh {
+	if d := next.LastHeartbeatAt.Sub(prev.LastHeartbeatAt); d >= 0 && d < StatusRefresh {
 		next.LastHeartbeatAt = prev.LastHeartbeatAt
 	}
 	next.UpdatedAt = prev.UpdatedAt
