@@ -69,9 +69,10 @@ func TestFleetClockEndsWhenNothingIsScheduledAndRestarts(t *testing.T) {
 	}
 }
 
-// Long delays are rounded up to the grid, so that a fleet's heartbeats and
-// safety-net polls due within one step run after one wake-up; short ones
-// (retries, quick re-reads) are not delayed.
+// Long delays are rounded to the grid, so that a fleet's heartbeats and
+// safety-net polls due within one step run after one wake-up: a
+// heartbeat's up, a poll's down (never later than the safety net's
+// bound); short ones (retries, quick re-reads) are not delayed.
 func TestLongDelaysShareAGridStep(t *testing.T) {
 	c := newFleetClock()
 	var entries []*clockEntry
@@ -89,6 +90,15 @@ func TestLongDelaysShareAGridStep(t *testing.T) {
 		}
 		if e.at.Before(before.Add(d)) || e.at.After(time.Now().Add(d+clockGrid)) {
 			t.Errorf("a %s delay is due %s from its start, want %s to %s more", d, e.at.Sub(before), d, d+clockGrid)
+		}
+	}
+	// A poll (within) is rounded down: never later than asked.
+	for _, d := range []time.Duration{clockGridFrom, clockGridFrom + clockGrid/3} {
+		asked := time.Now().Add(d)
+		e := c.within(d, func() {})
+		entries = append(entries, e)
+		if e.at.Truncate(clockGrid) != e.at || e.at.After(asked) || e.at.Before(asked.Add(-clockGrid)) {
+			t.Errorf("a poll within %s is due %s before the time asked, want 0 to %s, on a boundary", d, asked.Sub(e.at), clockGrid)
 		}
 	}
 	short := c.after(clockGrid/5, func() {})

@@ -219,7 +219,7 @@ func (l *pollLoop) run() {
 		if retrySooner {
 			next = min(next, retryIn)
 		}
-		l.timer = p.clock.after(next, l.timed)
+		l.timer = p.clock.within(next, l.timed) // never later: the safety net's bound
 		l.mu.Unlock()
 		return
 	}

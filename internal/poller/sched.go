@@ -13,9 +13,12 @@ import (
 // workspaces and started a goroutine for each, whose stack grew anew
 // every time: together a fifth of the idle relay's CPU
 // (docs/performance.md, "An idle fleet"). Long delays (clockGridFrom and
-// more: heartbeats, poll and safety-net intervals) are rounded up to a
+// more: heartbeats, poll and safety-net intervals) are rounded to a
 // clockGrid boundary, so that the work due within one grid step runs
-// after one wake-up; shorter ones (retries, overlap re-reads) run on time.
+// after one wake-up: a heartbeat's up (after: never early, or the next
+// one would come twice), a poll's down (within: the safety net's bound,
+// 1.1 × its interval, holds as documented). Shorter ones (retries,
+// overlap re-reads) run on time.
 //
 // The clock's goroutine runs only while something is scheduled.
 type fleetClock struct {
@@ -57,6 +60,20 @@ func (c *fleetClock) after(d time.Duration, f func()) *clockEntry {
 	if d >= c.gridFrom {
 		at = gridUp(at, c.grid)
 	}
+	return c.schedule(at, f)
+}
+
+// within calls f on a worker once d has passed, or up to one grid step
+// sooner when d is long (rounded down to the grid).
+func (c *fleetClock) within(d time.Duration, f func()) *clockEntry {
+	at := time.Now().Add(d)
+	if d >= c.gridFrom {
+		at = at.Truncate(c.grid)
+	}
+	return c.schedule(at, f)
+}
+
+func (c *fleetClock) schedule(at time.Time, f func()) *clockEntry {
 	e := &clockEntry{c: c, at: at, f: f}
 	c.mu.Lock()
 	heap.Push(&c.due, e)
