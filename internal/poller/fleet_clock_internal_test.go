@@ -85,7 +85,7 @@ func TestLongDelaysShareAGridStep(t *testing.T) {
 	for _, d := range []time.Duration{clockGridFrom, clockGridFrom + clockGrid/3, clockGridFrom + clockGrid/2} {
 		e := c.after(d, func() {})
 		entries = append(entries, e)
-		if e.at.Truncate(clockGrid) != e.at {
+		if !e.at.Truncate(clockGrid).Equal(e.at) {
 			t.Errorf("a %s delay is due at %s, not on a %s boundary", d, e.at.Format(time.StampMicro), clockGrid)
 		}
 		if e.at.Before(before.Add(d)) || e.at.After(time.Now().Add(d+clockGrid)) {
@@ -97,8 +97,15 @@ func TestLongDelaysShareAGridStep(t *testing.T) {
 		asked := time.Now().Add(d)
 		e := c.within(d, func() {})
 		entries = append(entries, e)
-		if e.at.Truncate(clockGrid) != e.at || e.at.After(asked) || e.at.Before(asked.Add(-clockGrid)) {
+		if !e.at.Truncate(clockGrid).Equal(e.at) || e.at.After(asked) || e.at.Before(asked.Add(-clockGrid)) {
 			t.Errorf("a poll within %s is due %s before the time asked, want 0 to %s, on a boundary", d, asked.Sub(e.at), clockGrid)
+		}
+	}
+	// The clock waits by the monotonic clock: a step of the wall clock
+	// must not delay a heartbeat.
+	for _, e := range entries {
+		if e.at.Round(0) == e.at {
+			t.Errorf("an entry due %s lost its monotonic clock reading", e.at)
 		}
 	}
 	short := c.after(clockGrid/5, func() {})

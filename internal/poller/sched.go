@@ -58,7 +58,7 @@ type clockEntry struct {
 func (c *fleetClock) after(d time.Duration, f func()) *clockEntry {
 	at := time.Now().Add(d)
 	if d >= c.gridFrom {
-		at = gridUp(at, c.grid)
+		at = onGrid(at, gridUp(at, c.grid))
 	}
 	return c.schedule(at, f)
 }
@@ -68,10 +68,15 @@ func (c *fleetClock) after(d time.Duration, f func()) *clockEntry {
 func (c *fleetClock) within(d time.Duration, f func()) *clockEntry {
 	at := time.Now().Add(d)
 	if d >= c.gridFrom {
-		at = at.Truncate(c.grid)
+		at = onGrid(at, at.Truncate(c.grid))
 	}
 	return c.schedule(at, f)
 }
+
+// onGrid moves at to the wall-clock time boundary while keeping its
+// monotonic reading: the heap orders, and the clock waits, by the
+// monotonic clock, so a step of the wall clock (NTP) delays no heartbeat.
+func onGrid(at, boundary time.Time) time.Time { return at.Add(boundary.Sub(at)) }
 
 func (c *fleetClock) schedule(at time.Time, f func()) *clockEntry {
 	e := &clockEntry{c: c, at: at, f: f}
