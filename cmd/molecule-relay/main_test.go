@@ -146,6 +146,10 @@ func TestConnectOnceFromEnvironment(t *testing.T) {
 	}
 	if tbl := runCLI(t, environ, "status"); tbl.code != exitOK || !strings.Contains(tbl.stdout, "MOLECULE_INBOUND") {
 		t.Fatalf("status table: %d\n%s", tbl.code, tbl.stdout)
+	} else if !strings.Contains(tbl.stdout, "recorded every 5 min") {
+		// The times are refreshed every poller.StatusRefresh: the table must
+		// say how old one may be.
+		t.Fatalf("status table does not say how old its poll and heartbeat times may be:\n%s", tbl.stdout)
 	}
 	if dl := runCLI(t, environ, "dlq", "list"); dl.code != exitOK || !strings.Contains(dl.stdout, "SEQ") {
 		t.Fatalf("dlq list: %d\n%s\n%s", dl.code, dl.stdout, dl.stderr)

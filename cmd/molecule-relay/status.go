@@ -139,6 +139,9 @@ func printStatus(env *cliEnv, rep *statusReport) {
 		}
 		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s%s\n", w.WorkspaceID, w.Generation, orDash(w.Cursor), ago(w.LastPollAt), hb, state, by)
 	}
+	// The times are rewritten only every poller.StatusRefresh while
+	// nothing else changes: an old one is not by itself a fault.
+	fmt.Fprintf(tw, "(last poll and heartbeat are recorded every %s while nothing else changes; a failure at once)\n", fmt.Sprintf("%g min", poller.StatusRefresh.Minutes()))
 	fmt.Fprintln(tw)
 	fmt.Fprintln(tw, "STREAM\tMESSAGES\tBYTES")
 	for _, s := range rep.Streams {

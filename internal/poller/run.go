@@ -43,13 +43,13 @@ func (p *Poller) Run(ctx context.Context) error {
 	return errors.Join(errs...)
 }
 
-// pollLoop is Run's loop of one workspace, driven by timers and wake-ups
-// rather than by a goroutine of its own: a cycle runs on a goroutine that
-// exists only while it polls, so an idle fleet of a thousand workspaces
-// holds no thousand waiting stacks (8 KiB each, docs/performance.md "An
-// idle fleet"). At most one cycle of a workspace runs at a time; a wake-up
-// during a cycle runs one more right after it (bursts coalesce, as in a
-// one-slot channel).
+// pollLoop is Run's loop of one workspace, driven by the poller's clock
+// and wake-ups rather than by a goroutine of its own: a cycle runs on one
+// of the clock's workers (sched.go), so an idle fleet of a thousand
+// workspaces holds no thousand waiting stacks (8 KiB each,
+// docs/performance.md "An idle fleet"). At most one cycle of a workspace
+// runs at a time; a wake-up during a cycle runs one more right after it
+// (bursts coalesce, as in a one-slot channel).
 type pollLoop struct {
 	p      *Poller
 	w      *workspace
@@ -64,8 +64,8 @@ type pollLoop struct {
 	pending      bool // a wake-up came during the cycle
 	finished     bool // done was called or is being called
 	heartbeating bool
-	woken        bool // the pending cycle was asked for by an inbound event
-	timer        *time.Timer
+	woken        bool        // the pending cycle was asked for by an inbound event
+	timer        *clockEntry // the next timed poll
 
 	// Owned by the cycle goroutine (one at a time).
 	fu    followUps // quick overlap re-reads after activity (followup.go)
@@ -92,7 +92,7 @@ func (p *Poller) startWorkspace(ctx context.Context, w *workspace, done func(err
 		}
 		l.finished = true
 		if l.timer != nil {
-			l.timer.Stop()
+			l.timer.stop()
 		}
 		l.mu.Unlock()
 		l.finish(nil)
@@ -100,24 +100,38 @@ func (p *Poller) startWorkspace(ctx context.Context, w *workspace, done func(err
 	l.wake()
 }
 
-// wake runs a cycle now, or right after the one running.
+// wake runs a cycle now on a worker, or right after the one running.
 func (l *pollLoop) wake() {
+	if l.claim() {
+		l.p.clock.pool.run(l.run)
+	}
+}
+
+// timed is the clock's call of the next timed poll, already on a worker.
+func (l *pollLoop) timed() {
+	if l.claim() {
+		l.run()
+	}
+}
+
+// claim marks a cycle as running and reports whether the caller is to
+// run it: false when one runs (it runs one more after itself) or the loop
+// finished.
+func (l *pollLoop) claim() bool {
 	l.mu.Lock()
+	defer l.mu.Unlock()
 	if l.finished {
-		l.mu.Unlock()
-		return
+		return false
 	}
 	if l.running {
 		l.pending = true
-		l.mu.Unlock()
-		return
+		return false
 	}
 	l.running = true
 	if l.timer != nil {
-		l.timer.Stop()
+		l.timer.stop()
 	}
-	l.mu.Unlock()
-	go l.run()
+	return true
 }
 
 // wakeByEvent is wake for an inbound event on the stream: a cycle it runs
@@ -205,7 +219,7 @@ func (l *pollLoop) run() {
 		if retrySooner {
 			next = min(next, retryIn)
 		}
-		l.timer = time.AfterFunc(next, l.wake)
+		l.timer = p.clock.within(next, l.timed) // never later: the safety net's bound
 		l.mu.Unlock()
 		return
 	}
@@ -232,9 +246,9 @@ func (l *pollLoop) finish(err error) {
 }
 
 // startHeartbeats sends a heartbeat now and then every HeartbeatInterval
-// until ctx ends, each from a timer (time.AfterFunc): between heartbeats no
-// goroutine waits, which at a thousand workspaces is a thousand stacks
-// fewer. bg counts a heartbeat in flight or scheduled, so that Run returns
+// until ctx ends, each from the poller's clock (sched.go): between
+// heartbeats no goroutine waits, which at a thousand workspaces is a
+// thousand stacks fewer. bg counts a heartbeat in flight or scheduled, so that Run returns
 // only after the last one. The second heartbeat comes after a random part
 // of the interval (half to all of it), so that a fleet started together
 // does not heartbeat together (bursts of a thousand requests open a
@@ -243,7 +257,7 @@ func (l *pollLoop) finish(err error) {
 func (p *Poller) startHeartbeats(ctx context.Context, w *workspace, bg *sync.WaitGroup) {
 	var (
 		mu      sync.Mutex
-		timer   *time.Timer
+		timer   *clockEntry
 		stopped bool
 		due     = time.Now().Add(p.cfg.HeartbeatInterval/2 + time.Duration(rand.Int64N(int64(p.cfg.HeartbeatInterval/2)+1)))
 		beat    func()
@@ -255,13 +269,13 @@ func (p *Poller) startHeartbeats(ctx context.Context, w *workspace, bg *sync.Wai
 			return
 		}
 		bg.Add(1)
-		timer = time.AfterFunc(d, func() { defer bg.Done(); beat() })
+		timer = p.clock.after(d, func() { defer bg.Done(); beat() })
 	}
 	context.AfterFunc(ctx, func() {
 		mu.Lock()
 		defer mu.Unlock()
 		stopped = true
-		if timer != nil && timer.Stop() {
+		if timer != nil && timer.stop() {
 			bg.Done() // its function will not run
 		}
 	})
@@ -281,7 +295,7 @@ func (p *Poller) startHeartbeats(ctx context.Context, w *workspace, bg *sync.Wai
 		schedule(due.Sub(now))
 	}
 	bg.Add(1)
-	go func() { defer bg.Done(); beat() }()
+	p.clock.pool.run(func() { defer bg.Done(); beat() })
 }
 
 // heartbeatOnce sends one heartbeat and records it; retry > 0 (ok) asks

@@ -24,33 +24,7 @@ func TestStatusWriteReadsOnlyAfterAnotherWrite(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	// Every read of a status record is a request to the bucket's stream
-	// (a direct get, or a message get where direct gets are off).
-	watch, _ := natstest.Connect(t, ns.ClientURL())
-	stream := "KV_" + topo.Status.Bucket()
-	var subs []interface{ Pending() (int, int, error) }
-	for _, subj := range []string{"$JS.API.DIRECT.GET." + stream, "$JS.API.DIRECT.GET." + stream + ".>", "$JS.API.STREAM.MSG.GET." + stream} {
-		sub, err := watch.SubscribeSync(subj)
-		if err != nil {
-			t.Fatal(err)
-		}
-		subs = append(subs, sub)
-	}
-	reads := func() int {
-		t.Helper()
-		if err := watch.Flush(); err != nil {
-			t.Fatal(err)
-		}
-		n := 0
-		for _, s := range subs {
-			m, _, _ := s.Pending()
-			n += m
-		}
-		return n
-	}
-	if err := watch.Flush(); err != nil {
-		t.Fatal(err)
-	}
+	reads := countStatusReads(t, ns, topo)
 
 	p := &Poller{topo: topo}
 	const ws = "ws-1"
@@ -98,5 +72,37 @@ func TestStatusWriteReadsOnlyAfterAnotherWrite(t *testing.T) {
 	}
 	if got.Generation != "old" || !got.Paused || got.LastPollError != "x" {
 		t.Errorf("stored record %+v: want the other writer's generation old, paused, and the earlier last_poll_error", got)
+	}
+}
+
+// countStatusReads returns a count of the requests that read a status
+// record of topo so far: every read is a request to the bucket's stream
+// (a direct get, or a message get where direct gets are off).
+func countStatusReads(t *testing.T, ns *natstest.Server, topo *events.Topology) func() int {
+	t.Helper()
+	watch, _ := natstest.Connect(t, ns.ClientURL())
+	stream := "KV_" + topo.Status.Bucket()
+	var subs []interface{ Pending() (int, int, error) }
+	for _, subj := range []string{"$JS.API.DIRECT.GET." + stream, "$JS.API.DIRECT.GET." + stream + ".>", "$JS.API.STREAM.MSG.GET." + stream} {
+		sub, err := watch.SubscribeSync(subj)
+		if err != nil {
+			t.Fatal(err)
+		}
+		subs = append(subs, sub)
+	}
+	if err := watch.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	return func() int {
+		t.Helper()
+		if err := watch.Flush(); err != nil {
+			t.Fatal(err)
+		}
+		n := 0
+		for _, s := range subs {
+			m, _, _ := s.Pending()
+			n += m
+		}
+		return n
 	}
 }

@@ -284,30 +284,51 @@ func loadStatus(ctx context.Context, kv jetstream.KeyValue, ws string) (statusRe
 	return r, e.Revision(), nil
 }
 
-// statusRefresh is how old the stored LastPollAt and LastHeartbeatAt may
+// StatusRefresh is how old the stored LastPollAt and LastHeartbeatAt may
 // grow before a cycle or a heartbeat that changed nothing else writes them
 // again: a fleet of a thousand workspaces would otherwise write a thousand
-// records per poll interval and per heartbeat to say nothing new.
-const statusRefresh = time.Minute
+// records per poll interval and per heartbeat to say nothing new. At one
+// minute the refreshes alone were 25 KV writes a second at a thousand
+// workspaces, a sixth of the idle relay's CPU (docs/performance.md, "An
+// idle fleet"); a failed heartbeat or poll, a pause or a stop is still
+// written at once, so an older time says only "nothing changed"; a time
+// older than StatusRefresh plus the poll (or heartbeat) interval says that
+// no poller polls (or heartbeats) the workspace any more.
+const StatusRefresh = 5 * time.Minute
 
 // cachedStatus is a status record as this process last read or wrote it,
 // and the revision it had then (0 when not known).
 type cachedStatus struct {
 	rec      statusRecord
 	rev      uint64
+	readAt   time.Time // when it was last read from the bucket
 	failedAt time.Time // when the bucket last did not answer a read
 }
 
-// readStatus loads the stored status record of ws and remembers it for
-// updateStatus. Once this process has one, a read the status bucket does
-// not answer within one try (its leader is being elected) returns that
-// one, and the bucket is asked again only after bucketRetryAfter: what a
-// cycle reads there (registration, generation, the last re-read) changes
-// rarely, and waiting for the election held up every new row.
+// statusReadEvery is how long a cycle goes on from the status record this
+// process last read or wrote before it reads the record again. Only
+// pollers write it, and this process's own writes keep its copy true; a
+// second poller of the same workspace (two relays, a poller group's
+// hand-over: PollWorkspace starts from a read) is seen at this process's
+// next write, whose compare-and-set then fails and reads, or after this
+// long. What a cycle reads there changes rarely (registration,
+// generation, the last overlap re-read), and reading it on every
+// safety-net cycle was 8 KV reads a second at a thousand workspaces.
+const statusReadEvery = StatusRefresh
+
+// readStatus returns the status record of ws: this process's copy while
+// it is younger than statusReadEvery, otherwise the stored one, which it
+// remembers for updateStatus. Once this process has one, a read the
+// status bucket does not answer within one try (its leader is being
+// elected) returns that one, and the bucket is asked again only after
+// bucketRetryAfter: waiting for the election held up every new row.
 func (p *Poller) readStatus(ctx context.Context, ws string) (statusRecord, error) {
 	v, cached := p.statusCache.Load(ws)
-	if cached && time.Since(v.(cachedStatus).failedAt) < bucketRetryAfter {
-		return v.(cachedStatus).rec, nil
+	if cached {
+		c := v.(cachedStatus)
+		if time.Since(c.failedAt) < bucketRetryAfter || (c.rev > 0 && time.Since(c.readAt) < statusReadEvery) {
+			return c.rec, nil
+		}
 	}
 	rctx, cancel := ctx, context.CancelFunc(func() {})
 	if cached {
@@ -323,19 +344,19 @@ func (p *Poller) readStatus(ctx context.Context, ws string) (statusRecord, error
 		p.log.DebugContext(ctx, "poller: status bucket did not answer; going on with the record in memory", "workspace", ws, "error", err)
 		return c.rec, nil
 	case err == nil && rev > 0:
-		p.statusCache.Store(ws, cachedStatus{rec: r, rev: rev})
+		p.statusCache.Store(ws, cachedStatus{rec: r, rev: rev, readAt: time.Now()})
 	}
 	return r, err
 }
 
 // sameStatus reports whether next says nothing that prev, as stored, does
 // not: equal but for UpdatedAt, and for LastPollAt and LastHeartbeatAt
-// having moved by less than statusRefresh.
+// having moved by less than StatusRefresh.
 func sameStatus(prev, next statusRecord) bool {
-	if d := next.LastPollAt.Sub(prev.LastPollAt); d >= 0 && d < statusRefresh {
+	if d := next.LastPollAt.Sub(prev.LastPollAt); d >= 0 && d < StatusRefresh {
 		next.LastPollAt = prev.LastPollAt
 	}
-	if d := next.LastHeartbeatAt.Sub(prev.LastHeartbeatAt); d >= 0 && d < statusRefresh {
+	if d := next.LastHeartbeatAt.Sub(prev.LastHeartbeatAt); d >= 0 && d < StatusRefresh {
 		next.LastHeartbeatAt = prev.LastHeartbeatAt
 	}
 	next.UpdatedAt = prev.UpdatedAt
@@ -373,6 +394,7 @@ func (p *Poller) updateStatus(ctx context.Context, ws string, fn func(*statusRec
 		if err != nil {
 			return r, err
 		}
+		p.statusCache.Store(ws, cachedStatus{rec: r, rev: rev, readAt: time.Now()})
 		fn(&r)
 		r, err = p.writeStatus(ctx, ws, r, rev)
 		if !isConflict(err) {
@@ -401,7 +423,11 @@ func (p *Poller) writeStatus(ctx context.Context, ws string, r statusRecord, rev
 		rev, err = p.topo.Status.Update(wctx, ws, data, rev)
 	}
 	if err == nil {
-		p.statusCache.Store(ws, cachedStatus{rec: r, rev: rev})
+		var readAt time.Time // the write keeps the copy true, not fresh: another writer is found by the next read
+		if v, ok := p.statusCache.Load(ws); ok {
+			readAt = v.(cachedStatus).readAt
+		}
+		p.statusCache.Store(ws, cachedStatus{rec: r, rev: rev, readAt: readAt})
 		return r, nil
 	}
 	if isConflict(err) {

@@ -36,8 +36,10 @@ type request struct {
 	// path is the URL path under PlatformURL, already escaped.
 	path  string
 	query url.Values
-	// body is marshalled as JSON when non-nil.
-	body any
+	// body is marshalled as JSON when non-nil; rawBody is a body already
+	// encoded (used instead when set).
+	body    any
+	rawBody []byte
 	// header is added to the standard headers.
 	header http.Header
 	ep     endpoint
@@ -118,7 +120,10 @@ func (c *Client) newRequest(ctx context.Context, r request) (*http.Request, erro
 		u += "?" + r.query.Encode()
 	}
 	var body io.Reader
-	if r.body != nil {
+	switch {
+	case r.rawBody != nil:
+		body = bytes.NewReader(r.rawBody)
+	case r.body != nil:
 		b, err := json.Marshal(r.body)
 		if err != nil {
 			return nil, fmt.Errorf("%w: %s %s: encoding body: %w", ErrInvalidArgument, r.method, r.path, err)
@@ -129,7 +134,7 @@ func (c *Client) newRequest(ctx context.Context, r request) (*http.Request, erro
 	if err != nil {
 		return nil, fmt.Errorf("%w: %s %s: %w", ErrInvalidArgument, r.method, r.path, err)
 	}
-	if r.body != nil {
+	if body != nil {
 		req.Header.Set("Content-Type", "application/json")
 	}
 	if r.accept != "" {
