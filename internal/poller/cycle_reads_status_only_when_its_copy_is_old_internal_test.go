@@ -1,13 +1,8 @@
 package poller
 
 import (
-	"context"
 	"encoding/json"
 	"testing"
-	"time"
-
-	"github.com/molecule-ai/molecule-relay/internal/events"
-	"github.com/molecule-ai/molecule-relay/internal/testkit/natstest"
 )
 
 // A cycle goes on from the status record this process last read or wrote
@@ -16,16 +11,7 @@ import (
 // nothing); another writer's change is taken up at this process's next
 // write (its compare-and-set fails and reads) or at that read.
 func TestCycleReadsItsStatusRecordOnlyWhenItsCopyIsOld(t *testing.T) {
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	ns := natstest.Start(t)
-	_, js := natstest.Connect(t, ns.ClientURL())
-	topo, err := events.EnsureTopology(ctx, js, events.TopologyConfig{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	reads := countStatusReads(t, ns, topo)
-	p := &Poller{topo: topo}
+	ctx, p, reads := statusTestPoller(t)
 	const ws = "ws-1"
 	if _, err := p.updateStatus(ctx, ws, func(r *statusRecord) { r.Registered = true }); err != nil {
 		t.Fatal(err)
@@ -52,7 +38,7 @@ func TestCycleReadsItsStatusRecordOnlyWhenItsCopyIsOld(t *testing.T) {
 	// Another writer: taken up by this process's next write.
 	theirs := func(f func(*statusRecord)) {
 		t.Helper()
-		e, err := topo.Status.Get(ctx, ws)
+		e, err := p.topo.Status.Get(ctx, ws)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -62,7 +48,7 @@ func TestCycleReadsItsStatusRecordOnlyWhenItsCopyIsOld(t *testing.T) {
 		}
 		f(&r)
 		data, _ := json.Marshal(r)
-		if _, err := topo.Status.Update(ctx, ws, data, e.Revision()); err != nil {
+		if _, err := p.topo.Status.Update(ctx, ws, data, e.Revision()); err != nil {
 			t.Fatal(err)
 		}
 	}

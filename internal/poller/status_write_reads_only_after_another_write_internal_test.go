@@ -16,17 +16,7 @@ import (
 // compare-and-set fail, and then the record is read and the other
 // writer's change kept.
 func TestStatusWriteReadsOnlyAfterAnotherWrite(t *testing.T) {
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	ns := natstest.Start(t)
-	_, js := natstest.Connect(t, ns.ClientURL())
-	topo, err := events.EnsureTopology(ctx, js, events.TopologyConfig{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	reads := countStatusReads(t, ns, topo)
-
-	p := &Poller{topo: topo}
+	ctx, p, reads := statusTestPoller(t)
 	const ws = "ws-1"
 	set := func(f func(*statusRecord)) {
 		t.Helper()
@@ -44,7 +34,7 @@ func TestStatusWriteReadsOnlyAfterAnotherWrite(t *testing.T) {
 
 	// Another writer in between: the write reads the record and keeps
 	// the other's change.
-	e, err := topo.Status.Get(ctx, ws)
+	e, err := p.topo.Status.Get(ctx, ws)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -54,7 +44,7 @@ func TestStatusWriteReadsOnlyAfterAnotherWrite(t *testing.T) {
 	}
 	theirs.Generation = "old"
 	data, _ := json.Marshal(theirs)
-	if _, err := topo.Status.Update(ctx, ws, data, e.Revision()); err != nil {
+	if _, err := p.topo.Status.Update(ctx, ws, data, e.Revision()); err != nil {
 		t.Fatal(err)
 	}
 	before := reads()
@@ -62,7 +52,7 @@ func TestStatusWriteReadsOnlyAfterAnotherWrite(t *testing.T) {
 	if n := reads() - before; n != 1 {
 		t.Errorf("%d reads after another writer's update, want 1", n)
 	}
-	e, err = topo.Status.Get(ctx, ws)
+	e, err = p.topo.Status.Get(ctx, ws)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -73,6 +63,22 @@ func TestStatusWriteReadsOnlyAfterAnotherWrite(t *testing.T) {
 	if got.Generation != "old" || !got.Paused || got.LastPollError != "x" {
 		t.Errorf("stored record %+v: want the other writer's generation old, paused, and the earlier last_poll_error", got)
 	}
+}
+
+// statusTestPoller is a Poller with nothing but its topology, on an
+// embedded NATS server, a context for the test, and the count of the
+// status bucket's reads (countStatusReads).
+func statusTestPoller(t *testing.T) (context.Context, *Poller, func() int) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	t.Cleanup(cancel)
+	ns := natstest.Start(t)
+	_, js := natstest.Connect(t, ns.ClientURL())
+	topo, err := events.EnsureTopology(ctx, js, events.TopologyConfig{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return ctx, &Poller{topo: topo}, countStatusReads(t, ns, topo)
 }
 
 // countStatusReads returns a count of the requests that read a status

@@ -31,16 +31,7 @@ func TestE2EDirectPostSkipsTheReplyStream(t *testing.T) {
 	waitDrained(t, w, 10*time.Second)
 	pl.Stop(t)
 
-	sent := w.Sent()
-	checkHandledOnce(t, pl.Recorder, sent)
-	w.CheckExactlyOnce(t, sent)
-	info, err := w.Obs.Topo.Reply.Info(context.Background())
-	if err != nil {
-		t.Fatal(err)
-	}
-	if info.State.LastSeq != 0 {
-		t.Errorf("reply stream received %d messages, want none: every reply was posted directly", info.State.LastSeq)
-	}
+	checkOnceThroughTheStream(t, w, pl, 0, "none: every reply was posted directly")
 	st := pl.Replier.Stats()
 	if st.Direct != n || st.DirectFallbacks != 0 || st.Notified+st.SentA2A != n || st.Received != 0 {
 		t.Errorf("replier stats %+v: want %d direct posts, counted by route, and no stream delivery", st, n)
@@ -200,6 +191,17 @@ func TestE2EDirectPostFallsBackToTheReplyStream(t *testing.T) {
 	waitDrained(t, w, 15*time.Second)
 	pl.Stop(t)
 
+	checkOnceThroughTheStream(t, w, pl, 2, "the 2 replies the direct post did not finish")
+	if st := pl.Replier.Stats(); st.Direct != 0 || st.DirectFallbacks != 2 || st.Notified+st.Reconciled != 2 {
+		t.Errorf("replier stats %+v: want 2 fallbacks, posted or settled by the stream", st)
+	}
+}
+
+// checkOnceThroughTheStream checks that every message sent was handled
+// once and answered once, and that the reply stream received want
+// replies (why says which).
+func checkOnceThroughTheStream(t *testing.T, w *pipelinetest.World, pl *pipelinetest.Pipeline, want uint64, why string) {
+	t.Helper()
 	sent := w.Sent()
 	checkHandledOnce(t, pl.Recorder, sent)
 	w.CheckExactlyOnce(t, sent)
@@ -207,10 +209,7 @@ func TestE2EDirectPostFallsBackToTheReplyStream(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if info.State.LastSeq != 2 {
-		t.Errorf("reply stream received %d messages, want the 2 replies the direct post did not finish", info.State.LastSeq)
-	}
-	if st := pl.Replier.Stats(); st.Direct != 0 || st.DirectFallbacks != 2 || st.Notified+st.Reconciled != 2 {
-		t.Errorf("replier stats %+v: want 2 fallbacks, posted or settled by the stream", st)
+	if info.State.LastSeq != want {
+		t.Errorf("reply stream received %d messages, want %s", info.State.LastSeq, why)
 	}
 }
