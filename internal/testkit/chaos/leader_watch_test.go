@@ -3,7 +3,6 @@ package chaos_test
 import (
 	"cmp"
 	"context"
-	"encoding/json"
 	"fmt"
 	"net/http"
 	"slices"
@@ -66,44 +65,14 @@ func (w *leaderWatch) run(ctx context.Context) {
 	}
 }
 
-// jszLeaders is the part of /jsz?accounts=true&streams=true&consumers=true
-// the watch reads.
-type jszLeaders struct {
-	Meta *struct {
-		Leader string `json:"leader"`
-	} `json:"meta_cluster"`
-	Accounts []struct {
-		Streams []struct {
-			Name    string        `json:"name"`
-			Cluster *jszCluster   `json:"cluster"`
-			Cons    []jszConsumer `json:"consumer_detail"`
-		} `json:"stream_detail"`
-	} `json:"account_details"`
-}
-
-type jszCluster struct {
-	Leader      string     `json:"leader"`
-	LeaderSince *time.Time `json:"leader_since"`
-}
-
-type jszConsumer struct {
-	Name    string      `json:"name"`
-	Cluster *jszCluster `json:"cluster"`
-}
-
 func (w *leaderWatch) poll(n *clustertest.Node) {
-	resp, err := w.client.Get(fmt.Sprintf("http://127.0.0.1:%d/jsz?accounts=true&streams=true&consumers=true", n.MonitorPort))
+	j, err := n.Leaders(w.client)
 	if err != nil {
-		return
-	}
-	defer resp.Body.Close()
-	var j jszLeaders
-	if json.NewDecoder(resp.Body).Decode(&j) != nil {
 		return
 	}
 	// Only a node's word about itself counts: a follower keeps naming a
 	// dead leader until its election timeout.
-	note := func(group string, c *jszCluster) {
+	note := func(group string, c *clustertest.GroupLeader) {
 		if c != nil && c.Leader == n.Name && c.LeaderSince != nil {
 			w.note(group, reign{leader: n.Name, since: *c.LeaderSince})
 		}
@@ -111,7 +80,7 @@ func (w *leaderWatch) poll(n *clustertest.Node) {
 	for _, a := range j.Accounts {
 		for _, s := range a.Streams {
 			note(s.Name, s.Cluster)
-			for _, c := range s.Cons {
+			for _, c := range s.Consumers {
 				note(s.Name+"/"+c.Name, c.Cluster)
 			}
 		}

@@ -470,45 +470,58 @@ func (c *Cluster) WaitMetaLeader(t testing.TB, timeout time.Duration) string {
 	return leader
 }
 
-// leaderz is the part of /jsz?accounts=true&streams=true that names the
-// leaders a node knows of.
-type leaderz struct {
+// Leaders is the part of a node's /jsz?accounts=true&streams=true&consumers=true
+// that names the Raft groups' leaders as this node knows them.
+type Leaders struct {
 	Meta *struct {
 		Leader string `json:"leader"`
 	} `json:"meta_cluster"`
 	Accounts []struct {
 		Streams []struct {
-			Name    string `json:"name"`
-			Cluster *struct {
-				Leader string `json:"leader"`
-			} `json:"cluster"`
+			Name      string       `json:"name"`
+			Cluster   *GroupLeader `json:"cluster"`
+			Consumers []struct {
+				Name    string       `json:"name"`
+				Cluster *GroupLeader `json:"cluster"`
+			} `json:"consumer_detail"`
 		} `json:"stream_detail"`
 	} `json:"account_details"`
 }
 
-// leaders returns the meta leader and the stream leaders n knows of.
-func (n *Node) leaders() ([]string, error) {
-	resp, err := http.Get(fmt.Sprintf("http://127.0.0.1:%d/jsz?accounts=true&streams=true", n.MonitorPort))
+// GroupLeader is a Raft group's leader as a node knows it.
+type GroupLeader struct {
+	Leader      string     `json:"leader"`
+	LeaderSince *time.Time `json:"leader_since"`
+}
+
+// Leaders reads n's /jsz for its groups' leaders through client.
+func (n *Node) Leaders(client *http.Client) (*Leaders, error) {
+	resp, err := client.Get(fmt.Sprintf("http://127.0.0.1:%d/jsz?accounts=true&streams=true&consumers=true", n.MonitorPort))
 	if err != nil {
 		return nil, err
 	}
 	defer resp.Body.Close()
-	var z leaderz
-	if err := json.NewDecoder(resp.Body).Decode(&z); err != nil {
+	var l Leaders
+	if err := json.NewDecoder(resp.Body).Decode(&l); err != nil {
 		return nil, err
 	}
+	return &l, nil
+}
+
+// known lists the meta and stream leaders l names.
+func (l *Leaders) known() []string {
 	var out []string
-	if z.Meta != nil && z.Meta.Leader != "" {
-		out = append(out, "meta: "+z.Meta.Leader)
+	if l.Meta != nil && l.Meta.Leader != "" {
+		out = append(out, "meta: "+l.Meta.Leader)
 	}
-	for _, a := range z.Accounts {
+	for _, a := range l.Accounts {
 		for _, st := range a.Streams {
 			if st.Cluster != nil && st.Cluster.Leader != "" {
 				out = append(out, st.Name+": "+st.Cluster.Leader)
 			}
 		}
 	}
-	return out, nil
+	return out
 }
 
 // WaitLeaderless waits until no running node knows of a meta leader or a
@@ -525,11 +538,11 @@ func (c *Cluster) WaitLeaderless(t testing.TB, timeout time.Duration) {
 			if !n.Running() {
 				continue
 			}
-			l, err := n.leaders()
+			l, err := n.Leaders(http.DefaultClient)
 			if err != nil {
 				return false, nil
 			}
-			known = append(known, l...)
+			known = append(known, l.known()...)
 		}
 		return len(known) == 0, nil
 	})
