@@ -141,6 +141,9 @@ func TestConnectOnceFromEnvironment(t *testing.T) {
 	if st.code != exitOK || !strings.Contains(st.stdout, ws.ID) || !strings.Contains(st.stdout, `"generation": "new"`) {
 		t.Fatalf("status: %d\n%s\n%s", st.code, st.stdout, st.stderr)
 	}
+	if !strings.Contains(st.stdout, `"times_recorded_every_secs": 300`) {
+		t.Fatalf("status --json does not say how old its poll and heartbeat times may be:\n%s", st.stdout)
+	}
 	if strings.Contains(st.stdout+st.stderr, ws.Token) {
 		t.Fatal("status shows the token")
 	}

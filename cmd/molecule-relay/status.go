@@ -23,6 +23,10 @@ import (
 // statusReport is what `status` prints. It holds no token.
 type statusReport struct {
 	Workspaces []poller.WorkspaceStatus `json:"workspaces"`
+	// TimesRecordedEverySecs says how old each workspace's last_poll_at
+	// and last_heartbeat_at may be while nothing else changes
+	// (poller.StatusRefresh): an old one is not by itself a fault.
+	TimesRecordedEverySecs int `json:"times_recorded_every_secs"`
 	// PollerGroup is MOLECULE_POLLER_GROUP; PolledBy maps each workspace
 	// the group's members claimed to the member (instance id) polling it.
 	PollerGroup string            `json:"poller_group,omitempty"`
@@ -78,7 +82,7 @@ func collectStatus(ctx context.Context, rt *relay.Runtime, cfg *config.Config) (
 	if err != nil {
 		return nil, err
 	}
-	rep := &statusReport{Workspaces: ws, PollerGroup: cfg.PollerGroup}
+	rep := &statusReport{Workspaces: ws, PollerGroup: cfg.PollerGroup, TimesRecordedEverySecs: int(poller.StatusRefresh.Seconds())}
 	if cfg.PollerGroup != "" {
 		// An admin's status creates the group bucket with the topology,
 		// for members that may only look it up.
