@@ -359,9 +359,13 @@ func (d *Dispatcher) complete(runCtx context.Context, m *message, a handler.Answ
 // (Config.Direct), which posts it in this slot; its outcome says whether
 // the reply is delivered (Ack) or is to be published. A redelivery never
 // posts directly (duplicate publishes): the record the direct post left
-// is the replier stage's to follow.
+// is the replier stage's to follow. Only a canvas reply is posted here: a
+// notify takes milliseconds, while an /a2a reply to a push-mode peer waits
+// for the peer's agent, up to MOLECULE_A2A_TIMEOUT (10 minutes), and would
+// hold this handler slot that long; it goes through the reply stream and
+// the replier's own slots.
 func (d *Dispatcher) postDirect(runCtx context.Context, m *message, reply []byte) stage.Outcome {
-	if d.cfg.Direct == nil {
+	if d.cfg.Direct == nil || m.in.Source == events.SourcePeerAgent {
 		return stage.Outcome{}
 	}
 	return d.cfg.Direct.PostDirect(runCtx, reply, m.Progress)
