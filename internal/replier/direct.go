@@ -19,9 +19,10 @@ var firstDelivery = jetstream.MsgMetadata{NumDelivered: 1}
 // caller's goroutine, as the stage would on its first delivery of it
 // (chain: route, rate budget, posting record, POST, sent record, turns in
 // memory: work), and returns the outcome the stage would have applied. A
-// dispatcher in the same process calls it after storing its handled
-// record, instead of publishing the reply to the reply stream
-// (docs/architecture.md, "Direct posting").
+// dispatcher in the same process calls it for a canvas reply after
+// storing its handled record, instead of publishing the reply to the
+// reply stream (docs/architecture.md, "Direct posting"; a peer reply's
+// /a2a may wait minutes and goes through the stream).
 //
 // Ack means the reply was posted and recorded sent (or found sent): the
 // caller acks its inbound message and publishes nothing. Abandon means a
