@@ -508,49 +508,6 @@ func (n *Node) Leaders(client *http.Client) (*Leaders, error) {
 	return &l, nil
 }
 
-// known lists the meta and stream leaders l names.
-func (l *Leaders) known() []string {
-	var out []string
-	if l.Meta != nil && l.Meta.Leader != "" {
-		out = append(out, "meta: "+l.Meta.Leader)
-	}
-	for _, a := range l.Accounts {
-		for _, st := range a.Streams {
-			if st.Cluster != nil && st.Cluster.Leader != "" {
-				out = append(out, st.Name+": "+st.Cluster.Leader)
-			}
-		}
-	}
-	return out
-}
-
-// WaitLeaderless waits until no running node knows of a meta leader or a
-// stream leader: after a majority of the nodes died, the survivors' leaders
-// step down only when they notice the lost quorum (nats-server's raft:
-// about 10 s without their followers' answers), and until then a survivor
-// still answers lookups as leader.
-func (c *Cluster) WaitLeaderless(t testing.TB, timeout time.Duration) {
-	t.Helper()
-	var known []string
-	err := poll(timeout, nil, func() (bool, error) {
-		known = known[:0]
-		for _, n := range c.Nodes {
-			if !n.Running() {
-				continue
-			}
-			l, err := n.Leaders(http.DefaultClient)
-			if err != nil {
-				return false, nil
-			}
-			known = append(known, l.known()...)
-		}
-		return len(known) == 0, nil
-	})
-	if err != nil {
-		t.Fatalf("clustertest: leaders still known after %s: %v (%v)", timeout, known, err)
-	}
-}
-
 // WaitStreamCurrent waits until the stream has a leader and every replica
 // on a running node is current (caught up), seen by js.
 func WaitStreamCurrent(t testing.TB, c *Cluster, js jetstream.JetStream, stream string, timeout time.Duration) {
