@@ -193,7 +193,7 @@ func TestPermissions(t *testing.T) {
 		if _, err := js.Publish(ctx, events.DLQSubject(events.StagePoller, ws), []byte("dl")); err != nil {
 			t.Fatalf("publish own dead letter: %v", err)
 		}
-		sweepStaleSnapshots(ctx, t, status)
+		sweepStaleSnapshots(ctx, t, c, js, status)
 		pollerGroupMember(ctx, t, admin, js)
 		poller.checkClean(t)
 
@@ -436,12 +436,16 @@ const watchAllStatus = "$JS.API.CONSUMER.CREATE.KV_molecule_poller_status.w.$KV.
 // published-row snapshots of the status bucket (a watch of *.published)
 // and deletes the stale ones; a snapshot written just now is stale for a
 // window of a nanosecond.
-func sweepStaleSnapshots(ctx context.Context, t *testing.T, status jetstream.KeyValue) {
+func sweepStaleSnapshots(ctx context.Context, t *testing.T, c *clustertest.Cluster, js jetstream.JetStream, status jetstream.KeyValue) {
 	t.Helper()
 	const key = "ws-gone.published" // poller's key of a workspace's snapshot
 	if _, err := status.Put(ctx, key, []byte{1}); err != nil {
 		t.Fatalf("snapshot put: %v", err)
 	}
+	// The put is acknowledged once a majority stored it; the sweep's watch
+	// (an ephemeral consumer) may live on the replica that has not yet, and
+	// would then list nothing (it failed so in CI under load, 1 run in 7).
+	clustertest.WaitStreamCurrent(t, c, js, "KV_"+events.BucketPollerStatus, 10*time.Second)
 	if n, err := poller.SweepStaleSnapshots(ctx, status, time.Nanosecond); err != nil || n != 1 {
 		t.Fatalf("sweep of stale snapshots: deleted %d, %v; want 1", n, err)
 	}
