@@ -199,23 +199,7 @@ func TestE2ECrashDispatcherAfterReplyPublish(t *testing.T) {
 	<-run1.Done()
 
 	d2 := w.NewDispatcher(w.Proc(), rec, dispatcher.Config{})
-	run2 := pipelinetest.Start(t, d2.Run)
-	const n = 8
-	w.SendMixed("meanwhile", n)
-	w.WaitReplies(n+1, 20*time.Second)
-	waitDrained(t, w, 10*time.Second)
-	if err := run2.Stop(); err != nil {
-		t.Errorf("second dispatcher: %v", err)
-	}
-	pl.Stop(t)
-
-	target := w.SentText("crash after publish")
-	if got := rec.Deliveries(target.ActivityID); fmt.Sprint(got) != "[1]" {
-		t.Errorf("handler deliveries %v, want [1]: the redelivery must find the handled record", got)
-	}
-	if got := d2.Stats().Duplicates; got != 1 {
-		t.Errorf("second dispatcher duplicates = %d, want 1 (the redelivered message)", got)
-	}
+	recoverInSecondDispatcher(t, w, pl, rec, d2, "crash after publish", 8, 10*time.Second)
 	sent := w.Sent()
 	checkHandledOnce(t, rec, sent)
 	w.CheckExactlyOnce(t, sent)
@@ -451,4 +435,30 @@ func TestE2ENATSRestartMidRun(t *testing.T) {
 	}
 	t.Logf("dispatcher: %+v", pl.Dispatcher.Stats())
 	t.Logf("replier: %+v", pl.Replier.Stats())
+}
+
+// recoverInSecondDispatcher runs d2 after the first dispatcher crashed
+// on the message text: it sends n mixed messages meanwhile, waits for
+// their replies and the crashed message's, stops d2 and the pipeline,
+// and checks that the crashed message's handler ran once and that its
+// redelivery came to d2 as its one duplicate.
+func recoverInSecondDispatcher(t *testing.T, w *pipelinetest.World, pl *pipelinetest.Pipeline, rec *pipelinetest.Recorder,
+	d2 *dispatcher.Dispatcher, text string, n int, drain time.Duration) {
+	t.Helper()
+	run2 := pipelinetest.Start(t, d2.Run)
+	w.SendMixed("meanwhile", n)
+	w.WaitReplies(n+1, 20*time.Second)
+	waitDrained(t, w, drain)
+	if err := run2.Stop(); err != nil {
+		t.Errorf("second dispatcher: %v", err)
+	}
+	pl.Stop(t)
+
+	target := w.SentText(text)
+	if got := rec.Deliveries(target.ActivityID); fmt.Sprint(got) != "[1]" {
+		t.Errorf("handler deliveries %v, want [1]: the redelivery must find the handled record", got)
+	}
+	if got := d2.Stats().Duplicates; got != 1 {
+		t.Errorf("second dispatcher duplicates = %d, want 1 (the redelivered message)", got)
+	}
 }

@@ -2,7 +2,6 @@ package relay_test
 
 import (
 	"context"
-	"fmt"
 	"net/http"
 	"sync/atomic"
 	"testing"
@@ -116,23 +115,7 @@ func testCrashDirectPost(t *testing.T, hooks func(kill func() error) *crashpoint
 	// The next process: a dispatcher posting through its own replier.
 	proc2 := w.Proc()
 	d2 := w.NewDispatcher(proc2, rec, dispatcher.Config{Direct: w.NewReplier(proc2, nil, replier.Config{})})
-	run2 := pipelinetest.Start(t, d2.Run)
-	const n = 6
-	w.SendMixed("meanwhile", n)
-	w.WaitReplies(n+1, 20*time.Second)
-	waitDrained(t, w, 15*time.Second)
-	if err := run2.Stop(); err != nil {
-		t.Errorf("second dispatcher: %v", err)
-	}
-	pl.Stop(t)
-
-	target := w.SentText("crash me")
-	if got := rec.Deliveries(target.ActivityID); fmt.Sprint(got) != "[1]" {
-		t.Errorf("handler deliveries %v, want [1]: the redelivery must find the handled record", got)
-	}
-	if got := d2.Stats().Duplicates; got != 1 {
-		t.Errorf("second dispatcher duplicates = %d, want 1 (the redelivered message)", got)
-	}
+	recoverInSecondDispatcher(t, w, pl, rec, d2, "crash me", 6, 15*time.Second)
 	checkHandledOnce(t, rec, w.Sent())
 	w.CheckExactlyOnce(t, w.Sent())
 }
