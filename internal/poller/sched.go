@@ -56,19 +56,21 @@ type clockEntry struct {
 // after calls f on a worker once d has passed (rounded up to the grid when
 // d is long).
 func (c *fleetClock) after(d time.Duration, f func()) *clockEntry {
-	at := time.Now().Add(d)
-	if d >= c.gridFrom {
-		at = onGrid(at, gridUp(at, c.grid))
-	}
-	return c.schedule(at, f)
+	return c.scheduleIn(d, f, func(at time.Time) time.Time { return gridUp(at, c.grid) })
 }
 
 // within calls f on a worker once d has passed, or up to one grid step
 // sooner when d is long (rounded down to the grid).
 func (c *fleetClock) within(d time.Duration, f func()) *clockEntry {
+	return c.scheduleIn(d, f, func(at time.Time) time.Time { return at.Truncate(c.grid) })
+}
+
+// scheduleIn schedules f d from now, moved to the grid boundary round
+// gives when d is long.
+func (c *fleetClock) scheduleIn(d time.Duration, f func(), round func(time.Time) time.Time) *clockEntry {
 	at := time.Now().Add(d)
 	if d >= c.gridFrom {
-		at = onGrid(at, at.Truncate(c.grid))
+		at = onGrid(at, round(at))
 	}
 	return c.schedule(at, f)
 }
