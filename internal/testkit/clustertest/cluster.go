@@ -404,16 +404,21 @@ type jsz struct {
 }
 
 func (n *Node) jsz() (*jsz, error) {
-	resp, err := http.Get(fmt.Sprintf("http://127.0.0.1:%d/jsz", n.MonitorPort))
-	if err != nil {
-		return nil, err
-	}
-	defer resp.Body.Close()
 	var j jsz
-	if err := json.NewDecoder(resp.Body).Decode(&j); err != nil {
+	if err := n.monitor(http.DefaultClient, "/jsz", &j); err != nil {
 		return nil, err
 	}
 	return &j, nil
+}
+
+// monitor decodes the JSON of n's monitoring endpoint path into v.
+func (n *Node) monitor(client *http.Client, path string, v any) error {
+	resp, err := client.Get(fmt.Sprintf("http://127.0.0.1:%d%s", n.MonitorPort, path))
+	if err != nil {
+		return err
+	}
+	defer resp.Body.Close()
+	return json.NewDecoder(resp.Body).Decode(v)
 }
 
 // MetaLeader returns the JetStream meta leader every running node agrees
@@ -496,13 +501,8 @@ type GroupLeader struct {
 
 // Leaders reads n's /jsz for its groups' leaders through client.
 func (n *Node) Leaders(client *http.Client) (*Leaders, error) {
-	resp, err := client.Get(fmt.Sprintf("http://127.0.0.1:%d/jsz?accounts=true&streams=true&consumers=true", n.MonitorPort))
-	if err != nil {
-		return nil, err
-	}
-	defer resp.Body.Close()
 	var l Leaders
-	if err := json.NewDecoder(resp.Body).Decode(&l); err != nil {
+	if err := n.monitor(client, "/jsz?accounts=true&streams=true&consumers=true", &l); err != nil {
 		return nil, err
 	}
 	return &l, nil
