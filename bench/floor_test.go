@@ -49,12 +49,19 @@ var flagFloorMsgs = flag.Int("floor-msgs", 20000, "messages per floor run")
 //   - direct: records without the reply stream, as stages in one process
 //     could do it: the dispatcher posts the reply itself (posting create,
 //     sent update) and acks the inbound message after.
+//   - shipped: direct plus conversation memory, the operations the
+//     shipped defaults make for a canvas message: before the handler a
+//     batched direct get of the conversation's turns after the last one
+//     read (one read at a time, shared by the loads that wait for it),
+//     after the sent update a turn publish (awaited). Every message is
+//     one conversation's, as in echo/d1.
 func BenchmarkFloor(b *testing.B) {
 	designs := []floorDesign{
 		{name: "handoff", replyStream: true},
 		{name: "records", handled: handledKV, replyStream: true, replyRecords: true},
 		{name: "folded", handled: handledFolded, replyStream: true, replyRecords: true},
 		{name: "direct", handled: handledKV, replyRecords: true},
+		{name: "shipped", handled: handledKV, replyRecords: true, memory: true},
 	}
 	for _, d := range designs {
 		b.Run("jetstream/"+d.name, func(b *testing.B) {
@@ -86,6 +93,8 @@ type floorDesign struct {
 	replyStream bool
 	// replyRecords: the posting create and sent update around the POST.
 	replyRecords bool
+	// memory: a turns read before the handler, a turn publish after.
+	memory bool
 }
 
 // floorPayloads are envelopes of the sizes the relay stores: the test
@@ -127,6 +136,7 @@ type floorWorld struct {
 	inbound, replies  jetstream.Consumer
 	out               jetstream.Stream // the reply stream, on the dispatcher's connection
 	handled, sentKV   jetstream.KeyValue
+	turns             *floorTurns
 }
 
 func startFloorWorld(b *testing.B) *floorWorld {
@@ -161,6 +171,7 @@ func startFloorWorld(b *testing.B) *floorWorld {
 		return kv
 	}
 	w.handled, w.sentKV = bucket("floor_handled"), bucket("floor_replies")
+	w.turns = startFloorTurns(b, w.poller)
 	return w
 }
 
@@ -261,6 +272,9 @@ func publishPages(ctx context.Context, b *testing.B, js jetstream.JetStream, dat
 func (d floorDesign) dispatch(ctx context.Context, b *testing.B, w *floorWorld, p floorPayloads, m jetstream.Msg) {
 	key := "ws." + m.Headers().Get(jetstream.MsgIDHeader)
 	subject := "FLOOR_OUT.ws"
+	if d.memory {
+		w.turns.load(ctx, b)
+	}
 	switch d.handled {
 	case handledFolded:
 		subject += "." + key
@@ -283,6 +297,9 @@ func (d floorDesign) dispatch(ctx context.Context, b *testing.B, w *floorWorld, 
 		}
 	} else {
 		d.postRecords(ctx, b, w, p, key)
+	}
+	if d.memory {
+		w.turns.record(ctx, b, p.reply, key)
 	}
 	if err := m.Ack(); err != nil {
 		b.Errorf("ack: %v", err)
