@@ -44,7 +44,9 @@
 // -peer-every-th message from one of two peers), echo/d1/convs spreads
 // the canvas messages over -conversations (100) A2A contexts, and each
 // has a …/nomem twin with memory off; after the medians, memory's share
-// of relay_us/msg is printed for each pair.
+// of relay_us/msg is printed for each pair, and each pipeline
+// configuration's relay_us/msg as a multiple of the jetstream/records and
+// jetstream/shipped floors when they ran in the same process.
 //
 // Flags (after the package list): -echo-msgs, -sleep-msgs, -idle-msgs,
 // -senders, -proc (second echo dispatcher as a child `molecule-relay

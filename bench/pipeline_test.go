@@ -281,36 +281,61 @@ func printSummary() {
 		fmt.Println()
 	}
 	printMemoryShare()
+	printFloorRatios()
+}
+
+// medianRelayUS is the median relay_us/msg over the runs of configuration
+// name, and whether it ran.
+func medianRelayUS(name string) (float64, bool) {
+	var vs []float64
+	for _, r := range summary.runs[name] {
+		if v, ok := r["relay_us/msg"]; ok && !math.IsNaN(v) {
+			vs = append(vs, v)
+		}
+	}
+	if len(vs) == 0 {
+		return 0, false
+	}
+	sort.Float64s(vs)
+	if len(vs)%2 == 0 {
+		return (vs[len(vs)/2-1] + vs[len(vs)/2]) / 2, true
+	}
+	return vs[len(vs)/2], true
 }
 
 // printMemoryShare prints, for each configuration run with and without
 // memory (X and X/nomem), memory's share of the relay's CPU per message:
 // (X − X/nomem) / X, from the medians.
 func printMemoryShare() {
-	med := func(name string) (float64, bool) {
-		var vs []float64
-		for _, r := range summary.runs[name] {
-			if v, ok := r["relay_us/msg"]; ok && !math.IsNaN(v) {
-				vs = append(vs, v)
-			}
-		}
-		if len(vs) == 0 {
-			return 0, false
-		}
-		sort.Float64s(vs)
-		if len(vs)%2 == 0 {
-			return (vs[len(vs)/2-1] + vs[len(vs)/2]) / 2, true
-		}
-		return vs[len(vs)/2], true
-	}
 	for _, name := range summary.order {
-		off, ok := med(name)
-		on, ok2 := med(strings.TrimSuffix(name, "/nomem"))
+		off, ok := medianRelayUS(name)
+		on, ok2 := medianRelayUS(strings.TrimSuffix(name, "/nomem"))
 		if !strings.HasSuffix(name, "/nomem") || !ok || !ok2 || on == 0 {
 			continue
 		}
 		fmt.Printf("memory's share of %s: %.0f of %.0f relay µs/msg (%.0f %%)\n",
 			strings.TrimSuffix(name, "/nomem"), on-off, on, 100*(on-off)/on)
+	}
+}
+
+// printFloorRatios prints each pipeline configuration's relay µs/msg as a
+// multiple of the floors run in the same process (issue 26 asks for 1.5×
+// of jetstream/records): the records floor, and the shipped design's own
+// bare operations.
+func printFloorRatios() {
+	for _, floor := range []string{"BenchmarkFloor/jetstream/records", "BenchmarkFloor/jetstream/shipped"} {
+		f, ok := medianRelayUS(floor)
+		if !ok || f == 0 {
+			continue
+		}
+		for _, name := range summary.order {
+			if !strings.HasPrefix(name, "BenchmarkPipeline/") {
+				continue
+			}
+			if us, ok := medianRelayUS(name); ok {
+				fmt.Printf("%s: %.1f× %s (%.0f / %.0f relay µs/msg)\n", name, us/f, strings.TrimPrefix(floor, "BenchmarkFloor/"), us, f)
+			}
+		}
 	}
 }
 
