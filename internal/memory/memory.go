@@ -32,6 +32,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"time"
 	"unicode/utf8"
@@ -135,11 +136,11 @@ func (s *Store) Load(ctx context.Context, workspace, conversation string) ([]han
 	if s == nil {
 		return nil, nil
 	}
-	recs, err := s.records(ctx, events.MemorySubject(workspace, conversation))
+	shared, err := s.turns(ctx, events.MemorySubject(workspace, conversation))
 	if err != nil {
 		return nil, err
 	}
-	turns := turnsOf(recs, s.cfg.Turns, s.cfg.MaxBytes)
+	turns := slices.Clone(shared) // the handler may change its copy
 	if len(turns) == 0 && s.legacy != nil {
 		if turns, err = s.carryOver(ctx, workspace, conversation); err != nil {
 			return nil, err

@@ -65,11 +65,13 @@ type convState struct {
 	next     *flight // joined by the Loads that found inflight under way
 }
 
-// flight is one read of a conversation and the Loads waiting for it.
+// flight is one read of a conversation and the Loads waiting for it. Its
+// turns are worked out once, when the read ends, for every Load of it
+// (a burst of 64 Loads shares a read or two).
 type flight struct {
-	done chan struct{}
-	recs []record
-	err  error
+	done  chan struct{}
+	turns []handler.Turn // turnsOf what the read found; read only
+	err   error
 }
 
 // cachedConv is the kept messages of one conversation, as last read.
@@ -80,10 +82,11 @@ type cachedConv struct {
 	bytes int
 }
 
-// records returns the records of subject the stream keeps: the cached
-// ones and those after them, or all of them read again when there is no
-// fresh entry. The slice is shared with the cache: read only.
-func (s *Store) records(ctx context.Context, subject string) ([]record, error) {
+// turns returns the turns of subject the stream keeps, bounded as Load
+// returns them: of the cached records and those after them, or of all of
+// them read again when there is no fresh entry. The slice is shared with
+// the other Loads of the read: read only.
+func (s *Store) turns(ctx context.Context, subject string) ([]handler.Turn, error) {
 	c := &s.cache
 	c.mu.Lock()
 	if c.m == nil || len(c.m) >= maxCachedConversations || c.bytes > maxCachedBytes {
@@ -99,7 +102,7 @@ func (s *Store) records(ctx context.Context, subject string) ([]record, error) {
 		st.inflight = f
 		c.mu.Unlock()
 		s.fly(ctx, subject, st, f)
-		return f.recs, f.err
+		return f.turns, f.err
 	}
 	f, prev, lead := st.next, st.inflight, false
 	if f == nil {
@@ -111,11 +114,11 @@ func (s *Store) records(ctx context.Context, subject string) ([]record, error) {
 		// prev ends (its read has a deadline) and hands inflight to f.
 		<-prev.done
 		s.fly(ctx, subject, st, f)
-		return f.recs, f.err
+		return f.turns, f.err
 	}
 	select {
 	case <-f.done:
-		return f.recs, f.err
+		return f.turns, f.err
 	case <-ctx.Done():
 		return nil, fmt.Errorf("memory: read %s: %w", subject, ctx.Err())
 	}
@@ -129,8 +132,10 @@ func (s *Store) fly(ctx context.Context, subject string, st *convState, f *fligh
 	c.mu.Lock()
 	e := st.entry
 	c.mu.Unlock()
-	var next *cachedConv
-	f.recs, next, f.err = s.read(ctx, subject, e)
+	recs, next, err := s.read(ctx, subject, e)
+	if f.err = err; err == nil {
+		f.turns = turnsOf(recs, s.cfg.Turns, s.cfg.MaxBytes)
+	}
 	c.mu.Lock()
 	if c.m[subject] == st { // else the cache was emptied meanwhile: st counts no more
 		if e != nil {
