@@ -1,9 +1,10 @@
 // Package jsonappend appends the JSON encoding/json.Marshal writes for a
 // few plain values, without reflection, for hand encoders of records
-// written once per message. Each function reports false when its value
-// needs what it does not do (escaping, a time json.Marshal refuses); the
-// caller then encodes the whole record with json.Marshal, so the bytes
-// are always json.Marshal's.
+// written once per message. A function that reports false met a value it
+// does not write (String a string that needs escaping, Time a time
+// json.Marshal refuses); the caller then encodes the whole record with
+// json.Marshal, so the bytes are always json.Marshal's. Quote escapes
+// any string as json.Marshal does.
 package jsonappend
 
 import (
@@ -25,6 +26,63 @@ func String(b []byte, s string) ([]byte, bool) {
 	b = append(b, '"')
 	b = append(b, s...)
 	return append(b, '"'), true
+}
+
+// Quote appends any s as json.Marshal writes a string: quoted, with '"'
+// and '\\' escaped, control characters as \b, \f, \n, \r, \t or \u00XX,
+// the HTML characters '<', '>' and '&' as \u00XX, U+2028 and U+2029 as
+// \u2028 and \u2029, and each byte of invalid UTF-8 as \ufffd (encoding/json
+// appendString, checked by FuzzQuoteLikeJSON). For free text such as a
+// message's; String, which only copies, suits identifiers.
+func Quote(b []byte, s string) []byte {
+	const hex = "0123456789abcdef"
+	b = append(b, '"')
+	start := 0
+	for i := 0; i < len(s); {
+		c := s[i]
+		if c < utf8.RuneSelf {
+			if c >= 0x20 && c != '"' && c != '\\' && c != '<' && c != '>' && c != '&' {
+				i++
+				continue
+			}
+			b = append(b, s[start:i]...)
+			switch c {
+			case '"', '\\':
+				b = append(b, '\\', c)
+			case '\b':
+				b = append(b, '\\', 'b')
+			case '\f':
+				b = append(b, '\\', 'f')
+			case '\n':
+				b = append(b, '\\', 'n')
+			case '\r':
+				b = append(b, '\\', 'r')
+			case '\t':
+				b = append(b, '\\', 't')
+			default:
+				b = append(b, '\\', 'u', '0', '0', hex[c>>4], hex[c&0xF])
+			}
+			i++
+			start = i
+			continue
+		}
+		r, size := utf8.DecodeRuneInString(s[i:])
+		switch {
+		case r == utf8.RuneError && size == 1:
+			b = append(b, s[start:i]...)
+			b = append(b, `\ufffd`...)
+		case r == '\u2028' || r == '\u2029':
+			b = append(b, s[start:i]...)
+			b = append(b, '\\', 'u', '2', '0', '2', hex[r&0xF])
+		default:
+			i += size
+			continue
+		}
+		i += size
+		start = i
+	}
+	b = append(b, s[start:]...)
+	return append(b, '"')
 }
 
 // Time appends t as time.Time.MarshalJSON does (RFC 3339 with
@@ -78,6 +136,12 @@ func (o *Object) String(key, s string) {
 	var ok bool
 	o.b, ok = String(o.b, s)
 	o.ok = o.ok && ok
+}
+
+// Text writes a string field of free text (Quote).
+func (o *Object) Text(key, s string) {
+	o.Key(key)
+	o.b = Quote(o.b, s)
 }
 
 // Time writes a time field.
