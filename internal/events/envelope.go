@@ -156,9 +156,9 @@ const (
 	ReasonUnawaitedAnswer = "unawaited_answer"
 )
 
-// Marshal encodes an envelope, stamping the current Version.
+// Marshal encodes an envelope, stamping the current Version (Reply's,
+// written by hand, is in reply_encode.go).
 func (m Inbound) Marshal() ([]byte, error)    { m.V = Version; return json.Marshal(m) }
-func (m Reply) Marshal() ([]byte, error)      { m.V = Version; return json.Marshal(m) }
 func (m DeadLetter) Marshal() ([]byte, error) { m.V = Version; return json.Marshal(m) }
 
 // DecodeInbound decodes and validates an Inbound envelope.

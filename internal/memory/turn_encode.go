@@ -53,7 +53,7 @@ func appendTurn(b []byte, t *handler.Turn) ([]byte, bool) {
 	o.Text("text", t.Text)
 	if len(t.Attachments) > 0 { // omitempty
 		o.Key("attachments")
-		o.Value(func(b []byte) ([]byte, bool) { return appendAttachments(b, t.Attachments), true })
+		o.Value(func(b []byte) ([]byte, bool) { return events.AppendAttachments(b, t.Attachments), true })
 	}
 	if t.ActivityID != "" { // omitempty
 		o.Text("activity_id", t.ActivityID)
@@ -62,26 +62,4 @@ func appendTurn(b []byte, t *handler.Turn) ([]byte, bool) {
 		o.Time("at", t.At)
 	}
 	return o.End()
-}
-
-// appendAttachments appends as as json.Marshal writes []events.Attachment.
-func appendAttachments(b []byte, as []events.Attachment) []byte {
-	b = append(b, '[')
-	for i := range as {
-		if i > 0 {
-			b = append(b, ',')
-		}
-		a := &as[i]
-		o := jsonappend.Begin(b)
-		o.Text("uri", a.URI)
-		o.Text("name", a.Name)
-		if a.MimeType != "" { // omitempty
-			o.Text("mimeType", a.MimeType)
-		}
-		if a.Size != 0 { // omitempty
-			o.Int("size", a.Size)
-		}
-		b, _ = o.End()
-	}
-	return append(b, ']')
 }
