@@ -47,10 +47,13 @@ func (m Reply) Marshal() ([]byte, error) {
 func (m *Reply) sizeHint() int {
 	n := 400 + len(m.WorkspaceID) + len(m.ActivityID) + len(m.Source) + len(m.TargetWorkspaceID) + len(m.Text) +
 		len(m.MessageID) + len(m.InReplyToMessageID) + len(m.ContextID) + len(m.TaskID) + len(m.Conversation) + len(m.InboundText)
-	for _, as := range [...][]Attachment{m.Attachments, m.InboundAttachments} {
-		for i := range as {
-			n += 48 + len(as[i].URI) + len(as[i].Name) + len(as[i].MimeType)
-		}
+	return n + attachmentsSizeHint(m.Attachments) + attachmentsSizeHint(m.InboundAttachments)
+}
+
+func attachmentsSizeHint(as []Attachment) int {
+	n := 0
+	for i := range as {
+		n += 48 + len(as[i].URI) + len(as[i].Name) + len(as[i].MimeType)
 	}
 	return n
 }

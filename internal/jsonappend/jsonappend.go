@@ -4,10 +4,13 @@
 // does not write (String a string that needs escaping, Time a time
 // json.Marshal refuses); the caller then encodes the whole record with
 // json.Marshal, so the bytes are always json.Marshal's. Quote escapes
-// any string as json.Marshal does.
+// any string as json.Marshal does; Compact leaves raw JSON that needs
+// escaping to it.
 package jsonappend
 
 import (
+	"bytes"
+	"encoding/json"
 	"strconv"
 	"time"
 	"unicode/utf8"
@@ -85,6 +88,27 @@ func Quote(b []byte, s string) []byte {
 	return append(b, '"')
 }
 
+// Compact appends raw as json.Marshal writes a json.RawMessage: compacted
+// (json.Compact). It reports false when raw is not valid JSON (json.Marshal
+// fails) or holds a character json.Marshal would escape in it ('<', '>',
+// '&', U+2028, U+2029).
+func Compact(b []byte, raw []byte) ([]byte, bool) {
+	if raw == nil {
+		return append(b, "null"...), true // json.RawMessage's MarshalJSON
+	}
+	for i, c := range raw {
+		if c == '<' || c == '>' || c == '&' ||
+			(c == 0xE2 && i+2 < len(raw) && raw[i+1] == 0x80 && (raw[i+2] == 0xA8 || raw[i+2] == 0xA9)) {
+			return b, false
+		}
+	}
+	buf := bytes.NewBuffer(b)
+	if err := json.Compact(buf, raw); err != nil {
+		return b, false
+	}
+	return buf.Bytes(), true
+}
+
 // Time appends t as time.Time.MarshalJSON does (RFC 3339 with
 // nanoseconds, quoted), for the years it accepts.
 func Time(b []byte, t time.Time) ([]byte, bool) {
@@ -142,6 +166,15 @@ func (o *Object) String(key, s string) {
 func (o *Object) Text(key, s string) {
 	o.Key(key)
 	o.b = Quote(o.b, s)
+}
+
+// Compact writes a field of raw JSON as json.Marshal writes a
+// json.RawMessage (Compact).
+func (o *Object) Compact(key string, raw []byte) {
+	o.Key(key)
+	var ok bool
+	o.b, ok = Compact(o.b, raw)
+	o.ok = o.ok && ok
 }
 
 // Time writes a time field.
