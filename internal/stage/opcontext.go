@@ -16,7 +16,8 @@ import (
 // at the operation's deadline; a timer of the operation's own would only
 // fire after every try's. A message passes through about eight operations,
 // and their timers, contexts and cancel functions were a tenth of the
-// relay's allocations (docs/performance.md, "Per-operation deadlines").
+// relay's allocations (docs/performance.md, "Per-operation deadlines and
+// the turn encoder").
 //
 // Whatever asks for Done (a select between tries, a request made without
 // RetryRequest, a child context) gets the stdlib context it stands for,
@@ -35,9 +36,9 @@ type opContext struct {
 	try context.CancelFunc
 }
 
-// closed is the Done channel of an opContext that ended before anything
+// closedDone is the Done channel of an opContext that ended before anything
 // asked for its Done.
-var closed = func() chan struct{} { c := make(chan struct{}); close(c); return c }()
+var closedDone = func() chan struct{} { c := make(chan struct{}); close(c); return c }()
 
 func newOpContext(runCtx context.Context, timeout time.Duration) (*opContext, context.CancelFunc) {
 	c := &opContext{values: context.WithoutCancel(runCtx), deadline: time.Now().Add(timeout)}
@@ -51,7 +52,7 @@ func (c *opContext) Done() <-chan struct{} {
 	defer c.mu.Unlock()
 	if c.timed == nil {
 		if c.endedLocked() != nil {
-			return closed
+			return closedDone
 		}
 		c.timed, c.cancel = context.WithDeadline(c.values, c.deadline)
 	}
