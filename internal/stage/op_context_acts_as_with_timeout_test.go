@@ -6,6 +6,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/cenkalti/backoff/v4"
+
 	"github.com/molecule-ai/molecule-relay/internal/stage"
 )
 
@@ -100,6 +102,32 @@ func TestOpContextActsAsWithTimeout(t *testing.T) {
 		})
 		if !errors.Is(tryErr, context.Canceled) || !errors.Is(err, context.Canceled) {
 			t.Errorf("try's Err = %v, RetryRequest = %v; want both %v", tryErr, err, context.Canceled)
+		}
+	})
+	t.Run("cancel reaches concurrent tries", func(t *testing.T) {
+		ctx, cancel := r.OpContext(runCtx)
+		started, tryErrs := make(chan struct{}, 2), make(chan error, 2)
+		for range 2 {
+			go func() {
+				_ = stage.RetryRequest(ctx, func(actx context.Context) error {
+					started <- struct{}{}
+					select {
+					case <-actx.Done():
+						tryErrs <- actx.Err()
+					case <-time.After(storeTimeout / 2):
+						tryErrs <- errors.New("try not cancelled")
+					}
+					return backoff.Permanent(errors.New("one try only"))
+				})
+			}()
+		}
+		<-started
+		<-started
+		cancel()
+		for range 2 {
+			if err := <-tryErrs; !errors.Is(err, context.Canceled) {
+				t.Errorf("try's Err = %v, want %v", err, context.Canceled)
+			}
 		}
 	})
 }
