@@ -11,6 +11,7 @@ import (
 
 	"github.com/nats-io/nats.go"
 
+	"github.com/molecule-ai/molecule-relay/internal/jsonappend"
 	"github.com/molecule-ai/molecule-relay/internal/jsonread"
 	"github.com/molecule-ai/molecule-relay/pkg/handler"
 )
@@ -211,6 +212,29 @@ func afterForget(recs []record) []record {
 	return recs
 }
 
+// directGetRequest is the body of a batched direct get (nats-server's
+// JSApiMsgGetRequest fields the reads use).
+type directGetRequest struct {
+	Seq       uint64 `json:"seq,omitempty"`
+	NextFor   string `json:"next_by_subj"`
+	Batch     int    `json:"batch"`
+	NoHeaders bool   `json:"no_hdr"`
+}
+
+// marshal is json.Marshal(r) written by hand, one per read
+// (TestDirectGetRequestEncodesLikeJSON); none of its values can fail.
+func (r directGetRequest) marshal() []byte {
+	o := jsonappend.Begin(make([]byte, 0, 64+len(r.NextFor)))
+	if r.Seq != 0 { // omitempty
+		o.Uint("seq", r.Seq)
+	}
+	o.Text("next_by_subj", r.NextFor)
+	o.Int("batch", int64(r.Batch))
+	o.Bool("no_hdr", r.NoHeaders)
+	b, _ := o.End()
+	return b
+}
+
 // batchFrom asks for up to a batch of subject's messages from seq on and
 // returns their payloads and the last one's sequence.
 func (g *directGetter) batchFrom(ctx context.Context, subject string, seq uint64) (datas [][]byte, last uint64, err error) {
@@ -221,15 +245,7 @@ func (g *directGetter) batchFrom(ctx context.Context, subject string, seq uint64
 	// message's headers for every answer (its Nats-Msg-Id plus six of its
 	// own); the end of batch still carries the last sequence and the
 	// count left.
-	req, err := json.Marshal(struct {
-		Seq       uint64 `json:"seq,omitempty"`
-		NextFor   string `json:"next_by_subj"`
-		Batch     int    `json:"batch"`
-		NoHeaders bool   `json:"no_hdr"`
-	}{seq, subject, g.batch, true})
-	if err != nil {
-		return nil, 0, err
-	}
+	req := directGetRequest{Seq: seq, NextFor: subject, Batch: g.batch, NoHeaders: true}.marshal()
 	ch := make(chan *nats.Msg, g.batch+2)
 	g.mu.Lock()
 	g.next++

@@ -167,7 +167,7 @@ func (s *Store) Seed(ctx context.Context, workspace, conversation string, turns 
 // seed publishes turns as the conversation's first message, expecting its
 // subject to hold none.
 func (s *Store) seed(ctx context.Context, workspace, conversation string, turns []handler.Turn, msgID string) error {
-	data, err := json.Marshal(turns)
+	data, err := encodeTurns(turns)
 	if err != nil {
 		return fmt.Errorf("memory: encode: %w", err)
 	}
@@ -201,7 +201,7 @@ func (s *Store) Record(ctx context.Context, workspace, conversation string, turn
 	if s == nil || len(turns) == 0 {
 		return 0, nil
 	}
-	data, err := json.Marshal(s.clipAll(turns))
+	data, err := encodeTurns(s.clipAll(turns))
 	if err != nil {
 		return 0, fmt.Errorf("memory: encode: %w", err)
 	}
@@ -271,8 +271,11 @@ func (s *Store) bound(turns []handler.Turn) []handler.Turn {
 }
 
 func turnSize(t handler.Turn) int {
-	b, err := json.Marshal(t)
-	if err != nil {
+	b, ok := appendTurn(make([]byte, 0, turnSizeHint(&t)), &t)
+	if !ok {
+		if b, err := json.Marshal(t); err == nil {
+			return len(b)
+		}
 		return 0
 	}
 	return len(b)

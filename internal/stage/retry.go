@@ -101,10 +101,14 @@ const AttemptTimeout = 2 * time.Second
 // within half a second of having one; a try against a group without a
 // leader is answered at once ("no responders") or times out, and costs
 // the cluster nothing else.
+//
+// Inside a Runner.OpContext a try's timer is its only one, set at the
+// earlier of AttemptTimeout and the operation's deadline; a wait between
+// tries starts the operation's own (opContext).
 func RetryRequest(ctx context.Context, op func(ctx context.Context) error) error {
 	return retry(ctx, 500*time.Millisecond, func() error {
-		actx, cancel := context.WithTimeout(ctx, AttemptTimeout)
-		defer cancel()
+		actx, cancel, opCtx := attempt(ctx, AttemptTimeout)
+		defer endAttempt(opCtx, cancel)
 		return tryWrite(func() error { return op(actx) })
 	})
 }

@@ -238,9 +238,12 @@ func (r *Runner) admitWait(ctx context.Context) func() time.Duration {
 
 // OpContext bounds the writes around one message (StoreTimeout); it
 // outlives a cancelled run context so that a stop lets work in flight
-// finish cleanly.
+// finish cleanly. It behaves as context.WithTimeout(context.WithoutCancel(
+// runCtx), StoreTimeout), but starts no timer of its own until something
+// waits on its Done: a RetryRequest's tries stop at its deadline by their
+// own timers (opContext).
 func (r *Runner) OpContext(runCtx context.Context) (context.Context, context.CancelFunc) {
-	return context.WithTimeout(context.WithoutCancel(runCtx), r.cfg.StoreTimeout)
+	return newOpContext(runCtx, r.cfg.StoreTimeout)
 }
 
 // Fits says whether work that needs need can still start now under the
