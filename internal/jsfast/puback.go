@@ -61,8 +61,8 @@ type pubAckAnswer struct {
 func decodePubAck(data []byte) (*jetstream.PubAck, error) {
 	var a pubAckAnswer
 	if !readPubAck(data, &a) {
-		a = pubAckAnswer{}
-		if err := json.Unmarshal(data, &a); err != nil {
+		var ok bool
+		if a, ok = unmarshalPubAck(data); !ok {
 			return nil, jetstream.ErrInvalidJSAck
 		}
 	}
@@ -73,6 +73,14 @@ func decodePubAck(data []byte) (*jetstream.PubAck, error) {
 		return nil, jetstream.ErrInvalidJSAck
 	}
 	return a.PubAck, nil
+}
+
+// unmarshalPubAck is encoding/json's reading of an answer, in its own
+// function so that the hand path's answer stays off the heap.
+func unmarshalPubAck(data []byte) (pubAckAnswer, bool) {
+	var a pubAckAnswer
+	err := json.Unmarshal(data, &a)
+	return a, err == nil
 }
 
 // readPubAck reads the exact keys the server writes; false declines.
