@@ -160,13 +160,16 @@ func (f *KV) last(ctx context.Context, key string) (*entry, error) {
 		return nil, jetstream.ErrInvalidKey
 	}
 	var (
-		m   *jetstream.RawStreamMsg
+		m   jetstream.RawStreamMsg // a value: the direct get's stays off the heap
 		err error
 	)
 	if f.directPrefix != "" {
 		m, err = f.directGet(ctx, key)
 	} else {
-		m, err = f.stream.GetLastMsgForSubject(ctx, f.keyPrefix+key)
+		var p *jetstream.RawStreamMsg
+		if p, err = f.stream.GetLastMsgForSubject(ctx, f.keyPrefix+key); p != nil {
+			m = *p
+		}
 	}
 	if errors.Is(err, jetstream.ErrMsgNotFound) {
 		return nil, jetstream.ErrKeyNotFound
@@ -209,7 +212,7 @@ func operation(h nats.Header) jetstream.KeyValueOp {
 // directGet is nats.go's direct get of a subject's last message
 // ($JS.API.DIRECT.GET.<stream>.<subject>) and its reading of the answer's
 // headers (jetstream's convertDirectGetMsgResponseToMsg).
-func (f *KV) directGet(ctx context.Context, key string) (*jetstream.RawStreamMsg, error) {
+func (f *KV) directGet(ctx context.Context, key string) (jetstream.RawStreamMsg, error) {
 	if _, ok := ctx.Deadline(); !ok {
 		var cancel context.CancelFunc
 		ctx, cancel = context.WithTimeout(ctx, f.defaultTimeout)
@@ -217,50 +220,50 @@ func (f *KV) directGet(ctx context.Context, key string) (*jetstream.RawStreamMsg
 	}
 	r, err := f.nc.RequestWithContext(ctx, f.directPrefix+key, nil)
 	if err != nil {
-		return nil, err
+		return jetstream.RawStreamMsg{}, err
 	}
 	if len(r.Data) == 0 {
 		if status := r.Header.Get("Status"); status != "" {
 			if status == "404" {
-				return nil, jetstream.ErrMsgNotFound
+				return jetstream.RawStreamMsg{}, jetstream.ErrMsgNotFound
 			}
 			desc := r.Header.Get("Description")
 			if desc == "" {
 				desc = "unable to get message"
 			}
-			return nil, fmt.Errorf("nats: %s", desc)
+			return jetstream.RawStreamMsg{}, fmt.Errorf("nats: %s", desc)
 		}
 	}
 	return directAnswer(r)
 }
 
 // directAnswer reads a direct get's answer headers into the message.
-func directAnswer(r *nats.Msg) (*jetstream.RawStreamMsg, error) {
+func directAnswer(r *nats.Msg) (jetstream.RawStreamMsg, error) {
 	if len(r.Header) == 0 {
-		return nil, errors.New("nats: response should have headers")
+		return jetstream.RawStreamMsg{}, errors.New("nats: response should have headers")
 	}
 	if r.Header.Get(jetstream.StreamHeader) == "" {
-		return nil, errors.New("nats: missing stream header")
+		return jetstream.RawStreamMsg{}, errors.New("nats: missing stream header")
 	}
 	seqStr := r.Header.Get(jetstream.SequenceHeader)
 	if seqStr == "" {
-		return nil, errors.New("nats: missing sequence header")
+		return jetstream.RawStreamMsg{}, errors.New("nats: missing sequence header")
 	}
 	seq, err := strconv.ParseUint(seqStr, 10, 64)
 	if err != nil {
-		return nil, fmt.Errorf("nats: invalid sequence header '%s': %v", seqStr, err)
+		return jetstream.RawStreamMsg{}, fmt.Errorf("nats: invalid sequence header '%s': %v", seqStr, err)
 	}
 	timeStr := r.Header.Get(jetstream.TimeStampHeaer)
 	if timeStr == "" {
-		return nil, errors.New("nats: missing timestamp header")
+		return jetstream.RawStreamMsg{}, errors.New("nats: missing timestamp header")
 	}
 	tm, err := time.Parse(time.RFC3339Nano, timeStr)
 	if err != nil {
-		return nil, fmt.Errorf("nats: invalid timestamp header '%s': %v", timeStr, err)
+		return jetstream.RawStreamMsg{}, fmt.Errorf("nats: invalid timestamp header '%s': %v", timeStr, err)
 	}
 	subj := r.Header.Get(jetstream.SubjectHeader)
 	if subj == "" {
-		return nil, errors.New("nats: missing subject header")
+		return jetstream.RawStreamMsg{}, errors.New("nats: missing subject header")
 	}
-	return &jetstream.RawStreamMsg{Subject: subj, Sequence: seq, Header: r.Header, Data: r.Data, Time: tm}, nil
+	return jetstream.RawStreamMsg{Subject: subj, Sequence: seq, Header: r.Header, Data: r.Data, Time: tm}, nil
 }
