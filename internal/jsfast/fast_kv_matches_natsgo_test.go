@@ -13,6 +13,7 @@ import (
 
 	"github.com/molecule-ai/molecule-relay/internal/events"
 	"github.com/molecule-ai/molecule-relay/internal/jsfast"
+	"github.com/molecule-ai/molecule-relay/internal/testkit/clustertest"
 	"github.com/molecule-ai/molecule-relay/internal/testkit/natstest"
 )
 
@@ -152,11 +153,12 @@ var kvCases = []kvCase{
 }
 
 // bucketPair makes two empty buckets alike, one bound by nats.go alone
-// and one wrapped by jsfast, on streams that allow direct gets or not.
-func bucketPair(ctx context.Context, t *testing.T, js jetstream.JetStream, prefix string, direct bool) (natsgo, fast jetstream.KeyValue) {
+// and one wrapped by jsfast, on streams that allow direct gets or not,
+// with the given replicas (0 for one).
+func bucketPair(ctx context.Context, t *testing.T, js jetstream.JetStream, prefix string, direct bool, replicas int) (natsgo, fast jetstream.KeyValue) {
 	t.Helper()
 	bind := func(name string) (jetstream.KeyValue, jetstream.Stream) {
-		cfg := events.BucketStreamConfig(jetstream.KeyValueConfig{Bucket: name, History: 5, Storage: jetstream.MemoryStorage})
+		cfg := events.BucketStreamConfig(jetstream.KeyValueConfig{Bucket: name, History: 5, Storage: jetstream.MemoryStorage, Replicas: replicas})
 		cfg.AllowDirect = direct
 		stream, err := js.CreateStream(ctx, cfg)
 		if err != nil {
@@ -185,26 +187,40 @@ func TestFastKVMatchesNatsGo(t *testing.T) {
 	s := natstest.Start(t)
 	_, js := natstest.Connect(t, s.ClientURL())
 	for _, direct := range []bool{true, false} {
-		for i, c := range kvCases {
-			t.Run(fmt.Sprintf("direct=%v/%s", direct, c.name), func(t *testing.T) {
-				ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-				defer cancel()
-				natsgo, fast := bucketPair(ctx, t, js, fmt.Sprintf("b%d_%v", i, direct), direct)
-				c.setup(ctx, t, js, natsgo)
-				c.setup(ctx, t, js, fast)
-				want, got := c.op(ctx, natsgo), c.op(ctx, fast)
-				if !reflect.DeepEqual(want, got) {
-					t.Fatalf("fast bucket differs from nats.go's:\n nats.go %+v\n fast    %+v", want, got)
-				}
-				wantIs := c.wantIs
-				if !direct && c.wantIsNoDirect != "" {
-					wantIs = c.wantIsNoDirect
-				}
-				if wantIs == "" && got.Err != "" || wantIs != "" && !got.Is[wantIs] {
-					t.Fatalf("want error matching %q, got %+v", wantIs, got)
-				}
-			})
-		}
+		runKVCases(t, js, direct, 0)
+	}
+}
+
+// The same on a three-node cluster, on replicated buckets as the relay
+// makes them (no direct gets, events.BucketStreamConfig), where the
+// server may refuse a wrong revision with 10164 instead of 10071.
+func TestFastKVMatchesNatsGoOnReplicatedBuckets(t *testing.T) {
+	c := clustertest.Start(t)
+	_, js := c.Connect(t, clustertest.UserAdmin)
+	runKVCases(t, js, false, 3)
+}
+
+func runKVCases(t *testing.T, js jetstream.JetStream, direct bool, replicas int) {
+	for i, c := range kvCases {
+		t.Run(fmt.Sprintf("direct=%v/%s", direct, c.name), func(t *testing.T) {
+			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+			defer cancel()
+			natsgo, fast := bucketPair(ctx, t, js, fmt.Sprintf("b%d_%v", i, direct), direct, replicas)
+			c.setup(ctx, t, js, natsgo)
+			c.setup(ctx, t, js, fast)
+			want, got := c.op(ctx, natsgo), c.op(ctx, fast)
+			if !reflect.DeepEqual(want, got) {
+				t.Fatalf("fast bucket differs from nats.go's:\n nats.go %+v\n fast    %+v", want, got)
+			}
+			t.Logf("both: %+v", got)
+			wantIs := c.wantIs
+			if !direct && c.wantIsNoDirect != "" {
+				wantIs = c.wantIsNoDirect
+			}
+			if wantIs == "" && got.Err != "" || wantIs != "" && !got.Is[wantIs] {
+				t.Fatalf("want error matching %q, got %+v", wantIs, got)
+			}
+		})
 	}
 }
 
@@ -216,7 +232,7 @@ func TestFastKVUnansweredRequestEndsAtDeadline(t *testing.T) {
 	_, js := natstest.Connect(t, s.ClientURL())
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	natsgo, fast := bucketPair(ctx, t, js, "down", true)
+	natsgo, fast := bucketPair(ctx, t, js, "down", true, 0)
 	s.Stop()
 	const deadline = 300 * time.Millisecond
 	ops := map[string]func(context.Context, jetstream.KeyValue) outcome{
