@@ -42,6 +42,7 @@ import (
 
 	"github.com/molecule-ai/molecule-relay/internal/configerr"
 	"github.com/molecule-ai/molecule-relay/internal/events"
+	"github.com/molecule-ai/molecule-relay/internal/jsfast"
 	"github.com/molecule-ai/molecule-relay/pkg/handler"
 	"github.com/molecule-ai/molecule-relay/pkg/molecule"
 )
@@ -108,7 +109,7 @@ func New(js jetstream.JetStream, topo *events.Topology, cfg Config) (*Store, err
 	}
 	info := topo.Memory.CachedInfo()
 	return &Store{
-		js:     js,
+		js:     jsfast.WrapJetStream(js), // Record's publish reads its PubAck by hand
 		stream: info.Config.Name,
 		get:    newDirectGetter(js.Conn(), info.Config.Name, batchOf(info.Config.MaxMsgsPerSubject)),
 		legacy: topo.History,
@@ -205,11 +206,14 @@ func (s *Store) Record(ctx context.Context, workspace, conversation string, turn
 	if err != nil {
 		return 0, fmt.Errorf("memory: encode: %w", err)
 	}
-	msg := &nats.Msg{Subject: events.MemorySubject(workspace, conversation), Data: data, Header: nats.Header{}}
+	// The expected stream as a header, not jetstream.WithExpectStream: a
+	// publish with options stays nats.go's (internal/jsfast).
+	msg := &nats.Msg{Subject: events.MemorySubject(workspace, conversation), Data: data,
+		Header: nats.Header{jetstream.ExpectedStreamHeader: []string{s.stream}}}
 	if id := msgIDOf(workspace, conversation, turns); id != "" {
 		msg.Header.Set(jetstream.MsgIDHeader, id)
 	}
-	ack, err := s.js.PublishMsg(ctx, msg, jetstream.WithExpectStream(s.stream))
+	ack, err := s.js.PublishMsg(ctx, msg)
 	if err != nil {
 		return 0, fmt.Errorf("memory: write %s: %w", msg.Subject, err)
 	}
