@@ -334,6 +334,9 @@ func (d *Dispatcher) complete(runCtx context.Context, m *message, a handler.Answ
 		if posted.Abandoned() {
 			return stage.Abandon()
 		}
+		if d.postsDirectly(in) && !posted.Acked() && crashpoint.Hit(runCtx, crashpoint.DispatcherOf(runCtx).AfterDirectPost, in) {
+			return stage.Abandon()
+		}
 		if !posted.Acked() && !publish {
 			log.ErrorContext(ctx, "dispatcher: direct post may have reached the platform and is not recorded; its redelivery records it from the handled record, then publishes")
 			return stage.Retry(0)
