@@ -7,13 +7,16 @@
 // (present → the handler already finished on an earlier delivery whose ack
 // was lost: republish the recorded reply, ack, do not run the handler);
 // run the handler with a deadline while telling the server the message is
-// in progress; store the handled record (create-only); post the reply
-// through a replier in the same process (Config.Direct), or, when there
-// is none or it did not post it, publish it with a Nats-Msg-Id derived
-// from the activity id and wait for the stream's acknowledgement; ack. A
-// crash anywhere after the record is stored leads, on redelivery, to the
-// republish path; only a crash during the handler runs it again, and the
-// handler then sees Delivery > 1.
+// in progress; store the handled record (create-only; for a reply posted
+// directly it carries the posting mark, which stands for the replier's
+// posting record); post the reply through a replier in the same process
+// (Config.Direct), or, when there is none or it did not post it, publish
+// it with a Nats-Msg-Id derived from the activity id and wait for the
+// stream's acknowledgement; ack. A crash anywhere after the record is
+// stored leads, on redelivery, to the republish path (a posting mark is
+// first written to the replies bucket as the posting record it stands
+// for); only a crash during the handler runs it again, and the handler
+// then sees Delivery > 1.
 package dispatcher
 
 import (
