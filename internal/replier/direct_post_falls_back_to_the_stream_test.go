@@ -258,3 +258,51 @@ func TestMarkedDirectPostWritesOnlyTheSentRecord(t *testing.T) {
 	case <-time.After(200 * time.Millisecond):
 	}
 }
+
+// A marked direct post whose record cannot be written after a POST that
+// may have reached the platform (the sent record after an accepted post;
+// the posting record after an unknown outcome) is not handed to the
+// stream: published, the reply would meet no record and be posted blind.
+// PostDirect says not to publish, and the dispatcher retries its inbound
+// message, whose redelivery writes the posting record from the mark.
+func TestMarkedDirectPostNotRecordedIsNotPublished(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		name  string
+		fault func(e *env) *moleculetest.Fault
+		// notified: notifies the platform processed.
+		notified int
+	}{
+		{"accepted, sent record not written", func(*env) *moleculetest.Fault { return nil }, 1},
+		{"unknown outcome (502), posting record not written", func(e *env) *moleculetest.Fault {
+			return &moleculetest.Fault{Method: http.MethodPost, PathPrefix: "/workspaces/" + e.a.ID + "/notify", Status: http.StatusBadGateway, Count: 1}
+		}, 0},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			e := newEnv(t)
+			if f := tc.fault(e); f != nil {
+				e.plat.InjectFault(*f)
+			}
+			cfg := replier.Config{}
+			cfg.StoreTimeout = time.Second
+			rp := e.replier(t, e.js, e.topo, cfg)
+			if err := e.js.DeleteKeyValue(context.Background(), events.BucketReplies); err != nil {
+				t.Fatal(err)
+			}
+			data, err := e.canvasReply("act-1", "maybe delivered").Marshal()
+			if err != nil {
+				t.Fatal(err)
+			}
+			now := time.Now().UTC()
+			mark := events.PostingMark{At: now, Deadline: rp.DirectPostDeadline(now)}
+			o, publish := rp.PostDirect(context.Background(), data, mark, func() {})
+			if o.Acked() || o.Abandoned() || publish {
+				t.Fatalf("outcome %v, publish %v; want a retry of the inbound message, not a publish", o, publish)
+			}
+			if got := len(e.plat.Notifications(e.a.ID)); got != tc.notified {
+				t.Errorf("notified %d times, want %d", got, tc.notified)
+			}
+		})
+	}
+}

@@ -2,6 +2,7 @@ package relay_test
 
 import (
 	"context"
+	"encoding/json"
 	"net/http"
 	"sync/atomic"
 	"testing"
@@ -40,6 +41,28 @@ func TestE2EDirectPostSkipsTheReplyStream(t *testing.T) {
 	}
 	if d := pl.Dispatcher.Stats(); d.Replied != n {
 		t.Errorf("dispatcher replied %d, want %d", d.Replied, n)
+	}
+	checkPostingMarks(t, w)
+}
+
+// checkPostingMarks checks that the handled record of each canvas message
+// carries the posting mark of its direct post, and a peer message's none
+// (its reply goes through the stream, with a posting record of its own).
+func checkPostingMarks(t *testing.T, w *pipelinetest.World) {
+	t.Helper()
+	ctx := context.Background()
+	for _, s := range w.Sent() {
+		entry, err := w.Obs.Topo.Handled.Get(ctx, events.HandledKey(w.Agent.ID, s.ActivityID))
+		if err != nil {
+			t.Fatalf("handled record of %q: %v", s.Text, err)
+		}
+		var rec events.HandledRecord
+		if err := json.Unmarshal(entry.Value(), &rec); err != nil {
+			t.Fatal(err)
+		}
+		if marked := !rec.Mark().IsZero(); marked != s.Canvas() || marked && !rec.DirectDeadline.After(rec.DirectPostingAt) {
+			t.Errorf("message %q (canvas %v): posting mark %+v", s.Text, s.Canvas(), rec.Mark())
+		}
 	}
 }
 
