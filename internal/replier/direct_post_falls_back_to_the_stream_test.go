@@ -306,3 +306,28 @@ func TestMarkedDirectPostNotRecordedIsNotPublished(t *testing.T) {
 		})
 	}
 }
+
+// A marked direct post whose mark has less than half the notify timeout
+// left (the handled record's create was slow) does not post: a POST cut
+// by the mark's deadline would leave its outcome unknown. Nothing is
+// posted or written, and the stream posts the reply.
+func TestMarkedDirectPostWithoutTimeLeftIsLeftToTheStream(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	rp := e.replier(t, e.js, e.topo, replier.Config{NotifyTimeout: 10 * time.Second})
+	at := time.Now().UTC().Add(-6 * time.Second)
+	mark := events.PostingMark{At: at, Deadline: rp.DirectPostDeadline(at)}
+	data, err := e.canvasReply("act-1", "late").Marshal()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if o, publish := rp.PostDirect(context.Background(), data, mark, func() {}); o.String() != "defer" || !publish {
+		t.Fatalf("outcome %v, publish %v; want defer, published", o, publish)
+	}
+	if got := len(e.plat.Notifications(e.a.ID)); got != 0 {
+		t.Errorf("notified %d times, want 0", got)
+	}
+	if _, ok := e.record(t, "act-1"); ok {
+		t.Error("a reply record was written for a reply that was not posted")
+	}
+}

@@ -189,6 +189,12 @@ func (r *Replier) roomy(next stage.Step[*job]) stage.Step[*job] {
 // dispatcher's handled record (PostDirect).
 func (r *Replier) postFirst(runCtx context.Context, j *job) stage.Outcome {
 	if j.marked {
+		if time.Until(j.rec.Deadline) < r.cfg.NotifyTimeout/2 {
+			// The handled record's create took most of the mark's time
+			// (a slow store): a POST now could be cut mid-flight, its
+			// outcome unknown. Nothing was posted: the stream posts it.
+			return stage.Defer(0)
+		}
 		return r.post(runCtx, j, j.rec, 0)
 	}
 	now := time.Now().UTC()
