@@ -56,9 +56,11 @@ var flagFloorMsgs = flag.Int("floor-msgs", 20000, "messages per floor run")
 //     after the sent update a turn publish (awaited). Every message is
 //     one conversation's, as in echo/d1.
 //   - merged: shipped with the posting record merged into the handled
-//     record (a design not built, docs/performance.md "Against the
-//     targets"): the handled create carries "posting", and the sent
-//     update rewrites the handled record; one stored write fewer.
+//     record: the handled create carries "posting", and the sent
+//     update rewrites the handled record; one stored write fewer. The
+//     relay builds it with the sent record created in molecule_replies
+//     instead (the same writes; docs/performance.md "The posting mark
+//     rides on the handled record").
 func BenchmarkFloor(b *testing.B) {
 	designs := []floorDesign{
 		{name: "handoff", replyStream: true},

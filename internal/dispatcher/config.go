@@ -63,10 +63,16 @@ type Config struct {
 
 // DirectPoster posts a reply without the reply stream
 // (replier.Replier.PostDirect). Its outcome is the replier stage's: Ack
-// when the reply was posted and recorded sent, Abandon at a crash point,
-// anything else when the reply is to be published to the stream.
+// when the reply was posted and recorded sent, Abandon at a crash point;
+// anything else with publish when the reply is to be published to the
+// stream, without publish when the inbound message is to be retried
+// instead (a post that may have happened and is recorded only by the
+// handled record's posting mark: the redelivery records it, duplicate).
 type DirectPoster interface {
-	PostDirect(ctx context.Context, reply []byte, progress func()) stage.Outcome
+	// DirectPostDeadline is the deadline of the posting mark the handled
+	// record carries when it is stored at now.
+	DirectPostDeadline(now time.Time) time.Time
+	PostDirect(ctx context.Context, reply []byte, mark events.PostingMark, progress func()) (o stage.Outcome, publish bool)
 }
 
 // AgentAPI opens per-message agent API sessions (internal/agentapi.Server).

@@ -7,13 +7,16 @@
 // (present → the handler already finished on an earlier delivery whose ack
 // was lost: republish the recorded reply, ack, do not run the handler);
 // run the handler with a deadline while telling the server the message is
-// in progress; store the handled record (create-only); post the reply
-// through a replier in the same process (Config.Direct), or, when there
-// is none or it did not post it, publish it with a Nats-Msg-Id derived
-// from the activity id and wait for the stream's acknowledgement; ack. A
-// crash anywhere after the record is stored leads, on redelivery, to the
-// republish path; only a crash during the handler runs it again, and the
-// handler then sees Delivery > 1.
+// in progress; store the handled record (create-only; for a reply posted
+// directly it carries the posting mark, which stands for the replier's
+// posting record); post the reply through a replier in the same process
+// (Config.Direct), or, when there is none or it did not post it, publish
+// it with a Nats-Msg-Id derived from the activity id and wait for the
+// stream's acknowledgement; ack. A crash anywhere after the record is
+// stored leads, on redelivery, to the republish path (a posting mark is
+// first written to the replies bucket as the posting record it stands
+// for); only a crash during the handler runs it again, and the handler
+// then sees Delivery > 1.
 package dispatcher
 
 import (
@@ -301,6 +304,11 @@ func (d *Dispatcher) complete(runCtx context.Context, m *message, a handler.Answ
 			return d.handlerFailed(runCtx, m, fmt.Errorf("%w: encode reply: %v", handler.ErrPermanent, err))
 		}
 		rec.Reply = data
+		if d.postsDirectly(in) {
+			// The posting mark: this record is the direct post's posting
+			// record (one write fewer than a posting record of its own).
+			rec.DirectPostingAt, rec.DirectDeadline = now, d.cfg.Direct.DirectPostDeadline(now)
+		}
 	}
 	recData, err := rec.Marshal()
 	if err != nil {
@@ -327,9 +335,16 @@ func (d *Dispatcher) complete(runCtx context.Context, m *message, a handler.Answ
 		return stage.Abandon()
 	}
 	if rec.Reply != nil {
-		posted := d.postDirect(runCtx, m, rec.Reply)
+		posted, publish := d.postDirect(runCtx, m, rec)
 		if posted.Abandoned() {
 			return stage.Abandon()
+		}
+		if d.postsDirectly(in) && !posted.Acked() && crashpoint.Hit(runCtx, crashpoint.DispatcherOf(runCtx).AfterDirectPost, in) {
+			return stage.Abandon()
+		}
+		if !posted.Acked() && !publish {
+			log.ErrorContext(ctx, "dispatcher: direct post may have reached the platform and is not recorded; its redelivery records it from the handled record, then publishes")
+			return stage.Retry(0)
 		}
 		if !posted.Acked() {
 			if err := d.publishReply(ctx, in, rec.Reply); err != nil {
@@ -357,20 +372,28 @@ func (d *Dispatcher) complete(runCtx context.Context, m *message, a handler.Answ
 	return stage.Ack(ackLost)
 }
 
-// postDirect hands the stored reply to the replier in this process
-// (Config.Direct), which posts it in this slot; its outcome says whether
-// the reply is delivered (Ack) or is to be published. A redelivery never
-// posts directly (duplicate publishes): the record the direct post left
-// is the replier stage's to follow. Only a canvas reply is posted here: a
-// notify takes milliseconds, while an /a2a reply to a push-mode peer waits
-// for the peer's agent, up to MOLECULE_A2A_TIMEOUT (10 minutes), and would
-// hold this handler slot that long; it goes through the reply stream and
-// the replier's own slots.
-func (d *Dispatcher) postDirect(runCtx context.Context, m *message, reply []byte) stage.Outcome {
-	if d.cfg.Direct == nil || m.in.Source == events.SourcePeerAgent {
-		return stage.Outcome{}
+// postsDirectly says whether in's reply is posted by the replier in this
+// process (Config.Direct). Only a canvas reply is: a notify takes
+// milliseconds, while an /a2a reply to a push-mode peer waits for the
+// peer's agent, up to MOLECULE_A2A_TIMEOUT (10 minutes), and would hold
+// this handler slot that long; it goes through the reply stream and the
+// replier's own slots.
+func (d *Dispatcher) postsDirectly(in *events.Inbound) bool {
+	return d.cfg.Direct != nil && in.Source != events.SourcePeerAgent
+}
+
+// postDirect hands the stored reply of rec to the replier in this process
+// (Config.Direct), which posts it in this slot with rec's posting mark;
+// its outcome says whether the reply is delivered (Ack), is to be
+// published (publish), or the message retried. A redelivery never posts
+// directly (duplicate publishes): the record the direct post left, or
+// the one duplicate writes from the mark, is the replier stage's to
+// follow.
+func (d *Dispatcher) postDirect(runCtx context.Context, m *message, rec events.HandledRecord) (o stage.Outcome, publish bool) {
+	if !d.postsDirectly(m.in) {
+		return stage.Outcome{}, true
 	}
-	return d.cfg.Direct.PostDirect(runCtx, reply, m.Progress)
+	return d.cfg.Direct.PostDirect(runCtx, rec.Reply, rec.Mark(), m.Progress)
 }
 
 // duplicate finishes a message whose handled record exists: republish the
@@ -385,6 +408,12 @@ func (d *Dispatcher) duplicate(runCtx context.Context, m *message, value []byte)
 	}
 	ctx, cancel := d.run.OpContext(runCtx)
 	defer cancel()
+	if mark := rec.Mark(); !mark.IsZero() && len(rec.Reply) > 0 {
+		if err := d.recordMark(ctx, m, mark); err != nil {
+			log.ErrorContext(ctx, "dispatcher: posting record of a direct post not written from the handled record's mark; retrying before republishing", "error", err)
+			return stage.Retry(0)
+		}
+	}
 	if len(rec.Reply) > 0 {
 		if err := d.publishReply(ctx, in, rec.Reply); err != nil {
 			log.ErrorContext(ctx, "dispatcher: republish of recorded reply failed; retrying", "error", err)
@@ -398,6 +427,32 @@ func (d *Dispatcher) duplicate(runCtx context.Context, m *message, value []byte)
 	d.stats.duplicates.Add(1)
 	log.InfoContext(ctx, "dispatcher: redelivery of a handled message; handler not run again", "outcome", rec.Outcome)
 	return stage.Ack(ackLost)
+}
+
+// recordMark creates, from the handled record's posting mark, the posting
+// record a direct post of the reply stands on (events.PostingMark.Record):
+// the earlier delivery may have died before or after its POST, and the
+// stage's delivery of the republished reply must settle it against the
+// feed, not post it blind. A record that exists (the reply was recorded
+// sent, or the direct post wrote it after an unknown outcome) is left as
+// it is. A process without the replier stage opens the bucket here.
+func (d *Dispatcher) recordMark(ctx context.Context, m *message, mark events.PostingMark) error {
+	kv := d.topo.Replies
+	if kv == nil {
+		var err error
+		if kv, err = d.js.KeyValue(ctx, events.BucketReplies); err != nil {
+			return fmt.Errorf("open bucket %s: %w", events.BucketReplies, err)
+		}
+	}
+	data, err := mark.Record().Marshal()
+	if err != nil {
+		return err
+	}
+	_, err = stage.RetryCreate(ctx, kv, events.ReplyKey(m.in.WorkspaceID, m.in.ActivityID), data)
+	if errors.Is(err, jetstream.ErrKeyExists) {
+		return nil
+	}
+	return err
 }
 
 func (d *Dispatcher) publishReply(ctx context.Context, in *events.Inbound, data []byte) error {

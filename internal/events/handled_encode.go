@@ -19,6 +19,12 @@ func (r HandledRecord) Marshal() ([]byte, error) {
 	}
 	o.Uint("delivery", r.Delivery)
 	o.Time("handled_at", r.HandledAt)
+	if !r.DirectPostingAt.IsZero() { // omitzero
+		o.Time("direct_posting_at", r.DirectPostingAt)
+	}
+	if !r.DirectDeadline.IsZero() {
+		o.Time("direct_deadline", r.DirectDeadline)
+	}
 	b, ok := o.End()
 	if !ok {
 		return json.Marshal(r)

@@ -20,6 +20,7 @@ func TestHandledRecordEncodesLikeJSON(t *testing.T) {
 	at := time.Date(2026, 11, 25, 11, 30, 0, 123456789, time.UTC)
 	for _, rec := range []events.HandledRecord{
 		{Outcome: events.OutcomeReplied, Reply: reply, Delivery: 3, HandledAt: at},
+		{Outcome: events.OutcomeReplied, Reply: reply, Delivery: 1, HandledAt: at, DirectPostingAt: at, DirectDeadline: at.Add(30 * time.Second)},
 		{Outcome: events.OutcomeNoReply, Delivery: 1, HandledAt: at.Truncate(time.Second)},
 		{Outcome: events.OutcomeSuppressed, Delivery: 18446744073709551615, HandledAt: at.In(time.FixedZone("x", 3600))},
 		{Outcome: `odd "outcome"`, Delivery: 1, HandledAt: at},

@@ -35,6 +35,37 @@ type HandledRecord struct {
 	Delivery uint64 `json:"delivery"`
 	// HandledAt is when the handler finished.
 	HandledAt time.Time `json:"handled_at"`
+	// DirectPostingAt and DirectDeadline are the posting mark of a canvas
+	// reply the dispatcher posts directly (a replier in its process,
+	// docs/architecture.md "Direct posting"): from DirectPostingAt a
+	// notify of Reply may be in flight until DirectDeadline, and no
+	// posting record in BucketReplies says so (the direct post writes only
+	// the sent record). A redelivery that finds the mark writes that
+	// posting record (Mark().Record()) before it republishes Reply. Zero
+	// (and absent from the JSON) in every other record.
+	DirectPostingAt time.Time `json:"direct_posting_at,omitzero"`
+	DirectDeadline  time.Time `json:"direct_deadline,omitzero"`
+}
+
+// PostingMark is what a posting record of a notify says before the POST:
+// it may be in flight from At until Deadline. A HandledRecord carries one
+// for a reply posted directly (HandledRecord.Mark).
+type PostingMark struct {
+	At, Deadline time.Time
+}
+
+// IsZero says whether m marks nothing.
+func (m PostingMark) IsZero() bool { return m.At.IsZero() }
+
+// Record is the posting record m stands for: what the replier would have
+// created in BucketReplies before its first POST of the notify.
+func (m PostingMark) Record() ReplyRecord {
+	return ReplyRecord{State: StatePosting, Route: RouteNotify, PostingAt: m.At, Deadline: m.Deadline, Attempts: 1}
+}
+
+// Mark is r's posting mark; zero when its reply is not posted directly.
+func (r HandledRecord) Mark() PostingMark {
+	return PostingMark{At: r.DirectPostingAt, Deadline: r.DirectDeadline}
 }
 
 // States of a ReplyRecord.

@@ -3,6 +3,7 @@ package replier
 import (
 	"context"
 	"log/slog"
+	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
 
@@ -24,34 +25,55 @@ var firstDelivery = jetstream.MsgMetadata{NumDelivered: 1}
 // reply stream (docs/architecture.md, "Direct posting"; a peer reply's
 // /a2a may wait minutes and goes through the stream).
 //
+// mark, when set (a notify only), is the posting mark the caller's handled
+// record carries (events.HandledRecord.Mark, its deadline from
+// DirectPostDeadline): that record is the reply's posting record, so
+// PostDirect writes none before the POST, only the sent record after it
+// (or, when the POST's outcome is unknown, the posting record the mark
+// stands for, for the stream's delivery to settle). The POST ends by the
+// mark's deadline. Without a mark the posting record is written first, as
+// the stage does.
+//
 // Ack means the reply was posted and recorded sent (or found sent): the
 // caller acks its inbound message and publishes nothing. Abandon means a
 // crash point stopped it (tests only): the caller must stop too. Any other
-// outcome means the reply is not known to be delivered: the caller
-// publishes it to the reply stream as usual, and the stage's delivery
-// follows whatever record this attempt left, as for a redelivery. The
-// caller never waits here for the rate budget or for a post in flight to
-// settle: those are left to the stream. ctx is the caller's message's:
+// outcome with publish means the reply is not known to be delivered: the
+// caller publishes it to the reply stream as usual, and the stage's
+// delivery follows whatever record this attempt left, as for a
+// redelivery. Any other outcome without publish (a marked POST that may
+// have reached the platform, whose record could not be written) means the
+// caller must not publish the reply but retry its inbound message: the
+// redelivery writes the posting record from the mark, then publishes.
+// The caller never waits here for the rate budget or for a post in flight
+// to settle: those are left to the stream. ctx is the caller's message's:
 // its trace, its deadline, its crash points (crashpoint.Dispatcher.Direct);
 // progress keeps the caller's message alive during the POST.
-func (r *Replier) PostDirect(ctx context.Context, reply []byte, progress func()) stage.Outcome {
+func (r *Replier) PostDirect(ctx context.Context, reply []byte, mark events.PostingMark, progress func()) (o stage.Outcome, publish bool) {
 	rep, err := events.DecodeReply(reply)
 	if err != nil {
 		r.stats.directFallbacks.Add(1)
-		return stage.DeadLetter(events.ReasonMalformed, err)
+		return stage.DeadLetter(events.ReasonMalformed, err), true
 	}
 	meta := firstDelivery
 	d := &stage.Delivery{Meta: &meta, Progress: progress}
 	ctx, j, end := r.newJob(crashpoint.Direct(ctx), d, rep, slog.Bool("direct", true))
 	defer end()
 	j.direct = true
-	o := r.work(ctx, j)
+	if !mark.IsZero() && j.route == events.RouteNotify {
+		j.marked, j.rec = true, mark.Record()
+	}
+	o = r.work(ctx, j)
 	switch {
 	case o.Acked():
 		r.stats.direct.Add(1)
 	case !o.Abandoned():
 		r.stats.directFallbacks.Add(1)
-		j.Log.DebugContext(ctx, "replier: direct post left to the reply stream", "outcome", o.String())
+		j.Log.DebugContext(ctx, "replier: direct post left to the reply stream", "outcome", o.String(), "unrecorded", j.unrecorded)
 	}
-	return o
+	return o, !o.Acked() && !o.Abandoned() && !j.unrecorded
 }
+
+// DirectPostDeadline is when a direct notify marked at now (the posting
+// mark of the caller's handled record) stops being in flight: now plus
+// the notify timeout.
+func (r *Replier) DirectPostDeadline(now time.Time) time.Time { return now.Add(r.cfg.NotifyTimeout) }

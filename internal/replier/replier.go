@@ -7,7 +7,10 @@
 // A reply is posted at most once where the platform cannot de-duplicate.
 // Before the POST the replier creates a "posting" record (events.ReplyKey
 // in events.BucketReplies); after the platform accepted it the record says
-// "sent"; only then is the message acked. A redelivery reads the record
+// "sent"; only then is the message acked. (A canvas reply a dispatcher in
+// the same process posts directly has its posting record in the
+// dispatcher's handled record, the posting mark: PostDirect writes only
+// the sent record, direct.go.) A redelivery reads the record
 // first (a first delivery, which almost never has one, learns of one from
 // the posting record's create-only write instead) and finds:
 //   - "sent": ack, nothing posted;
@@ -266,15 +269,19 @@ func (r *Replier) resume(runCtx context.Context, j *job, rec events.ReplyRecord,
 	return r.post(runCtx, j, rec, newRev)
 }
 
-// post sends the reply; rec is the posting record at revision rev.
+// post sends the reply; rec is the posting record at revision rev (0: a
+// marked direct post, whose posting record is the handled record's mark).
 func (r *Replier) post(runCtx context.Context, j *job, rec events.ReplyRecord, rev uint64) stage.Outcome {
 	j.rec = rec
 	if crashpoint.Hit(runCtx, crashpoint.ReplierOf(runCtx).BeforePost, j.rep) {
 		return stage.Abandon()
 	}
 	// A post outlives a cancelled run context (a clean stop lets it
-	// finish), bounded by its own timeout.
-	ctx, cancel := context.WithTimeout(context.WithoutCancel(runCtx), r.postTimeout(j))
+	// finish), bounded by the deadline its posting record promises: a
+	// delivery that finds the record waits until then, then trusts the
+	// feed. (A marked post's record was written before the rate budget
+	// and the room check, so its own timeout would end later.)
+	ctx, cancel := context.WithDeadline(context.WithoutCancel(runCtx), rec.Deadline)
 	ctx, span := tracing.Start(ctx, "post", trace.SpanKindClient, attribute.String("molecule.route", j.route),
 		attribute.String("molecule.activity_id", j.rep.ActivityID))
 	start := time.Now()
@@ -390,6 +397,9 @@ func (r *Replier) postFailed(runCtx context.Context, j *job, rev uint64, err err
 // reconciling. A failure to delete is harmless: reconciliation then finds
 // nothing and posts.
 func (r *Replier) forgetPosting(runCtx context.Context, j *job, rev uint64) {
+	if rev == 0 {
+		return // a marked direct post: no posting record in the bucket
+	}
 	ctx, cancel := r.run.OpContext(runCtx)
 	defer cancel()
 	if err := r.topo.Replies.Delete(ctx, j.key, jetstream.LastRevision(rev)); err != nil {
@@ -412,25 +422,37 @@ func (r *Replier) retry(j *job, retryAfter time.Duration, mayBeDelivered bool, c
 	return stage.Retry(retryAfter)
 }
 
-// markSent records that the reply was delivered. It returns false (the
-// reply is to be retried) when the record could not be written: the redelivery then finds
-// "posting" and reconciles or re-posts with the same messageId.
+// markSent records that the reply was delivered: an update of the posting
+// record at rev, or, for a marked direct post (rev 0), a create. It
+// returns false (the reply is to be retried) when the record could not be
+// written: the redelivery then finds "posting" (for a marked post, the
+// inbound message's redelivery writes it from the mark) and reconciles or
+// re-posts with the same messageId.
 func (r *Replier) markSent(runCtx context.Context, j *job, rec events.ReplyRecord, rev uint64) bool {
 	ctx, cancel := r.run.OpContext(runCtx)
 	defer cancel()
 	data, err := rec.Marshal()
 	if err == nil {
 		err = stage.RetryRequest(ctx, func(ctx context.Context) error {
-			_, err := r.topo.Replies.Update(ctx, j.key, data, rev)
-			if err != nil && isWrongRevision(err) {
-				// Someone else wrote the record meanwhile; we know the
-				// reply was delivered, so say so.
+			var err error
+			if rev == 0 {
+				_, err = r.topo.Replies.Create(ctx, j.key, data)
+			} else {
+				_, err = r.topo.Replies.Update(ctx, j.key, data, rev)
+			}
+			if err != nil && (isWrongRevision(err) || errors.Is(err, jetstream.ErrKeyExists)) {
+				// Someone else wrote the record meanwhile (for a marked
+				// post, a redelivery of the inbound message wrote the
+				// posting record from the mark; or our own create was
+				// retried after a lost answer); we know the reply was
+				// delivered, so say so.
 				_, err = r.topo.Replies.Put(ctx, j.key, data)
 			}
 			return err
 		})
 	}
 	if err != nil {
+		j.unrecorded = j.marked
 		j.Log.ErrorContext(ctx, "replier: reply delivered but not recorded as sent; the redelivery will reconcile", "error", err)
 		return false
 	}

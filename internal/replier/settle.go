@@ -2,8 +2,11 @@ package replier
 
 import (
 	"context"
+	"errors"
 	"net/http"
 	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/molecule-ai/molecule-relay/internal/events"
 	"github.com/molecule-ai/molecule-relay/internal/stage"
@@ -147,6 +150,13 @@ func (r *Replier) unknownOutcome(runCtx context.Context, j *job, rev uint64, cau
 	rec := j.rec
 	if answered(cause) {
 		rec.AnsweredAt = time.Now().UTC()
+	}
+	switch {
+	case rev == 0:
+		// A marked direct post: the stream's delivery must find the
+		// posting record the mark stands for, so it is written now.
+		rev = r.recordMark(runCtx, j, rec)
+	case answered(cause):
 		// Recorded so a redelivery after a crash does not wait either; if
 		// the write fails, a redelivery waits for the deadline instead.
 		ctx, cancel := r.run.OpContext(runCtx)
@@ -166,4 +176,21 @@ func (r *Replier) unknownOutcome(runCtx context.Context, j *job, rev uint64, cau
 	r.forgetPosting(runCtx, j, rev)
 	j.Log.InfoContext(runCtx, "replier: the feed shows the notify was not delivered; retrying it later")
 	return r.retry(j, molecule.RetryAfterOf(cause), false, cause)
+}
+
+// recordMark creates the posting record of a marked direct post whose
+// outcome is unknown (rec: the mark's, with the platform's answer time)
+// and returns its revision. A record that exists is left as it is: a
+// redelivery of the inbound message wrote it from the same mark, or the
+// reply was settled since. If it cannot be written the job is unrecorded
+// (the dispatcher retries its message instead of publishing the reply).
+func (r *Replier) recordMark(runCtx context.Context, j *job, rec events.ReplyRecord) uint64 {
+	ctx, cancel := r.run.OpContext(runCtx)
+	defer cancel()
+	rev, err := r.createRecord(ctx, j.key, rec)
+	if err != nil && !errors.Is(err, jetstream.ErrKeyExists) {
+		j.unrecorded = true
+		j.Log.ErrorContext(ctx, "replier: posting record of a direct post whose outcome is unknown not written; the inbound message's redelivery writes it", "error", err)
+	}
+	return rev
 }

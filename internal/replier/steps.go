@@ -33,6 +33,16 @@ type job struct {
 	// (PostDirect), before any stream delivery. It never waits there: a
 	// wait the stage would sit out is left to the stream's delivery.
 	direct bool
+	// marked: a direct post whose posting record is the dispatcher's
+	// handled record (its posting mark, rec); none is in BucketReplies
+	// until the sent record, or until an unknown outcome writes it.
+	marked bool
+	// unrecorded: a marked post may have reached the platform and no
+	// record in BucketReplies says so (it could not be written). The reply
+	// must not go to the stream, whose first delivery would post it again:
+	// the dispatcher retries its inbound message instead, and the
+	// redelivery writes the posting record from the mark.
+	unrecorded bool
 }
 
 // steps is the replier's work on one delivery: its decode, then the
@@ -175,8 +185,18 @@ func (r *Replier) roomy(next stage.Step[*job]) stage.Step[*job] {
 }
 
 // postFirst writes the posting record of a reply that has none, then
-// posts it.
+// posts it. A marked direct post has its posting record already: the
+// dispatcher's handled record (PostDirect).
 func (r *Replier) postFirst(runCtx context.Context, j *job) stage.Outcome {
+	if j.marked {
+		if time.Until(j.rec.Deadline) < r.cfg.NotifyTimeout/2 {
+			// The handled record's create took most of the mark's time
+			// (a slow store): a POST now could be cut mid-flight, its
+			// outcome unknown. Nothing was posted: the stream posts it.
+			return stage.Defer(0)
+		}
+		return r.post(runCtx, j, j.rec, 0)
+	}
 	now := time.Now().UTC()
 	rec := events.ReplyRecord{State: events.StatePosting, Route: j.route, PostingAt: now, Deadline: now.Add(r.postTimeout(j)), Attempts: 1}
 	ctx, cancel := r.run.OpContext(runCtx)

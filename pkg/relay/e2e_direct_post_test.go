@@ -2,6 +2,7 @@ package relay_test
 
 import (
 	"context"
+	"encoding/json"
 	"net/http"
 	"sync/atomic"
 	"testing"
@@ -41,15 +42,40 @@ func TestE2EDirectPostSkipsTheReplyStream(t *testing.T) {
 	if d := pl.Dispatcher.Stats(); d.Replied != n {
 		t.Errorf("dispatcher replied %d, want %d", d.Replied, n)
 	}
+	checkPostingMarks(t, w)
+}
+
+// checkPostingMarks checks that the handled record of each canvas message
+// carries the posting mark of its direct post, and a peer message's none
+// (its reply goes through the stream, with a posting record of its own).
+func checkPostingMarks(t *testing.T, w *pipelinetest.World) {
+	t.Helper()
+	ctx := context.Background()
+	for _, s := range w.Sent() {
+		entry, err := w.Obs.Topo.Handled.Get(ctx, events.HandledKey(w.Agent.ID, s.ActivityID))
+		if err != nil {
+			t.Fatalf("handled record of %q: %v", s.Text, err)
+		}
+		var rec events.HandledRecord
+		if err := json.Unmarshal(entry.Value(), &rec); err != nil {
+			t.Fatal(err)
+		}
+		if marked := !rec.Mark().IsZero(); marked != s.Canvas() || marked && !rec.DirectDeadline.After(rec.DirectPostingAt) {
+			t.Errorf("message %q (canvas %v): posting mark %+v", s.Text, s.Canvas(), rec.Mark())
+		}
+	}
 }
 
 // Guarantee 2f: a process whose dispatcher posts a canvas reply directly,
 // killed at each point of the direct post. The inbound message's
-// redelivery finds the handled record: the handler does not run again,
-// the recorded reply is published to the reply stream, and the replier
-// stage follows whatever reply record the direct post left (none: post;
-// posting: settle against the feed; sent: ack). One post overall. (A peer
-// reply is never posted directly: TestE2EDirectPostSkipsTheReplyStream.)
+// redelivery finds the handled record with its posting mark: the handler
+// does not run again, the posting record the mark stands for is written
+// (unless a record is there: the direct post's sent record, or the posting
+// record it wrote after an unknown outcome), the recorded reply is
+// published to the reply stream, and the replier stage follows the reply
+// record (posting: settle against the feed; sent: ack). One post overall.
+// (A peer reply is never posted directly:
+// TestE2EDirectPostSkipsTheReplyStream.)
 func TestE2ECrashDirectPost(t *testing.T) {
 	t.Parallel()
 	type kill = func() error
@@ -65,33 +91,52 @@ func TestE2ECrashDirectPost(t *testing.T) {
 			return h
 		}
 	}
-	points := []struct {
-		name  string
-		hooks func(kill) *crashpoint.Dispatcher
-	}{
-		{"after the handled record, before the posting record", func(k kill) *crashpoint.Dispatcher {
-			return &crashpoint.Dispatcher{AfterRecord: func(_ context.Context, m *events.Inbound) error {
+	dispatcherPoint := func(set func(*crashpoint.Dispatcher, func(context.Context, *events.Inbound) error)) func(kill) *crashpoint.Dispatcher {
+		return func(k kill) *crashpoint.Dispatcher {
+			h := &crashpoint.Dispatcher{}
+			set(h, func(_ context.Context, m *events.Inbound) error {
 				if m.Text != "crash me" {
 					return nil
 				}
 				return k()
-			}}
-		}},
-		{"after the posting record, before the POST", replierPoint(func(h *crashpoint.Replier, f func(context.Context, *events.Reply) error) { h.BeforePost = f })},
-		{"after the POST, before the sent record", replierPoint(func(h *crashpoint.Replier, f func(context.Context, *events.Reply) error) { h.AfterPost = f })},
-		{"after the sent record, before the inbound ack", replierPoint(func(h *crashpoint.Replier, f func(context.Context, *events.Reply) error) { h.AfterSent = f })},
+			})
+			return h
+		}
+	}
+	afterDirectPost := dispatcherPoint(func(h *crashpoint.Dispatcher, f func(context.Context, *events.Inbound) error) { h.AfterDirectPost = f })
+	points := []struct {
+		name  string
+		hooks func(kill) *crashpoint.Dispatcher
+		// fault, when set, meets the direct post's notify.
+		fault *moleculetest.Fault
+	}{
+		{"after the handled record (the posting mark), before the direct post", dispatcherPoint(func(h *crashpoint.Dispatcher, f func(context.Context, *events.Inbound) error) { h.AfterRecord = f }), nil},
+		{"after the posting mark, before the POST", replierPoint(func(h *crashpoint.Replier, f func(context.Context, *events.Reply) error) { h.BeforePost = f }), nil},
+		{"after the POST, before the sent record", replierPoint(func(h *crashpoint.Replier, f func(context.Context, *events.Reply) error) { h.AfterPost = f }), nil},
+		{"after the sent record, before the inbound ack", replierPoint(func(h *crashpoint.Replier, f func(context.Context, *events.Reply) error) { h.AfterSent = f }), nil},
+		{"after a refused (429) direct post, before the publish", afterDirectPost,
+			&moleculetest.Fault{Method: http.MethodPost, Status: http.StatusTooManyRequests, Count: 1, Header: http.Header{"Retry-After": {"0"}}}},
+		{"after a direct post whose outcome is unknown (502), before the publish", afterDirectPost,
+			&moleculetest.Fault{Method: http.MethodPost, Status: http.StatusBadGateway, Count: 1}},
+		{"after a direct post that reached the platform but answered 500, before the publish", afterDirectPost,
+			&moleculetest.Fault{Method: http.MethodPost, Status: http.StatusInternalServerError, Count: 1, AfterHandler: true}},
 	}
 	for _, p := range points {
 		t.Run(p.name, func(t *testing.T) {
 			t.Parallel()
-			testCrashDirectPost(t, p.hooks)
+			testCrashDirectPost(t, p.hooks, p.fault)
 		})
 	}
 }
 
-func testCrashDirectPost(t *testing.T, hooks func(kill func() error) *crashpoint.Dispatcher) {
+func testCrashDirectPost(t *testing.T, hooks func(kill func() error) *crashpoint.Dispatcher, fault *moleculetest.Fault) {
 	w := pipelinetest.New(t, pipelinetest.Options{Peers: 1})
 	pl := w.StartPipeline(pipelinetest.PipelineConfig{NoDispatcher: true})
+	if fault != nil {
+		f := *fault
+		f.PathPrefix = "/workspaces/" + w.Agent.ID + "/notify"
+		w.Plat.InjectFault(f)
+	}
 	rec := pipelinetest.NewRecorder(nil)
 	proc1 := w.Proc()
 	var crashed atomic.Bool

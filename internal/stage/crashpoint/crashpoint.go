@@ -27,11 +27,16 @@ type Dispatcher struct {
 	// there was no reply), before the inbound message is acked. A reply
 	// posted directly is not published: this point is not reached.
 	AfterReplyPublish func(ctx context.Context, m *events.Inbound) error
+	// AfterDirectPost runs after a direct post returned without posting
+	// the reply (it is to be published, or the message retried), before
+	// the publish.
+	AfterDirectPost func(ctx context.Context, m *events.Inbound) error
 	// Direct are the replier's points on the dispatcher's direct post (a
 	// replier in the same process posting the reply in the dispatcher's
-	// slot, after AfterRecord): BeforePost after the posting record,
-	// AfterPost after the POST, AfterSent after the sent record, before
-	// the inbound message is acked.
+	// slot, after AfterRecord): BeforePost after the posting record (for
+	// a canvas reply, the handled record's posting mark), AfterPost after
+	// the POST, AfterSent after the sent record, before the inbound
+	// message is acked.
 	Direct Replier
 }
 

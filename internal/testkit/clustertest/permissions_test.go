@@ -281,6 +281,19 @@ func TestPermissions(t *testing.T) {
 		if _, err := asks.Get(ctx, askKey); err != nil {
 			t.Fatalf("ask get: %v", err)
 		}
+		// A redelivery whose handled record carries a direct post's
+		// posting mark creates the posting record it stands for; a second
+		// create finds it.
+		replies, err := js.KeyValue(ctx, events.BucketReplies)
+		if err != nil {
+			t.Fatalf("replies bucket: %v", err)
+		}
+		if _, err := replies.Create(ctx, events.ReplyKey(ws, "marked"), []byte(`{"state":"posting"}`)); err != nil {
+			t.Fatalf("posting record from the mark: %v", err)
+		}
+		if _, err := replies.Create(ctx, events.ReplyKey(ws, "marked"), []byte(`{"state":"posting"}`)); !errors.Is(err, jetstream.ErrKeyExists) {
+			t.Fatalf("second posting record from the mark: %v, want ErrKeyExists", err)
+		}
 		// The dead-letter sweeper: advisory subscription, then copy the
 		// message to the DLQ and delete it from the work queue.
 		adv, err := dispatcher.ok.SubscribeSync("$JS.EVENT.ADVISORY.CONSUMER.MAX_DELIVERIES.MOLECULE_INBOUND.dispatcher")
