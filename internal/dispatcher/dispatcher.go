@@ -304,7 +304,7 @@ func (d *Dispatcher) complete(runCtx context.Context, m *message, a handler.Answ
 			return d.handlerFailed(runCtx, m, fmt.Errorf("%w: encode reply: %v", handler.ErrPermanent, err))
 		}
 		rec.Reply = data
-		if d.postsDirectly(in) {
+		if d.postsDirectly(m) {
 			// The posting mark: this record is the direct post's posting
 			// record (one write fewer than a posting record of its own).
 			rec.DirectPostingAt, rec.DirectDeadline = now, d.cfg.Direct.DirectPostDeadline(now)
@@ -339,7 +339,7 @@ func (d *Dispatcher) complete(runCtx context.Context, m *message, a handler.Answ
 		if posted.Abandoned() {
 			return stage.Abandon()
 		}
-		if d.postsDirectly(in) && !posted.Acked() && crashpoint.Hit(runCtx, crashpoint.DispatcherOf(runCtx).AfterDirectPost, in) {
+		if d.postsDirectly(m) && !posted.Acked() && crashpoint.Hit(runCtx, crashpoint.DispatcherOf(runCtx).AfterDirectPost, in) {
 			return stage.Abandon()
 		}
 		if !posted.Acked() && !publish {
@@ -372,14 +372,17 @@ func (d *Dispatcher) complete(runCtx context.Context, m *message, a handler.Answ
 	return stage.Ack(ackLost)
 }
 
-// postsDirectly says whether in's reply is posted by the replier in this
+// postsDirectly says whether m's reply is posted by the replier in this
 // process (Config.Direct). Only a canvas reply is: a notify takes
 // milliseconds, while an /a2a reply to a push-mode peer waits for the
 // peer's agent, up to MOLECULE_A2A_TIMEOUT (10 minutes), and would hold
 // this handler slot that long; it goes through the reply stream and the
-// replier's own slots.
-func (d *Dispatcher) postsDirectly(in *events.Inbound) bool {
-	return d.cfg.Direct != nil && in.Source != events.SourcePeerAgent
+// replier's own slots. Nor is the reply of a dead letter's replay: its
+// reply may have been posted before the message was dead-lettered, and a
+// marked direct post reads no reply record, while the replier stage's
+// finds it sent.
+func (d *Dispatcher) postsDirectly(m *message) bool {
+	return d.cfg.Direct != nil && m.in.Source != events.SourcePeerAgent && !m.replayed()
 }
 
 // postDirect hands the stored reply of rec to the replier in this process
@@ -390,7 +393,7 @@ func (d *Dispatcher) postsDirectly(in *events.Inbound) bool {
 // the one duplicate writes from the mark, is the replier stage's to
 // follow.
 func (d *Dispatcher) postDirect(runCtx context.Context, m *message, rec events.HandledRecord) (o stage.Outcome, publish bool) {
-	if !d.postsDirectly(m.in) {
+	if !d.postsDirectly(m) {
 		return stage.Outcome{}, true
 	}
 	return d.cfg.Direct.PostDirect(runCtx, rec.Reply, rec.Mark(), m.Progress)

@@ -9,6 +9,7 @@ import (
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/trace"
 
+	"github.com/molecule-ai/molecule-relay/internal/dlq"
 	"github.com/molecule-ai/molecule-relay/internal/events"
 	"github.com/molecule-ai/molecule-relay/internal/stage"
 	"github.com/molecule-ai/molecule-relay/internal/tracing"
@@ -20,6 +21,9 @@ type message struct {
 	in  *events.Inbound
 	key string // its handled record's (events.HandledKey)
 }
+
+// replayed says whether m is a dead letter's replay (dlq.Replay).
+func (m *message) replayed() bool { return m.Msg != nil && dlq.IsReplay(m.Msg.Headers()) }
 
 // steps is the dispatcher's work on one delivery, in the order a message
 // meets it. Each step either returns how the message is finished (the

@@ -13,14 +13,15 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"github.com/molecule-ai/molecule-relay/internal/tracing"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/molecule-ai/molecule-relay/internal/events"
+	"github.com/molecule-ai/molecule-relay/internal/tracing"
 )
 
 // ErrNotFound is returned by Get and Replay for a sequence that holds no
@@ -230,6 +231,16 @@ func Get(ctx context.Context, js jetstream.JetStream, seq uint64) (*Entry, error
 	return &e, nil
 }
 
+// replayMark sits between a replayed message's original Nats-Msg-Id and
+// its dead letter's sequence.
+const replayMark = ":replay:"
+
+// IsReplay says whether a message with headers h was published by
+// Replay: its Nats-Msg-Id carries replayMark.
+func IsReplay(h nats.Header) bool {
+	return strings.Contains(h.Get(jetstream.MsgIDHeader), replayMark)
+}
+
 // Replay re-delivers the dead letter at seq to its stage: it deletes the
 // stage's record of the message (the dispatcher's handled record, or the
 // replier's reply record unless that record says a post may already have
@@ -250,7 +261,7 @@ func Replay(ctx context.Context, js jetstream.JetStream, seq uint64) error {
 		return err
 	}
 	msg := &nats.Msg{Subject: dl.OriginalSubject, Data: dl.Envelope, Header: nats.Header{}}
-	msg.Header.Set(jetstream.MsgIDHeader, originalMsgID(dl, seq)+":replay:"+strconv.FormatUint(seq, 10))
+	msg.Header.Set(jetstream.MsgIDHeader, originalMsgID(dl, seq)+replayMark+strconv.FormatUint(seq, 10))
 	if _, err := js.PublishMsg(ctx, msg); err != nil {
 		return fmt.Errorf("dlq: republish dead letter %d on %s: %w", seq, dl.OriginalSubject, err)
 	}
