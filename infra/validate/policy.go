@@ -49,19 +49,19 @@ func Check(objs []Object) []error {
 			errs = append(errs, checkAccount(o, v.Spec.JobTemplate.Spec.Template.Spec, accounts)...)
 		case *policyv1.PodDisruptionBudget:
 			if v.Spec.Selector == nil || !selectsAny(v.Spec.Selector.MatchLabels, podLabels) {
-				errs = append(errs, fmt.Errorf("PodDisruptionBudget %s: its selector matches the pods of no Deployment of this set", o.Name))
+				errs = append(errs, fmt.Errorf("%s %s: its selector matches the pods of no Deployment of this set", o.Kind, o.Name))
 			}
 		case *corev1.Service:
 			if !selectsAny(v.Spec.Selector, podLabels) {
-				errs = append(errs, fmt.Errorf("Service %s: its selector matches the pods of no Deployment of this set", o.Name))
+				errs = append(errs, fmt.Errorf("%s %s: its selector matches the pods of no Deployment of this set", o.Kind, o.Name))
 			}
 		case *monitoringv1.ServiceMonitor:
 			if !selectsAny(v.Spec.Selector.MatchLabels, serviceLabels) {
-				errs = append(errs, fmt.Errorf("ServiceMonitor %s: its selector matches no Service of this set", o.Name))
+				errs = append(errs, fmt.Errorf("%s %s: its selector matches no Service of this set", o.Kind, o.Name))
 			}
 		case *kedav1alpha1.ScaledObject:
 			if t := v.Spec.ScaleTargetRef; t == nil || !deployments[t.Name] {
-				errs = append(errs, fmt.Errorf("ScaledObject %s: scaleTargetRef %v names no Deployment of this set", o.Name, t))
+				errs = append(errs, fmt.Errorf("%s %s: scaleTargetRef %v names no Deployment of this set", o.Kind, o.Name, t))
 			}
 		}
 	}

@@ -192,24 +192,34 @@ func (b budgetsByBucket) of(w config.Workspace) *molecule.RateBudget {
 
 // ensureTopology creates (or looks up) the streams, consumers and buckets
 // the stages s use, waiting up to MOLECULE_STARTUP_TIMEOUT for a cluster
-// that has no quorum or is electing leaders (waitJetStream).
+// that has no quorum or is electing leaders (waitJetStream). Each try asks
+// the meta leader first (metaLeaderAnswers): what is already there is only
+// looked up, and a node without quorum answers some lookups.
 func (rt *Runtime) ensureTopology(ctx context.Context, s Stages) error {
 	tc := events.TopologyConfig{Replicas: rt.Cfg.Replicas, HistoryTTL: rt.Cfg.HistoryTTL.D(), HistoryTurns: rt.Cfg.HistoryTurns}
 	names := s.names()
-	if rt.Cfg.Topology == "lookup" {
-		return waitJetStream(ctx, rt.Log, rt.Cfg.StartupTimeout.D(), "JetStream topology (lookup) on "+rt.Conn.URL(), func(ctx context.Context) error {
-			topo, err := events.LookupTopology(ctx, rt.Conn.JS, tc, names...)
-			rt.Topo = topo
-			return err
-		})
-	}
-	return waitJetStream(ctx, rt.Log, rt.Cfg.StartupTimeout.D(), "JetStream topology on "+rt.Conn.URL(), func(ctx context.Context) error {
+	what := "JetStream topology on " + rt.Conn.URL()
+	find := func(ctx context.Context) error {
 		topo, err := events.EnsureTopology(ctx, rt.Conn.JS, tc, names...)
 		if err != nil {
-			return fmt.Errorf("JetStream topology on %s: %w (is JetStream enabled on the server, and may this user create streams?)", rt.Conn.URL(), err)
+			return fmt.Errorf("%s: %w (is JetStream enabled on the server, and may this user create streams?)", what, err)
 		}
 		rt.Topo = topo
 		return nil
+	}
+	if rt.Cfg.Topology == "lookup" {
+		what = "JetStream topology (lookup) on " + rt.Conn.URL()
+		find = func(ctx context.Context) error {
+			topo, err := events.LookupTopology(ctx, rt.Conn.JS, tc, names...)
+			rt.Topo = topo
+			return err
+		}
+	}
+	return waitJetStream(ctx, rt.Log, rt.Cfg.StartupTimeout.D(), what, func(ctx context.Context) error {
+		if err := metaLeaderAnswers(ctx, rt.Conn.JS); err != nil {
+			return err
+		}
+		return find(ctx)
 	})
 }
 

@@ -109,3 +109,21 @@ func startupPermanent(err error) bool {
 	}
 	return false
 }
+
+// metaLeaderAnswers asks for the account's JetStream info, which in a
+// cluster only the meta leader answers (nats-server jetstream_api.go
+// jsAccountInfoRequest); a node that knows it has none answers "JetStream
+// system temporarily unavailable" (in its first 10 s nothing: the try
+// times out). The topology's own requests cannot tell a cluster without
+// quorum: a member of a stream group that lost its leader still answers
+// STREAM.INFO (and so js.KeyValue) from its own copy (jsStreamInfoRequest),
+// and a node that led a consumer answers its CONSUMER.INFO until it
+// notices the lost quorum, 10–20 s later (raft.go lostQuorumCheck). A
+// topology that exists is only looked up, in either mode, so without this
+// a stage started on such a node found it and started.
+func metaLeaderAnswers(ctx context.Context, js jetstream.JetStream) error {
+	if _, err := js.AccountInfo(ctx); err != nil {
+		return fmt.Errorf("JetStream meta leader (account info): %w", err)
+	}
+	return nil
+}
