@@ -49,26 +49,23 @@ var flagFloorMsgs = flag.Int("floor-msgs", 20000, "messages per floor run")
 //   - direct: records without the reply stream, as stages in one process
 //     could do it: the dispatcher posts the reply itself (posting create,
 //     sent update) and acks the inbound message after.
-//   - shipped: direct plus conversation memory, the operations the
-//     shipped defaults make for a canvas message: before the handler a
+//   - memory: direct plus conversation memory: before the handler a
 //     batched direct get of the conversation's turns after the last one
 //     read (one read at a time, shared by the loads that wait for it),
 //     after the sent update a turn publish (awaited). Every message is
 //     one conversation's, as in echo/d1.
-//   - merged: shipped with the posting record merged into the handled
-//     record: the handled create carries "posting", and the sent
-//     update rewrites the handled record; one stored write fewer. The
-//     relay builds it with the sent record created in molecule_replies
-//     instead (the same writes; docs/performance.md "The posting mark
-//     rides on the handled record").
+//   - shipped: what the shipped defaults do for a canvas reply: memory
+//     with the posting mark on the handled record (docs/architecture.md,
+//     "Direct posting"): no posting record of its own, and the sent
+//     record a create; one stored write fewer than memory.
 func BenchmarkFloor(b *testing.B) {
 	designs := []floorDesign{
 		{name: "handoff", replyStream: true},
 		{name: "records", handled: handledKV, replyStream: true, replyRecords: true},
 		{name: "folded", handled: handledFolded, replyStream: true, replyRecords: true},
 		{name: "direct", handled: handledKV, replyRecords: true},
-		{name: "shipped", handled: handledKV, replyRecords: true, memory: true},
-		{name: "merged", handled: handledMerged, memory: true},
+		{name: "memory", handled: handledKV, replyRecords: true, memory: true},
+		{name: "shipped", handled: handledMarked, memory: true},
 	}
 	for _, d := range designs {
 		b.Run("jetstream/"+d.name, func(b *testing.B) {
@@ -90,7 +87,7 @@ const (
 	handledNone   = iota
 	handledKV     // a get and a create-only write in the handled bucket
 	handledFolded // a direct get of the reply's own subject; the reply is the record
-	handledMerged // handledKV whose record is also the posting record, updated to sent
+	handledMarked // handledKV whose record carries the posting mark; then the sent create
 )
 
 type floorDesign struct {
@@ -289,17 +286,17 @@ func (d floorDesign) dispatch(ctx context.Context, b *testing.B, w *floorWorld, 
 		if _, err := w.out.GetLastMsgForSubject(ctx, subject); !errors.Is(err, jetstream.ErrMsgNotFound) {
 			b.Errorf("reply get: %v", err)
 		}
-	case handledKV, handledMerged:
+	case handledKV, handledMarked:
 		if _, err := w.handled.Get(ctx, key); !errors.Is(err, jetstream.ErrKeyNotFound) {
 			b.Errorf("handled get: %v", err)
 		}
-		rev, err := w.handled.Create(ctx, key, p.handled)
+		_, err := w.handled.Create(ctx, key, p.handled)
 		if err != nil {
 			b.Errorf("handled create: %v", err)
 		}
-		if d.handled == handledMerged { // the POST, then its sent mark
-			if _, err := w.handled.Update(ctx, key, p.sent, rev); err != nil {
-				b.Errorf("handled sent update: %v", err)
+		if d.handled == handledMarked { // the POST, then its sent record
+			if _, err := w.sentKV.Create(ctx, key, p.sent); err != nil {
+				b.Errorf("sent create: %v", err)
 			}
 		}
 	}
