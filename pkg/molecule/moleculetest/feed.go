@@ -5,6 +5,8 @@ import (
 	"strconv"
 	"sync"
 	"time"
+
+	"github.com/molecule-ai/molecule-relay/internal/jsonappend"
 )
 
 // row is one activity_logs row. Everything but json is kept for filtering.
@@ -208,7 +210,7 @@ func (f *feed) query(q *activityQuery) ([][]byte, bool) {
 func encodeRowNew(r *row) []byte {
 	b := make([]byte, 0, 256+len(r.requestBody)+len(r.responseBody))
 	b = append(b, `{"activity_type":`...)
-	b = appendString(b, r.activityType)
+	b = jsonappend.Quote(b, r.activityType)
 	b = append(b, `,"created_at":"`...)
 	b = append(b, formatTime(r.createdAt)...)
 	b = append(b, `","duration_ms":`...)
@@ -216,20 +218,20 @@ func encodeRowNew(r *row) []byte {
 	b = append(b, `,"error_detail":`...)
 	b = appendNullString(b, r.errorDetail)
 	b = append(b, `,"id":`...)
-	b = appendString(b, r.id)
+	b = jsonappend.Quote(b, r.id)
 	b = append(b, `,"method":`...)
 	b = appendMethod(b, r)
 	b = appendBodies(b, r)
 	b = append(b, `,"source_id":`...)
 	b = appendNullString(b, r.sourceID)
 	b = append(b, `,"status":`...)
-	b = appendString(b, r.status)
+	b = jsonappend.Quote(b, r.status)
 	b = append(b, `,"summary":`...)
-	b = appendString(b, r.summary)
+	b = jsonappend.Quote(b, r.summary)
 	b = append(b, `,"target_id":`...)
 	b = appendNullString(b, r.targetID)
 	b = append(b, `,"workspace_id":`...)
-	b = appendString(b, r.workspaceID)
+	b = jsonappend.Quote(b, r.workspaceID)
 	return append(b, '}')
 }
 
@@ -238,11 +240,11 @@ func encodeRowNew(r *row) []byte {
 func encodeRowOld(r *row) []byte {
 	b := make([]byte, 0, 256+len(r.requestBody)+len(r.responseBody))
 	b = append(b, `{"id":`...)
-	b = appendString(b, r.id)
+	b = jsonappend.Quote(b, r.id)
 	b = append(b, `,"workspace_id":`...)
-	b = appendString(b, r.workspaceID)
+	b = jsonappend.Quote(b, r.workspaceID)
 	b = append(b, `,"activity_type":`...)
-	b = appendString(b, r.activityType)
+	b = jsonappend.Quote(b, r.activityType)
 	b = append(b, `,"source_id":`...)
 	b = appendNullString(b, r.sourceID)
 	b = append(b, `,"target_id":`...)
@@ -250,12 +252,12 @@ func encodeRowOld(r *row) []byte {
 	b = append(b, `,"method":`...)
 	b = appendMethod(b, r)
 	b = append(b, `,"summary":`...)
-	b = appendString(b, r.summary)
+	b = jsonappend.Quote(b, r.summary)
 	b = appendBodies(b, r)
 	b = append(b, `,"duration_ms":`...)
 	b = appendDuration(b, r)
 	b = append(b, `,"status":`...)
-	b = appendString(b, r.status)
+	b = jsonappend.Quote(b, r.status)
 	b = append(b, `,"error_detail":`...)
 	b = appendNullString(b, r.errorDetail)
 	b = append(b, `,"created_at":"`...)
@@ -274,14 +276,14 @@ func appendMethod(b []byte, r *row) []byte {
 	if r.methodNull {
 		return append(b, "null"...)
 	}
-	return appendString(b, r.method)
+	return jsonappend.Quote(b, r.method)
 }
 
 func appendNullString(b []byte, v string) []byte {
 	if v == "" {
 		return append(b, "null"...)
 	}
-	return appendString(b, v)
+	return jsonappend.Quote(b, v)
 }
 
 // appendBodies appends the row's request_body and response_body members,

@@ -7,61 +7,9 @@ import (
 	"io"
 	"sort"
 	"strconv"
-	"unicode/utf8"
+
+	"github.com/molecule-ai/molecule-relay/internal/jsonappend"
 )
-
-const hexDigits = "0123456789abcdef"
-
-// appendString appends v as a JSON string with encoding/json's escaping
-// (HTML characters, U+2028/U+2029 escaped; invalid UTF-8 becomes U+FFFD),
-// which is what the platform's Go encoder sends.
-func appendString(b []byte, v string) []byte {
-	b = append(b, '"')
-	start := 0
-	for i := 0; i < len(v); {
-		c := v[i]
-		if c < utf8.RuneSelf {
-			if c >= 0x20 && c != '"' && c != '\\' && c != '<' && c != '>' && c != '&' {
-				i++
-				continue
-			}
-			b = append(b, v[start:i]...)
-			switch c {
-			case '"', '\\':
-				b = append(b, '\\', c)
-			case '\n':
-				b = append(b, '\\', 'n')
-			case '\r':
-				b = append(b, '\\', 'r')
-			case '\t':
-				b = append(b, '\\', 't')
-			default:
-				b = append(b, '\\', 'u', '0', '0', hexDigits[c>>4], hexDigits[c&0xf])
-			}
-			i++
-			start = i
-			continue
-		}
-		r, size := utf8.DecodeRuneInString(v[i:])
-		if r == utf8.RuneError && size == 1 {
-			b = append(b, v[start:i]...)
-			b = append(b, `\ufffd`...)
-			i += size
-			start = i
-			continue
-		}
-		if r == '\u2028' || r == '\u2029' {
-			b = append(b, v[start:i]...)
-			b = append(b, '\\', 'u', '2', '0', '2', hexDigits[r&0xf])
-			i += size
-			start = i
-			continue
-		}
-		i += size
-	}
-	b = append(b, v[start:]...)
-	return append(b, '"')
-}
 
 // keyOrder orders object keys when re-encoding.
 type keyOrder int
@@ -99,7 +47,7 @@ func appendJSON(b []byte, v any, o keyOrder) []byte {
 	case json.Number:
 		return append(b, x...)
 	case string:
-		return appendString(b, x)
+		return jsonappend.Quote(b, x)
 	case []any:
 		b = append(b, '[')
 		for i, e := range x {
@@ -120,7 +68,7 @@ func appendJSON(b []byte, v any, o keyOrder) []byte {
 			if i > 0 {
 				b = append(b, ',')
 			}
-			b = appendString(b, k)
+			b = jsonappend.Quote(b, k)
 			b = append(b, ':')
 			b = appendJSON(b, x[k], o)
 		}
