@@ -42,26 +42,40 @@ func TestConcurrentLoadsSeeEveryTurnRecordedBeforeThem(t *testing.T) {
 		if _, err := writer.Record(ctx, ws, "canvas", turn(id, handler.RoleUser, id)); err != nil {
 			t.Fatal(err)
 		}
-		var wg sync.WaitGroup
-		errs := make(chan string, loaders)
-		for range loaders {
-			wg.Add(1)
-			go func() {
-				defer wg.Done()
-				got, err := reader.Load(ctx, ws, "canvas")
-				if err != nil {
-					errs <- err.Error()
-					return
-				}
-				if len(got) != k+1 || got[k].ActivityID != id {
-					errs <- fmt.Sprintf("round %d: a Load saw %d turns %q", k, len(got), texts(got))
-				}
-			}()
-		}
-		wg.Wait()
-		close(errs)
-		for e := range errs {
-			t.Fatal(e)
-		}
+		loadConcurrently(t, reader, loaders, func(got []handler.Turn) string {
+			if len(got) != k+1 || got[k].ActivityID != id {
+				return fmt.Sprintf("round %d: a Load saw %d turns %q", k, len(got), texts(got))
+			}
+			return ""
+		})
+	}
+}
+
+// loadConcurrently runs n Loads of the canvas conversation at once, each
+// handing what it got to check, and fails t with the first error or
+// complaint (check's non-empty answer).
+func loadConcurrently(t *testing.T, s *memory.Store, n int, check func([]handler.Turn) string) {
+	t.Helper()
+	ctx := pipelinetest.Ctx(t)
+	var wg sync.WaitGroup
+	errs := make(chan string, n)
+	for range n {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			got, err := s.Load(ctx, ws, "canvas")
+			if err != nil {
+				errs <- err.Error()
+				return
+			}
+			if why := check(got); why != "" {
+				errs <- why
+			}
+		}()
+	}
+	wg.Wait()
+	close(errs)
+	for e := range errs {
+		t.Fatal(e)
 	}
 }

@@ -2,7 +2,6 @@ package memory_test
 
 import (
 	"fmt"
-	"sync"
 	"testing"
 
 	"github.com/molecule-ai/molecule-relay/internal/memory"
@@ -23,30 +22,13 @@ func TestLoadsOfOneReadEachGetTheirOwnHistory(t *testing.T) {
 	if _, err := store.Record(ctx, ws, "canvas", turn("a1", handler.RoleUser, "hello"), turn("a1", handler.RoleAgent, "hi")); err != nil {
 		t.Fatal(err)
 	}
-	const loaders = 32
-	var wg sync.WaitGroup
-	errs := make(chan string, loaders)
-	for range loaders {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			got, err := store.Load(ctx, ws, "canvas")
-			if err != nil {
-				errs <- err.Error()
-				return
-			}
-			if len(got) != 2 || got[0].Text != "hello" || got[1].Text != "hi" {
-				errs <- fmt.Sprintf("a Load saw %q", texts(got))
-				return
-			}
-			got[0].Text, got[1] = "changed by its handler", handler.Turn{}
-		}()
-	}
-	wg.Wait()
-	close(errs)
-	for e := range errs {
-		t.Fatal(e)
-	}
+	loadConcurrently(t, store, 32, func(got []handler.Turn) string {
+		if len(got) != 2 || got[0].Text != "hello" || got[1].Text != "hi" {
+			return fmt.Sprintf("a Load saw %q", texts(got))
+		}
+		got[0].Text, got[1] = "changed by its handler", handler.Turn{}
+		return ""
+	})
 	got, err := store.Load(ctx, ws, "canvas")
 	if err != nil {
 		t.Fatal(err)
