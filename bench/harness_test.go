@@ -70,6 +70,7 @@ type pipeline struct {
 	// conversations: see scenario.
 	conversations int
 	runBase       uint64 // replies delivered before the current injection
+	childProc     bool   // a dispatcher runs in a child process (its handled count is not in the stats)
 }
 
 // warnLog keeps the first warnings the stages logged, and counts them all.
@@ -129,7 +130,7 @@ func start(b testing.TB, sc scenario) *pipeline {
 		SSE: sc.sse, PollEvery: sc.pollEvery, Overlap: *flagOverlap, PooledHTTP: *flagPooledHTTP,
 		HistoryTurns: sc.historyTurns, Direct: *flagDirect,
 	})
-	p.conversations = sc.conversations
+	p.conversations, p.childProc = sc.conversations, sc.childProc
 	if got := srv.Status(p.agent.ID).DeliveryMode; got != "poll" {
 		b.Fatalf("relay ready but the workspace's delivery mode is %q", got)
 	}
@@ -305,6 +306,27 @@ func (p *pipeline) wait(want int, timeout time.Duration) {
 	defer t.Stop()
 	for p.replied() < p.runBase+uint64(want) && time.Now().Before(deadline) {
 		<-t.C
+	}
+}
+
+// settled is the relay's stats once its dispatchers counted the run's n
+// messages handled, or after 5 s: a directly posted reply reaches the
+// platform before its dispatcher counts the message, acks it and writes
+// its turns, so stats read the moment the last reply arrived would leave
+// that work out. With a child dispatcher process, whose count the stats
+// do not hold, they are read at once.
+func (p *pipeline) settled(b testing.TB, st0 relayStats, n int) relayStats {
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		st := p.relay.stats(b)
+		var handled uint64
+		for i, h := range st.Handled {
+			handled += h - st0.Handled[i]
+		}
+		if p.childProc || handled >= uint64(n) || time.Now().After(deadline) {
+			return st
+		}
+		time.Sleep(2 * time.Millisecond)
 	}
 }
 

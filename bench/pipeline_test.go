@@ -108,8 +108,9 @@ func (p *pipeline) throughput(b *testing.B, n int) {
 		b.Fatalf("inject: %v", err)
 	}
 	p.wait(n, *flagTimeout)
+	st1 := p.settled(b, st0, n)
 	b.StopTimer()
-	st1, self1 := p.relay.stats(b), selfCPU()
+	self1 := selfCPU()
 	window1, cursor1 := p.srv.ActivityRowsServed()
 	stopProfile()
 	res := p.match(n)
