@@ -215,8 +215,9 @@ func (rt *Runtime) ensureTopology(ctx context.Context, s Stages) error {
 			return err
 		}
 	}
+	meta := newMetaCheck()
 	return waitJetStream(ctx, rt.Log, rt.Cfg.StartupTimeout.D(), what, func(ctx context.Context) error {
-		if err := metaLeaderAnswers(ctx, rt.Conn.JS); err != nil {
+		if err := meta.answers(ctx, rt.Conn.JS); err != nil {
 			return err
 		}
 		return find(ctx)
