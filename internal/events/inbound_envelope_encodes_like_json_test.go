@@ -1,33 +1,19 @@
 package events_test
 
 import (
-	"bytes"
 	"encoding/json"
-	"os"
 	"testing"
 	"time"
 
 	"github.com/molecule-ai/molecule-relay/internal/events"
 )
 
-// Inbound.Marshal is written by hand and must be byte for byte what
-// json.Marshal writes (with the current Version), its error too, also for
-// the envelopes it leaves to json.Marshal.
+// Inbound.Marshal against json.Marshal (envelope_encoding_helpers_test.go).
+
+var inboundFixtureNames = []string{"inbound_canvas", "inbound_cron", "inbound_peer"}
 
 func inboundFixtures(t testing.TB) []events.Inbound {
-	var out []events.Inbound
-	for _, name := range []string{"inbound_canvas", "inbound_cron", "inbound_peer"} {
-		data, err := os.ReadFile("testdata/" + name + ".json")
-		if err != nil {
-			t.Fatal(err)
-		}
-		var in events.Inbound
-		if err := json.Unmarshal(data, &in); err != nil {
-			t.Fatal(err)
-		}
-		out = append(out, in)
-	}
-	return out
+	return fixtures[events.Inbound](t, inboundFixtureNames...)
 }
 
 func TestInboundEnvelopeEncodesLikeJSON(t *testing.T) {
@@ -68,30 +54,13 @@ func FuzzInboundEnvelopeEncodesLikeJSON(f *testing.F) {
 
 func checkInboundEncoding(t *testing.T, i int, in events.Inbound) {
 	t.Helper()
-	got, gotErr := in.Marshal()
-	in.V = events.Version
-	want, wantErr := json.Marshal(in)
-	if (gotErr == nil) != (wantErr == nil) || !bytes.Equal(got, want) {
-		t.Errorf("inbound %d: Marshal = %s, %v\njson.Marshal = %s, %v", i, got, gotErr, want, wantErr)
-	}
+	stamped := in
+	stamped.V = events.Version
+	checkEncodesLikeJSON(t, "inbound", i, in, stamped)
 }
 
 // BenchmarkInboundMarshal: the inbound fixtures, by hand and by
 // json.Marshal.
 func BenchmarkInboundMarshal(b *testing.B) {
-	for i, in := range inboundFixtures(b) {
-		name := []string{"inbound_canvas", "inbound_cron", "inbound_peer"}[i]
-		b.Run(name+"/json.Marshal", func(b *testing.B) {
-			b.ReportAllocs()
-			for b.Loop() {
-				_, _ = json.Marshal(in)
-			}
-		})
-		b.Run(name+"/Marshal", func(b *testing.B) {
-			b.ReportAllocs()
-			for b.Loop() {
-				_, _ = in.Marshal()
-			}
-		})
-	}
+	benchmarkMarshal(b, inboundFixtureNames, inboundFixtures(b))
 }

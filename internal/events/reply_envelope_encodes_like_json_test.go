@@ -1,33 +1,18 @@
 package events_test
 
 import (
-	"bytes"
-	"encoding/json"
-	"os"
 	"testing"
 	"time"
 
 	"github.com/molecule-ai/molecule-relay/internal/events"
 )
 
-// Reply.Marshal is written by hand and must be byte for byte what
-// json.Marshal writes (with the current Version), its error too, also for
-// the envelopes it leaves to json.Marshal.
+// Reply.Marshal against json.Marshal (envelope_encoding_helpers_test.go).
+
+var replyFixtureNames = []string{"reply_canvas", "reply_peer"}
 
 func replyFixtures(t testing.TB) []events.Reply {
-	var out []events.Reply
-	for _, name := range []string{"reply_canvas", "reply_peer"} {
-		data, err := os.ReadFile("testdata/" + name + ".json")
-		if err != nil {
-			t.Fatal(err)
-		}
-		var rep events.Reply
-		if err := json.Unmarshal(data, &rep); err != nil {
-			t.Fatal(err)
-		}
-		out = append(out, rep)
-	}
-	return out
+	return fixtures[events.Reply](t, replyFixtureNames...)
 }
 
 func TestReplyEnvelopeEncodesLikeJSON(t *testing.T) {
@@ -66,29 +51,12 @@ func FuzzReplyEnvelopeEncodesLikeJSON(f *testing.F) {
 
 func checkReplyEncoding(t *testing.T, i int, rep events.Reply) {
 	t.Helper()
-	got, gotErr := rep.Marshal()
-	rep.V = events.Version
-	want, wantErr := json.Marshal(rep)
-	if (gotErr == nil) != (wantErr == nil) || !bytes.Equal(got, want) {
-		t.Errorf("reply %d: Marshal = %s, %v\njson.Marshal = %s, %v", i, got, gotErr, want, wantErr)
-	}
+	stamped := rep
+	stamped.V = events.Version
+	checkEncodesLikeJSON(t, "reply", i, rep, stamped)
 }
 
 // BenchmarkReplyMarshal: the reply fixtures, by hand and by json.Marshal.
 func BenchmarkReplyMarshal(b *testing.B) {
-	for i, rep := range replyFixtures(b) {
-		name := []string{"reply_canvas", "reply_peer"}[i]
-		b.Run(name+"/json.Marshal", func(b *testing.B) {
-			b.ReportAllocs()
-			for b.Loop() {
-				_, _ = json.Marshal(rep)
-			}
-		})
-		b.Run(name+"/Marshal", func(b *testing.B) {
-			b.ReportAllocs()
-			for b.Loop() {
-				_, _ = rep.Marshal()
-			}
-		})
-	}
+	benchmarkMarshal(b, replyFixtureNames, replyFixtures(b))
 }
