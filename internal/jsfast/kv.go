@@ -213,11 +213,8 @@ func operation(h nats.Header) jetstream.KeyValueOp {
 // ($JS.API.DIRECT.GET.<stream>.<subject>) and its reading of the answer's
 // headers (jetstream's convertDirectGetMsgResponseToMsg).
 func (f *KV) directGet(ctx context.Context, key string) (jetstream.RawStreamMsg, error) {
-	if _, ok := ctx.Deadline(); !ok {
-		var cancel context.CancelFunc
-		ctx, cancel = context.WithTimeout(ctx, f.defaultTimeout)
-		defer cancel()
-	}
+	ctx, cancel := withDefaultTimeout(ctx, f.defaultTimeout)
+	defer cancel()
 	r, err := f.nc.RequestWithContext(ctx, f.directPrefix+key, nil)
 	if err != nil {
 		return jetstream.RawStreamMsg{}, err

@@ -20,11 +20,8 @@ import (
 // defaultTimeout bounds a ctx without a deadline, as nats.go's
 // DefaultTimeout does; otherwise the request ends at ctx's deadline.
 func publishMsg(ctx context.Context, nc *nats.Conn, defaultTimeout time.Duration, m *nats.Msg) (*jetstream.PubAck, error) {
-	if _, ok := ctx.Deadline(); !ok {
-		var cancel context.CancelFunc
-		ctx, cancel = context.WithTimeout(ctx, defaultTimeout)
-		defer cancel()
-	}
+	ctx, cancel := withDefaultTimeout(ctx, defaultTimeout)
+	defer cancel()
 	resp, err := nc.RequestMsgWithContext(ctx, m)
 	for r := 0; errors.Is(err, nats.ErrNoResponders) && r < jetstream.DefaultPubRetryAttempts; r++ {
 		select {
@@ -40,6 +37,15 @@ func publishMsg(ctx context.Context, nc *nats.Conn, defaultTimeout time.Duration
 		return nil, err
 	}
 	return decodePubAck(resp.Data)
+}
+
+// withDefaultTimeout bounds a ctx without a deadline by d, as nats.go's
+// DefaultTimeout bounds its requests; a ctx with one is left as it is.
+func withDefaultTimeout(ctx context.Context, d time.Duration) (context.Context, context.CancelFunc) {
+	if _, ok := ctx.Deadline(); ok {
+		return ctx, func() {}
+	}
+	return context.WithTimeout(ctx, d)
 }
 
 // pubAckAnswer is what nats.go decodes a publish's answer into
