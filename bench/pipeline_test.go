@@ -156,12 +156,13 @@ func (p *pipeline) throughput(b *testing.B, n int) {
 // comes: the latency of the SSE wake-up path.
 func BenchmarkIdleLatency(b *testing.B) {
 	sc := scenario{handler: "echo", dispatchers: 1, concurrency: *flagEchoConc, replyConc: *flagReplyConc,
-		sse: true, pollEvery: 5 * time.Second}
+		sse: true, pollEvery: 5 * time.Second, historyTurns: *flagTurns}
 	b.Run("echo/d1/sse", func(b *testing.B) {
 		p := start(b, sc)
 		ctx := context.Background()
 		for range b.N {
-			load0 := loadavg()
+			stopProfile := p.startProfile(b)
+			load0, st0 := loadavg(), p.relay.stats(b)
 			b.ResetTimer()
 			var lat []time.Duration
 			for i := range *flagIdleMsgs {
@@ -178,12 +179,20 @@ func BenchmarkIdleLatency(b *testing.B) {
 				lat = append(lat, res.lat...)
 			}
 			b.StopTimer()
+			st1 := p.relay.stats(b)
+			stopProfile()
 			slices.Sort(lat)
+			n := float64(*flagIdleMsgs)
 			m := metrics{
 				"p50_ms": pct(lat, 0.50),
 				"p90_ms": pct(lat, 0.90),
 				"max_ms": pct(lat, 1),
 				"load1":  (load0 + loadavg()) / 2,
+				// What one message costs where messages come one at a
+				// time, the relay's idle work between them included.
+				"relay_us/msg": float64((st1.CPU - st0.CPU).Microseconds()) / n,
+				"nats_in/msg":  float64(st1.InMsgs-st0.InMsgs) / n,
+				"nats_out/msg": float64(st1.OutMsgs-st0.OutMsgs) / n,
 			}
 			m.report(b)
 			record(b.Name(), m)
