@@ -99,7 +99,7 @@ func (p *Poller) writeCheckpoint(ctx context.Context, w *workspace) error {
 		return err
 	}
 	cp := Checkpoint{V: 1, DeliveryMode: rec.DeliveryMode, RegisteredAt: rec.RegisteredAt, Cursor: cur.Cursor, CursorCreatedAt: cur.CreatedAt, SavedAt: cur.UpdatedAt, Instance: p.cfg.InstanceID,
-		Floor: cur.Floor, FloorID: cur.FloorID, Recent: mergeRecent(cur.Recent, nil, p.recentKeep(), time.Now())}
+		Floor: cur.Floor, FloorID: cur.FloorID, Recent: mergeRecent(cur.Recent, w.sent.all(), p.recentKeep(), time.Now())}
 	body, err := json.Marshal(map[string]Checkpoint{checkpointKey: cp})
 	if err != nil {
 		return err
@@ -182,8 +182,8 @@ func (p *Poller) restoreCheckpoint(ctx context.Context, w *workspace, cur *curso
 	}
 	v := cursorValue{Cursor: cp.Cursor, CreatedAt: cp.CursorCreatedAt, UpdatedAt: cp.SavedAt, Generation: res.Generation.String(),
 		Floor: cp.Floor, FloorID: cp.FloorID}
-	cur.Recent = cp.Recent // saveCursor merges it in
-	ncur, err := p.saveCursor(ctx, w.id, cur, v, nil)
+	w.sent.add(recentRows(cp.Recent), p.recentKeep(), time.Now()) // the cursor record carries them
+	ncur, err := p.saveCursor(ctx, w, cur, v)
 	if err != nil {
 		return nil, err
 	}

@@ -175,9 +175,9 @@ func (p *Poller) fetchFromCursor(ctx context.Context, w *workspace, res *Workspa
 			return err
 		}
 		newest := page.Newest()
-		cur, err = p.saveCursor(ctx, w.id, cur, cursorValue{
+		cur, err = p.saveCursor(ctx, w, cur, cursorValue{
 			Cursor: newest.ID, CreatedAt: newest.CreatedAt, UpdatedAt: time.Now().UTC(), Generation: res.Generation.String(),
-		}, res.published)
+		})
 		if err != nil {
 			return err
 		}
@@ -278,7 +278,7 @@ func (p *Poller) seed(ctx context.Context, w *workspace, cur *cursorEntry, lost 
 	} else if !cold && !lost {
 		return cur, nil // still empty: keep the original seed time
 	}
-	ncur, err := p.saveCursor(ctx, w.id, cur, v, res.published)
+	ncur, err := p.saveCursor(ctx, w, cur, v)
 	if err != nil {
 		return nil, err
 	}
@@ -432,7 +432,7 @@ func (p *Poller) overlapFrom(ctx context.Context, w *workspace, d time.Duration,
 		until = cur.CreatedAt.Add(time.Microsecond)
 	}
 	res.Overlap = true
-	before, mark, read := res.Published, len(res.published), 0
+	before, read := res.Published, 0
 	err = p.windowChunks(ctx, w, d, from, until, res, func(rows []molecule.ActivityRow, _ bool) error {
 		read += len(rows)
 		return p.deliver(ctx, w, rows, &cur.cursorValue, time.Now().UTC(), res)
@@ -453,7 +453,7 @@ func (p *Poller) overlapFrom(ctx context.Context, w *workspace, d time.Duration,
 	// Remember them, so the next re-read does not publish them again. The
 	// cursor itself does not move; another poller's save wins.
 	v := cur.cursorValue
-	if _, err := p.saveCursor(ctx, w.id, cur, v, res.published[mark:]); err != nil && !errors.Is(err, errCursorMoved) {
+	if _, err := p.saveCursor(ctx, w, cur, v); err != nil && !errors.Is(err, errCursorMoved) {
 		return err
 	}
 	return nil

@@ -91,18 +91,30 @@ func (v *cursorValue) alreadyPublished(row molecule.ActivityRow) bool {
 // republished and a replier redelivery, queued in front of new messages.
 // A poller that runs on remembers them here, and writes them to a
 // snapshot that a restarted one reads (sentsnap.go).
+//
+// pending is the part of ids that no snapshot written by this process
+// holds: what the cursor record must carry (saveCursor), so that a
+// restarted poller knows every row either from the snapshot or from the
+// cursor.
 type sentSet struct {
-	mu  sync.Mutex
-	ids map[string]int64 // activity id -> created_at, Unix µs
-	// added counts rows added since the last snapshot, savedAt is when it
-	// was written (sentsnap.go).
-	added   int
+	mu      sync.Mutex
+	ids     map[string]int64 // activity id -> created_at, Unix µs
+	pending map[string]int64 // the ids no saved snapshot holds
+	// savedAt is when the last snapshot was written (sentsnap.go).
 	savedAt time.Time
+	// adopted: the stored cursor's recent ids joined pending (adopt).
+	adopted bool
 }
 
-// add remembers published rows and forgets those created more than keep
-// before now.
+// add remembers published rows, as not yet in a snapshot, and forgets
+// those created more than keep before now.
 func (s *sentSet) add(rows []recentID, keep time.Duration, now time.Time) {
+	s.remember(rows, keep, now, true)
+}
+
+// remember adds rows to ids, and to pending when they may be in no
+// snapshot; rows created more than keep before now are forgotten.
+func (s *sentSet) remember(rows []recentID, keep time.Duration, now time.Time, unsaved bool) {
 	if len(rows) == 0 {
 		return
 	}
@@ -112,19 +124,65 @@ func (s *sentSet) add(rows []recentID, keep time.Duration, now time.Time) {
 	if s.ids == nil {
 		s.ids = make(map[string]int64, len(rows))
 	}
-	for id, at := range s.ids {
-		if at < cut {
-			delete(s.ids, id)
+	if s.pending == nil {
+		s.pending = make(map[string]int64)
+	}
+	for _, m := range []map[string]int64{s.ids, s.pending} {
+		for id, at := range m {
+			if at < cut {
+				delete(m, id)
+			}
 		}
 	}
 	for _, r := range rows {
 		if at := r.createdAt.UnixMicro(); r.id != "" && at >= cut {
-			if _, ok := s.ids[r.id]; !ok {
-				s.added++
+			if unsaved {
+				s.pending[r.id] = at
 			}
 			s.ids[r.id] = at
 		}
 	}
+}
+
+// adopt takes the recent ids of the stored cursor record (or of a
+// checkpoint) as published and in no snapshot, once per process: the
+// process that wrote them may have died before its snapshot did. Taken
+// again later, a record written before this process's snapshot would put
+// back into pending what that snapshot holds, for ever.
+func (s *sentSet) adopt(recent map[string]int64, keep time.Duration, now time.Time) {
+	s.mu.Lock()
+	done := s.adopted
+	s.adopted = true
+	s.mu.Unlock()
+	if done || len(recent) == 0 {
+		return
+	}
+	s.add(recentRows(recent), keep, now)
+}
+
+// recentRows lists a recent set as rows.
+func recentRows(recent map[string]int64) []recentID {
+	rows := make([]recentID, 0, len(recent))
+	for id, at := range recent {
+		rows = append(rows, recentID{id: id, createdAt: time.UnixMicro(at)})
+	}
+	return rows
+}
+
+// unsaved returns the pending ids created within keep of now, at most
+// maxRecent (the newest): the cursor record's recent set.
+func (s *sentSet) unsaved(keep time.Duration, now time.Time) map[string]int64 {
+	s.mu.Lock()
+	rows := recentRows(s.pending)
+	s.mu.Unlock()
+	return mergeRecent(nil, rows, keep, now)
+}
+
+// all lists every remembered id, in a snapshot or not.
+func (s *sentSet) all() []recentID {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return recentRows(s.ids)
 }
 
 // has reports whether row was published by this process recently.

@@ -66,3 +66,39 @@ func TestSentSnapshotRoundTripsIDsAndTimes(t *testing.T) {
 		t.Error("a truncated snapshot decoded without error")
 	}
 }
+
+// A snapshot's rows leave pending once it is written; a row added while
+// it was written stays.
+func TestWrittenSnapshotLeavesOnlyNewerRowsPending(t *testing.T) {
+	now := time.Now()
+	keep := 3 * time.Minute
+	var s sentSet
+	s.add([]recentID{{"a", now}, {"b", now}}, keep, now)
+	rows := s.snapshot(keep, now)
+	s.add([]recentID{{"c", now}}, keep, now) // published during the write
+	s.saved(rows, now)
+	if got := s.unsaved(keep, now); len(got) != 1 || got["c"] != now.UnixMicro() {
+		t.Fatalf("pending after the write: %v, want only c", got)
+	}
+	if !s.has(molecule.ActivityRow{ID: "a"}) {
+		t.Fatal("a row in the snapshot is no longer recognised")
+	}
+}
+
+// The stored cursor's ids are adopted once per process: adopted again, a
+// record saved before this process's snapshot would put back what the
+// snapshot holds.
+func TestCursorRecentIsAdoptedOnce(t *testing.T) {
+	now := time.Now()
+	keep := 3 * time.Minute
+	var s sentSet
+	s.adopt(map[string]int64{"old": now.UnixMicro()}, keep, now)
+	s.saved(s.snapshot(keep, now), now)
+	s.adopt(map[string]int64{"old": now.UnixMicro()}, keep, now)
+	if got := s.unsaved(keep, now); len(got) != 0 {
+		t.Fatalf("pending after a second adopt: %v, want none", got)
+	}
+	if !s.has(molecule.ActivityRow{ID: "old"}) {
+		t.Fatal("the adopted id is not recognised")
+	}
+}

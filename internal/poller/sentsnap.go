@@ -23,16 +23,20 @@ import (
 // cluster node had forgotten them too (work-queue retention), so 600 to
 // 1,036 handled messages went through the pipeline a second time.
 //
-// So, while the window holds more than half of what the cursor record
-// keeps, the poller also writes the whole time-bounded set, compactly
-// (about 19 bytes a row), to the status bucket under
-// "<workspace>.published": once soon after a process starts (loadSent),
-// then at most every sentSnapshotEvery, or sooner once sentSnapshotRows
-// rows were added since the last one. The rows published after the last
-// snapshot are the newest ones, which the cursor record holds as long as
-// fewer than maxRecent arrive between two snapshots. A restarted poller
-// reads the snapshot before its first re-read. An idle or quiet workspace
-// (at most 500 rows in the window) writes nothing.
+// So the poller also writes the whole time-bounded set, compactly (about
+// 19 bytes a row), to the status bucket under "<workspace>.published":
+// once at least sentSnapshotMinRows rows wait in no snapshot, at most
+// every sentSnapshotEvery, or sooner once sentSnapshotRows wait. The
+// cursor record carries only the rows no snapshot of this process holds
+// yet (sentSet.pending; saveCursor), so a restarted poller, which reads
+// the snapshot before its first re-read and adopts the cursor's rows,
+// knows every row from one or the other. Before, the cursor carried the
+// newest maxRecent rows on every save: at ten messages a second, one per
+// page, that was a 56 KB record written per message, about a third of
+// what the relay spent on a message at that rate (docs/performance.md,
+// "One message at a time"). A quiet workspace (fewer than
+// sentSnapshotMinRows rows in the window) writes no snapshot: its few
+// rows ride in the cursor record.
 //
 // Nothing here can hide a late row: a row is recognised only by its own
 // activity id, which a row that was never published cannot have.
@@ -50,6 +54,9 @@ import (
 const (
 	sentSnapshotEvery = 10 * time.Second
 	sentSnapshotRows  = maxRecent / 2
+	// sentSnapshotMinRows: fewer ids ride in the cursor record (about 3
+	// KB) rather than cost a snapshot.
+	sentSnapshotMinRows = 50
 	// maxSnapshotRows keeps a snapshot under NATS's default 1 MB payload
 	// (the newest rows are kept): 3 minutes at 160 msg/s.
 	maxSnapshotRows = 30000
@@ -64,8 +71,8 @@ func sentKey(ws string) string { return ws + sentKeySuffix }
 // isSentKey reports whether a status bucket key is a snapshot.
 func isSentKey(k string) bool { return strings.HasSuffix(k, sentKeySuffix) }
 
-// snapshot returns the remembered rows created within keep of now, oldest
-// first, and resets the count of rows added since the last snapshot.
+// snapshot returns the remembered rows created within keep of now,
+// oldest first.
 func (s *sentSet) snapshot(keep time.Duration, now time.Time) []recentID {
 	cut := now.Add(-keep).UnixMicro()
 	s.mu.Lock()
@@ -76,7 +83,6 @@ func (s *sentSet) snapshot(keep time.Duration, now time.Time) []recentID {
 			out = append(out, recentID{id: id, createdAt: time.UnixMicro(at)})
 		}
 	}
-	s.added = 0
 	slices.SortFunc(out, func(a, b recentID) int { return a.createdAt.Compare(b.createdAt) })
 	if len(out) > maxSnapshotRows {
 		out = out[len(out)-maxSnapshotRows:]
@@ -84,21 +90,36 @@ func (s *sentSet) snapshot(keep time.Duration, now time.Time) []recentID {
 	return out
 }
 
-// snapshotDue reports whether the set should be written now: it holds
-// more than half of what the cursor record keeps (rows the cursor will
-// soon drop; fewer are all in the cursor), rows were added since the last
-// write, and either sentSnapshotEvery passed since it or sentSnapshotRows
-// rows were added.
+// saved records that a snapshot of rows was written at now: they leave
+// pending, and the cursor record stops carrying them. Rows added while it
+// was written stay.
+func (s *sentSet) saved(rows []recentID, now time.Time) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for _, r := range rows {
+		if at, ok := s.pending[r.id]; ok && at == r.createdAt.UnixMicro() {
+			delete(s.pending, r.id)
+		}
+	}
+	s.savedAt = now
+}
+
+// snapshotDue reports whether the set should be written now: the cursor
+// record would otherwise carry at least sentSnapshotMinRows ids on every
+// save, and either sentSnapshotEvery passed since the last snapshot or
+// sentSnapshotRows rows wait for one.
 func (s *sentSet) snapshotDue(now time.Time) bool {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	return len(s.ids) > sentSnapshotRows && s.added > 0 && (now.Sub(s.savedAt) >= sentSnapshotEvery || s.added >= sentSnapshotRows)
+	n := len(s.pending)
+	return n >= sentSnapshotMinRows && (now.Sub(s.savedAt) >= sentSnapshotEvery || n >= sentSnapshotRows)
 }
 
 // saveSent writes w's snapshot when due. It is a cache of what was
 // published: a failed write is logged at debug and tried again in a later
-// cycle (the stream's de-duplication covers the gap), and one bounded try
-// never holds a cycle up for long while the cluster elects a leader.
+// cycle (the rows stay in the cursor record meanwhile, and the stream's
+// de-duplication covers what that drops), and one bounded try never holds
+// a cycle up for long while the cluster elects a leader.
 func (p *Poller) saveSent(ctx context.Context, w *workspace) {
 	now := time.Now()
 	if !w.sent.snapshotDue(now) {
@@ -109,27 +130,22 @@ func (p *Poller) saveSent(ctx context.Context, w *workspace) {
 	defer cancel()
 	if _, err := p.topo.Status.Put(wctx, sentKey(w.id), encodeSent(rows)); err != nil {
 		w.log.DebugContext(ctx, "poller: could not save the published-row snapshot; trying again later", "error", err)
-		w.sent.mu.Lock()
-		w.sent.added += len(rows) // due again at the next cycle
-		w.sent.mu.Unlock()
 		return
 	}
-	w.sent.mu.Lock()
-	w.sent.savedAt = now
-	w.sent.mu.Unlock()
+	w.sent.saved(rows, now)
 }
 
 // loadSent reads w's snapshot into its sent set, once per process, before
-// the first re-read, together with the cursor record's recent ids
-// (recent). A missing key is an empty snapshot; a failed read is tried
-// again before the next re-read.
+// the first re-read, and adopts the cursor record's recent ids (recent).
+// A missing key is an empty snapshot; a failed read is tried again before
+// the next re-read.
 //
-// The cursor's ids count as new to the snapshot, and the first save of a
-// process is due at once: a poller restarted every few seconds publishes
-// fewer rows in its life than the cursor keeps, so without them no
-// process would ever hold enough to write a snapshot, and the rows older than the cursor's 1,000 would be known to
-// none of them (make chaos-cluster with stage SIGKILLs: 1,036 rows
-// republished by a poller that was the sixth in a minute).
+// The cursor's ids count as in no snapshot (adopt), so a process that
+// holds enough of them writes one soon: a poller restarted every few
+// seconds publishes few rows in its life, and the ids of its predecessors
+// must not ride in the cursor record for ever (make chaos-cluster with
+// stage SIGKILLs once saw 1,036 rows republished by a poller that was the
+// sixth in a minute, when the cursor record was the only place for them).
 func (p *Poller) loadSent(ctx context.Context, w *workspace, recent map[string]int64) {
 	if w.sentLoaded {
 		return
@@ -161,19 +177,9 @@ func (p *Poller) loadSent(ctx context.Context, w *workspace, recent map[string]i
 		if derr != nil {
 			w.log.WarnContext(ctx, "poller: unreadable published-row snapshot; ignored", "error", derr)
 		}
-		w.sent.mu.Lock()
-		added := w.sent.added
-		w.sent.mu.Unlock()
-		w.sent.add(rows, p.recentKeep(), time.Now())
-		w.sent.mu.Lock()
-		w.sent.added = added // the snapshot's rows are saved already
-		w.sent.mu.Unlock()
+		w.sent.remember(rows, p.recentKeep(), time.Now(), false) // saved already
 	}
-	rows := make([]recentID, 0, len(recent))
-	for id, at := range recent {
-		rows = append(rows, recentID{id: id, createdAt: time.UnixMicro(at)})
-	}
-	w.sent.add(rows, p.recentKeep(), time.Now())
+	w.sent.adopt(recent, p.recentKeep(), time.Now())
 	w.sentLoaded = true
 }
 

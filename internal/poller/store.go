@@ -153,7 +153,9 @@ func (p *Poller) readCursor(ctx context.Context, ws string, wait time.Duration, 
 
 // saveCursor advances the cursor with compare-and-set: Create for a new key,
 // Update on the loaded revision otherwise. A conflict returns errCursorMoved.
-// The rows published since (published) join the recent set.
+// The value's recent set is what w published that no snapshot holds yet
+// (sentSet.pending): deliver adds every acknowledged row to w.sent before
+// a save covers it.
 //
 // Every caller saves after JetStream acknowledged the rows the new value
 // covers, so a save the cursor bucket does not answer within one try (its
@@ -165,11 +167,14 @@ func (p *Poller) readCursor(ctx context.Context, ws string, wait time.Duration, 
 // crash between a publish and its cursor save. (Waited for, the cursor
 // bucket's election held every new row for its 4 to 9 s: in make
 // chaos-cluster, the largest single cause of messages over 2 s.)
-func (p *Poller) saveCursor(ctx context.Context, ws string, cur *cursorEntry, v cursorValue, published []recentID) (*cursorEntry, error) {
+func (p *Poller) saveCursor(ctx context.Context, w *workspace, cur *cursorEntry, v cursorValue) (*cursorEntry, error) {
+	ws := w.id
 	if v.Floor.IsZero() && v.FloorID == "" {
 		v.Floor, v.FloorID = cur.Floor, cur.FloorID
 	}
-	v.Recent = mergeRecent(cur.Recent, published, p.recentKeep(), time.Now())
+	now := time.Now()
+	w.sent.adopt(cur.Recent, p.recentKeep(), now)
+	v.Recent = w.sent.unsaved(p.recentKeep(), now)
 	data, err := v.marshal()
 	if err != nil {
 		return nil, err
