@@ -134,6 +134,7 @@ func (p *pipeline) throughput(b *testing.B, n int) {
 		"allocs/msg":      float64(st1.Allocs-st0.Allocs) / float64(n),
 		"nats_in/msg":     float64(st1.InMsgs-st0.InMsgs) / float64(n),
 		"nats_out/msg":    float64(st1.OutMsgs-st0.OutMsgs) / float64(n),
+		"file_kb/msg":     float64(st1.Written-st0.Written) / 1024 / float64(n),
 		"load1":           (load0 + loadavg()) / 2,
 		// Rows the platform served per message: to reads by cursor (the
 		// polls) and by time window (the re-reads for late commits, and
@@ -193,6 +194,7 @@ func BenchmarkIdleLatency(b *testing.B) {
 				"relay_us/msg": float64((st1.CPU - st0.CPU).Microseconds()) / n,
 				"nats_in/msg":  float64(st1.InMsgs-st0.InMsgs) / n,
 				"nats_out/msg": float64(st1.OutMsgs-st0.OutMsgs) / n,
+				"file_kb/msg":  float64(st1.Written-st0.Written) / 1024 / n,
 			}
 			m.report(b)
 			record(b.Name(), m)
@@ -260,7 +262,7 @@ func printSummary() {
 		return
 	}
 	cols := []string{"msg/s", "p50_ms", "p99_ms", "inject_msg/s", "relay_us/msg", "msg/relay_cpu_s", "double_us/msg",
-		"cpu_bound_msg/s", "allocs/msg", "nats_in/msg", "nats_out/msg", "fetch_rows/msg", "window_rows/msg", "load1"}
+		"cpu_bound_msg/s", "allocs/msg", "nats_in/msg", "nats_out/msg", "file_kb/msg", "fetch_rows/msg", "window_rows/msg", "load1"}
 	fmt.Printf("\nMedians over runs (GOMAXPROCS %d, %d CPUs; latency = reply received by the platform − row created_at)\n", runtime.GOMAXPROCS(0), runtime.NumCPU())
 	fmt.Printf("%-36s %4s", "configuration", "runs")
 	for _, c := range cols {

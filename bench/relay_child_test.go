@@ -59,6 +59,7 @@ type relayStats struct {
 	Replied   uint64        // replies the replier delivered (notify, A2A, reconciled)
 	Handled   []uint64      // per in-process dispatcher
 	Allocs    uint64        // heap objects allocated by the relay process (runtime/metrics)
+	Written   int64         // bytes the relay process dirtied in files (fileWrites): NATS's stores
 	Warnings  int
 	FirstWarn []string
 }
@@ -247,6 +248,7 @@ func (r *relay) stats() relayStats {
 	sample := []rtmetrics.Sample{{Name: "/gc/heap/allocs:objects"}}
 	rtmetrics.Read(sample) // no stop-the-world, unlike runtime.ReadMemStats
 	st.Allocs = sample[0].Value.Uint64()
+	st.Written = fileWrites()
 	st.Replied = r.replied()
 	for _, d := range r.disp {
 		st.Handled = append(st.Handled, d.Stats().Handled)
