@@ -24,7 +24,7 @@ import (
 // false.
 func Object(data []byte, fn func(key, val []byte) bool) bool {
 	i := SkipSpace(data, 0)
-	return i < len(data) && data[i] == '{' && json.Valid(data) && members(data, i+1, fn)
+	return i < len(data) && data[i] == '{' && Valid(data) && members(data, i+1, fn)
 }
 
 // ElementObject is Object for an element Array handed out, which is
@@ -38,24 +38,7 @@ func ElementObject(elem []byte, fn func(key, val []byte) bool) bool {
 // []json.RawMessage, sharing data's memory). It reports false when data
 // is not a valid list or fn returns false.
 func Array(data []byte, fn func(elem []byte) bool) bool {
-	i := SkipSpace(data, 0)
-	if i >= len(data) || data[i] != '[' || !json.Valid(data) {
-		return false
-	}
-	for i++; ; {
-		i = SkipSpace(data, i)
-		if data[i] == ']' {
-			return true
-		}
-		if data[i] == ',' {
-			i = SkipSpace(data, i+1)
-		}
-		end := SkipValue(data, i)
-		if !fn(data[i:end]) {
-			return false
-		}
-		i = end
-	}
+	return SplitArray(data, fn, nil)
 }
 
 // members walks the members of the valid object whose '{' is before i.
