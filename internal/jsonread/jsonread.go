@@ -1,6 +1,7 @@
 // Package jsonread reads objects of the shape json.Marshal writes, without
 // reflection, for hand decoders of the envelopes read once per message
-// (the counterpart of internal/jsonappend). Everything here reports false
+// (the counterpart of internal/jsonappend), and validates and splits the
+// activity pages a poller reads (valid.go). Everything here reports false
 // when the input needs what it does not do (a key it does not know, a key
 // that repeats or holds an escape, a null, a value of another kind); the
 // caller then decodes the whole input with json.Unmarshal, so the result
