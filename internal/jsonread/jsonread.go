@@ -1,6 +1,7 @@
 // Package jsonread reads objects of the shape json.Marshal writes, without
 // reflection, for hand decoders of the envelopes read once per message
-// (the counterpart of internal/jsonappend). Everything here reports false
+// (the counterpart of internal/jsonappend), and validates and splits the
+// activity pages a poller reads (valid.go). Everything here reports false
 // when the input needs what it does not do (a key it does not know, a key
 // that repeats or holds an escape, a null, a value of another kind); the
 // caller then decodes the whole input with json.Unmarshal, so the result
@@ -24,7 +25,7 @@ import (
 // false.
 func Object(data []byte, fn func(key, val []byte) bool) bool {
 	i := SkipSpace(data, 0)
-	return i < len(data) && data[i] == '{' && json.Valid(data) && members(data, i+1, fn)
+	return i < len(data) && data[i] == '{' && Valid(data) && members(data, i+1, fn)
 }
 
 // ElementObject is Object for an element Array handed out, which is
@@ -38,24 +39,7 @@ func ElementObject(elem []byte, fn func(key, val []byte) bool) bool {
 // []json.RawMessage, sharing data's memory). It reports false when data
 // is not a valid list or fn returns false.
 func Array(data []byte, fn func(elem []byte) bool) bool {
-	i := SkipSpace(data, 0)
-	if i >= len(data) || data[i] != '[' || !json.Valid(data) {
-		return false
-	}
-	for i++; ; {
-		i = SkipSpace(data, i)
-		if data[i] == ']' {
-			return true
-		}
-		if data[i] == ',' {
-			i = SkipSpace(data, i+1)
-		}
-		end := SkipValue(data, i)
-		if !fn(data[i:end]) {
-			return false
-		}
-		i = end
-	}
+	return SplitArray(data, fn, nil)
 }
 
 // members walks the members of the valid object whose '{' is before i.

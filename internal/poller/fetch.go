@@ -10,7 +10,7 @@ import (
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/trace"
 	"math"
-	"sort"
+	"slices"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -364,7 +364,7 @@ func (p *Poller) registeredAt(ctx context.Context, w *workspace) (time.Time, err
 func (p *Poller) window(ctx context.Context, w *workspace, d time.Duration, from, until time.Time, res *WorkspaceResult) (rows []molecule.ActivityRow, reached time.Time, err error) {
 	secs := int(math.Ceil(d.Seconds()))
 	secs = min(max(secs, 1), maxSinceSecs)
-	seen := map[string]bool{}
+	var seen map[string]bool
 	before, capped := until, false
 	for i := 0; ; i++ {
 		if i == maxWindowPages {
@@ -374,6 +374,10 @@ func (p *Poller) window(ctx context.Context, w *workspace, d time.Duration, from
 		page, err := p.activity(ctx, w, molecule.ActivityQuery{Type: activityType, SinceSecs: secs, Limit: p.cfg.PageLimit, BeforeTS: before}, res)
 		if err != nil {
 			return nil, time.Time{}, fmt.Errorf("poller: read the last %ds of activity: %w", secs, err)
+		}
+		if seen == nil { // sized by the first page: most windows are one
+			seen = make(map[string]bool, len(page.Rows))
+			rows = make([]molecule.ActivityRow, 0, len(page.Rows))
 		}
 		added := 0
 		for _, r := range page.Rows {
@@ -390,7 +394,7 @@ func (p *Poller) window(ctx context.Context, w *workspace, d time.Duration, from
 		// dropped above; before_ts is exclusive.
 		before = page.Rows[0].CreatedAt.Add(time.Microsecond)
 	}
-	sort.SliceStable(rows, func(i, j int) bool { return rows[i].CreatedAt.Before(rows[j].CreatedAt) })
+	slices.SortStableFunc(rows, func(a, b molecule.ActivityRow) int { return a.CreatedAt.Compare(b.CreatedAt) })
 	if capped {
 		reached = rows[0].CreatedAt
 	}

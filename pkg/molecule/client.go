@@ -627,18 +627,11 @@ func (c *Client) Activity(ctx context.Context, q ActivityQuery) (*ActivityPage, 
 	if err != nil {
 		return nil, err
 	}
-	raws, err := decodeRows(r, resp.body)
+	rows, err := readPage(r, resp.body, limit)
 	if err != nil {
 		return nil, err
 	}
-	if raws == nil && !isJSONArray(resp.body) {
-		// "null" decodes into a nil slice without error.
-		return nil, fmt.Errorf("%w: %s %s: response body is not a JSON array", ErrPlatformUnavailable, r.method, r.path)
-	}
-	page := &ActivityPage{Rows: make([]ActivityRow, len(raws)), Limit: limit}
-	for i, raw := range raws {
-		page.Rows[i] = decodeActivityRow(raw)
-	}
+	page := &ActivityPage{Rows: rows, Limit: limit}
 	page.Descending = orderRows(page.Rows)
 	page.Full = len(page.Rows) == limit
 	if rl, ok := parseRateLimit(resp.header, time.Now()); ok {
@@ -649,50 +642,23 @@ func (c *Client) Activity(ctx context.Context, q ActivityQuery) (*ActivityPage, 
 	return page, nil
 }
 
-// isJSONArray reports whether b holds a JSON array (after whitespace).
-func isJSONArray(b []byte) bool {
-	s := strings.TrimSpace(string(b))
-	return strings.HasPrefix(s, "[")
-}
-
-// decodeRows splits an activity body into its rows. The body is
-// validated once here; the rows are only split from then on (rawjson.go).
-// Anything but a valid array takes encoding/json's path, for its error.
-func decodeRows(r request, body []byte) ([]json.RawMessage, error) {
-	if jsonKind(body) == '[' && json.Valid(body) {
-		return splitArray(body), nil
-	}
-	var raws []json.RawMessage
-	if err := decodeJSON(r, body, &raws); err != nil {
-		return nil, err
-	}
-	return raws, nil
-}
-
-// decodeActivityRow reads id, created_at and method, leaving them empty
-// when absent or of the wrong type, and keeps the row's members for
-// ActivityRow.Parse, so the row is split once. raw must be valid JSON.
-func decodeActivityRow(raw json.RawMessage) ActivityRow {
-	row := ActivityRow{JSON: raw}
-	if jsonKind(raw) != '{' {
-		return row
-	}
-	row.obj = splitObject(raw)
-	row.ID = row.obj.lenientStr("id")
-	if t, err := time.Parse(time.RFC3339Nano, row.obj.lenientStr("created_at")); err == nil {
-		row.CreatedAt = t
-	}
-	row.Method = row.obj.lenientStr("method")
-	return row
-}
-
 // orderRows puts rows oldest first in place and reports whether they came
 // newest first. Rows without a created_at keep their index; the others are
 // stable-sorted among the remaining slots.
 func orderRows(rows []ActivityRow) (descending bool) {
+	if !slices.ContainsFunc(rows, undated) {
+		// Every row dated (every page the platform writes): the same
+		// order, without the index of dated rows.
+		descending = len(rows) >= 2 && rows[0].CreatedAt.After(rows[len(rows)-1].CreatedAt)
+		if descending {
+			slices.Reverse(rows)
+		}
+		slices.SortStableFunc(rows, byCreatedAt)
+		return descending
+	}
 	var idx []int
 	for i, r := range rows {
-		if !r.CreatedAt.IsZero() {
+		if !undated(r) {
 			idx = append(idx, i)
 		}
 	}
@@ -708,9 +674,13 @@ func orderRows(rows []ActivityRow) (descending bool) {
 	for i, j := range idx {
 		dated[i] = rows[j]
 	}
-	slices.SortStableFunc(dated, func(a, b ActivityRow) int { return a.CreatedAt.Compare(b.CreatedAt) })
+	slices.SortStableFunc(dated, byCreatedAt)
 	for i, j := range idx {
 		rows[j] = dated[i]
 	}
 	return descending
 }
+
+func undated(r ActivityRow) bool { return r.CreatedAt.IsZero() }
+
+func byCreatedAt(a, b ActivityRow) int { return a.CreatedAt.Compare(b.CreatedAt) }

@@ -13,7 +13,7 @@ import (
 // A feed row used to be decoded level by level with json.Unmarshal into
 // map[string]json.RawMessage: every level validated and decoded its bytes
 // again, so the text of a message was scanned about ten times per poll
-// (docs/performance.md). The page is validated once (json.Valid); below
+// (docs/performance.md). The page is validated once (page.go); below
 // that, these functions only find where values start and end. They give
 // the same result as json.Unmarshal into a map[string]json.RawMessage or a
 // []json.RawMessage (exact key match, the last duplicate key wins), which

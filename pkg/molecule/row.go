@@ -166,13 +166,13 @@ func ParseRow(raw json.RawMessage, self string) (*Message, error) {
 	return m, nil
 }
 
-// Parse parses the row like ParseRow(r.JSON, self), reusing the split
-// Activity made of it rather than decoding the row again.
+// Parse parses the row like ParseRow(r.JSON, self), without checking
+// again that a row Activity read is valid JSON (its page was checked).
 func (r ActivityRow) Parse(self string) (*Message, error) {
-	if r.obj == nil {
+	if !r.valid || jsonKind(r.JSON) != '{' {
 		return ParseRow(r.JSON, self)
 	}
-	m, id, err := parseRowObject(r.obj, r.JSON, self)
+	m, id, err := parseRowObject(splitObject(r.JSON), r.JSON, self)
 	if err != nil {
 		return nil, &RowError{ID: id, Err: err}
 	}

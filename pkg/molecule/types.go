@@ -189,6 +189,8 @@ type ActivityQuery struct {
 
 // ActivityRow is one row of a page with just enough decoded to order it.
 // JSON is the row exactly as the platform sent it; parse it with ParseRow.
+// The IDs and Methods of the rows of one page are pieces of one string
+// (a few dozen bytes a row), which a kept ID keeps in memory.
 type ActivityRow struct {
 	ID        string
 	CreatedAt time.Time
@@ -196,8 +198,9 @@ type ActivityRow struct {
 	// caller can pass over its own "notify" rows without parsing them.
 	Method string
 	JSON   json.RawMessage
-	// obj is JSON split into its members by Activity (nil otherwise).
-	obj rawObject
+	// valid: JSON was checked with its page by Activity, so Parse splits
+	// it without checking it again.
+	valid bool
 }
 
 // ActivityPage is one answer of GET /activity, rows oldest first whatever
