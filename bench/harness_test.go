@@ -25,14 +25,15 @@ import (
 )
 
 var (
-	flagEchoMsgs  = flag.Int("echo-msgs", 10000, "messages per echo run")
-	flagSleepMsgs = flag.Int("sleep-msgs", 3000, "messages per sleep-100ms run")
-	flagIdleMsgs  = flag.Int("idle-msgs", 30, "messages of the idle-latency run (one at a time)")
-	flagSenders   = flag.Int("senders", 8, "concurrent HTTP senders injecting messages")
-	flagPeerEvery = flag.Int("peer-every", 4, "every n-th message comes from a peer agent (its reply goes out as A2A); 0: canvas only")
-	flagProc      = flag.Bool("proc", true, "also run echo with the second dispatcher as a child `molecule-relay dispatch` process")
-	flagTimeout   = flag.Duration("run-timeout", 2*time.Minute, "how long one run may wait for its replies")
-	flagOverlap   = flag.Duration("overlap-every", 0, "the poller's OverlapEvery, with OverlapWindow 4x as long (the production ratio, 30s/2m); "+
+	flagEchoMsgs   = flag.Int("echo-msgs", 10000, "messages per echo run")
+	flagSleepMsgs  = flag.Int("sleep-msgs", 3000, "messages per sleep-100ms run")
+	flagIdleMsgs   = flag.Int("idle-msgs", 30, "messages of the idle-latency run (one at a time)")
+	flagIdleWindow = flag.Duration("idle-window", 10*time.Second, "the idle-latency run first measures the relay's CPU over this long without messages (idle_us/s); 0 skips it")
+	flagSenders    = flag.Int("senders", 8, "concurrent HTTP senders injecting messages")
+	flagPeerEvery  = flag.Int("peer-every", 4, "every n-th message comes from a peer agent (its reply goes out as A2A); 0: canvas only")
+	flagProc       = flag.Bool("proc", true, "also run echo with the second dispatcher as a child `molecule-relay dispatch` process")
+	flagTimeout    = flag.Duration("run-timeout", 2*time.Minute, "how long one run may wait for its replies")
+	flagOverlap    = flag.Duration("overlap-every", 0, "the poller's OverlapEvery, with OverlapWindow 4x as long (the production ratio, 30s/2m); "+
 		"0: the poller's defaults, whose first re-read after the start comes 30s later, after most runs ended")
 	flagPooledHTTP = flag.Bool("pooled-http", true, "give the platform clients an HTTP transport that keeps 256 idle connections per host "+
 		"(false: the default transport, 2 idle per host, as relay.Open builds them)")

@@ -162,6 +162,7 @@ func BenchmarkIdleLatency(b *testing.B) {
 		p := start(b, sc)
 		ctx := context.Background()
 		for range b.N {
+			idleUS := p.idleCPU(b, *flagIdleWindow)
 			stopProfile := p.startProfile(b)
 			load0, st0 := loadavg(), p.relay.stats(b)
 			b.ResetTimer()
@@ -195,11 +196,29 @@ func BenchmarkIdleLatency(b *testing.B) {
 				"nats_in/msg":  float64(st1.InMsgs-st0.InMsgs) / n,
 				"nats_out/msg": float64(st1.OutMsgs-st0.OutMsgs) / n,
 				"file_kb/msg":  float64(st1.Written-st0.Written) / 1024 / n,
+				// The relay's CPU per second with no message at all, the
+				// part of relay_us/msg that only the rate of messages
+				// shares out.
+				"idle_us/s": idleUS,
 			}
 			m.report(b)
 			record(b.Name(), m)
 		}
 	})
+}
+
+// idleCPU returns the relay's CPU per second over a window in which no
+// message comes, after a pause for what the previous messages started
+// (follow-up re-reads end 3 s after the last poll that published).
+func (p *pipeline) idleCPU(b *testing.B, window time.Duration) float64 {
+	if window <= 0 {
+		return 0
+	}
+	time.Sleep(4 * time.Second)
+	st0 := p.relay.stats(b)
+	time.Sleep(window)
+	st1 := p.relay.stats(b)
+	return float64((st1.CPU - st0.CPU).Microseconds()) / window.Seconds()
 }
 
 // TestPipelineSmoke runs a small burst through the harness, so `go test`
