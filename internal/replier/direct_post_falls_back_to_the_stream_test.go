@@ -232,7 +232,7 @@ func TestMarkedDirectPostWritesOnlyTheSentRecord(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t)
 	rp := e.replier(t, e.js, e.topo, replier.Config{})
-	watch, err := e.topo.Replies.WatchAll(context.Background())
+	watch, err := e.topo.Replies.WatchAll(fixture(t))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -287,7 +287,7 @@ func TestMarkedDirectPostNotRecordedIsNotPublished(t *testing.T) {
 			cfg := replier.Config{}
 			cfg.StoreTimeout = time.Second
 			rp := e.replier(t, e.js, e.topo, cfg)
-			if err := e.js.DeleteKeyValue(context.Background(), events.BucketReplies); err != nil {
+			if err := e.js.DeleteKeyValue(fixture(t), events.BucketReplies); err != nil {
 				t.Fatal(err)
 			}
 			data, err := e.canvasReply("act-1", "maybe delivered").Marshal()
