@@ -67,12 +67,18 @@ type Config struct {
 // anything else with publish when the reply is to be published to the
 // stream, without publish when the inbound message is to be retried
 // instead (a post that may have happened and is recorded only by the
-// handled record's posting mark: the redelivery records it, duplicate).
+// handled record's posting mark: the redelivery records it, duplicate),
+// or, for a DeadLetter, when the platform refused the reply for good
+// (the dispatcher records the refusal, then has DeadLetterDirect write
+// the dead letter: published, the reply would be posted again).
 type DirectPoster interface {
 	// DirectPostDeadline is the deadline of the posting mark the handled
 	// record carries when it is stored at now.
 	DirectPostDeadline(now time.Time) time.Time
 	PostDirect(ctx context.Context, reply []byte, mark events.PostingMark, progress func()) (o stage.Outcome, publish bool)
+	// DeadLetterDirect writes the replier's dead letter of a reply whose
+	// direct post was refused for good (dlq.OfDirectPost).
+	DeadLetterDirect(ctx context.Context, workspaceID, activityID string, reply []byte, refusal events.Refusal) error
 }
 
 // AgentAPI opens per-message agent API sessions (internal/agentapi.Server).

@@ -102,8 +102,8 @@ func TestDirectPostFallsBackToTheStream(t *testing.T) {
 			return moleculetest.Fault{Method: http.MethodPost, PathPrefix: notify(e), Status: http.StatusTooManyRequests, Count: 1,
 				Header: http.Header{"Retry-After": {"0"}}}
 		}, "", false},
-		{"refused for now (409): the posting record is forgotten", func(e *env) moleculetest.Fault {
-			return moleculetest.Fault{Method: http.MethodPost, PathPrefix: notify(e), Status: http.StatusConflict, Count: 1}
+		{"refused for now (410): the posting record is forgotten, the stream's deliveries retry it", func(e *env) moleculetest.Fault {
+			return moleculetest.Fault{Method: http.MethodPost, PathPrefix: notify(e), Status: http.StatusGone, Count: 1}
 		}, "", false},
 		{"gateway error, not processed: the stream waits out the flight, finds nothing, posts", func(e *env) moleculetest.Fault {
 			return moleculetest.Fault{Method: http.MethodPost, PathPrefix: notify(e), Status: http.StatusBadGateway, Count: 1}
