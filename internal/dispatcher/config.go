@@ -48,8 +48,9 @@ type Config struct {
 	// Direct, when set, posts each reply in the dispatcher's slot right
 	// after its handled record is stored (a replier in the same process:
 	// replier.Replier.PostDirect), skipping the reply stream; a reply it
-	// does not post is published to the stream as usual. If nil, every
-	// reply is published.
+	// does not post is published to the stream as usual, except one the
+	// platform refused for good, which is dead-lettered at once. If nil,
+	// every reply is published.
 	Direct DirectPoster
 	// Agent, when set, opens the agent API session of each handler run
 	// (Request.Agent); the dispatcher ends it when the handler returns.

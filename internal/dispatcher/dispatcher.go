@@ -12,7 +12,9 @@
 // posting record); post the reply through a replier in the same process
 // (Config.Direct), or, when there is none or it did not post it, publish
 // it with a Nats-Msg-Id derived from the activity id and wait for the
-// stream's acknowledgement; ack. A crash anywhere after the record is
+// stream's acknowledgement (a direct post the platform refused for good
+// is not published: the refusal is recorded in the handled record, then
+// dead-lettered); ack. A crash anywhere after the record is
 // stored leads, on redelivery, to the republish path (a posting mark is
 // first written to the replies bucket as the posting record it stands
 // for); only a crash during the handler runs it again, and the handler
