@@ -85,7 +85,7 @@ func (r *Replier) PostDirect(ctx context.Context, reply []byte, mark events.Post
 // workspaceID and activityID) whose direct post the platform refused for
 // good (PostDirect's DeadLetter without publish): the one the replier
 // stage would have written (dlq.OfDirectPost), replayable the same way.
-// The caller has recorded refusal first (events.HandledRecord's
+// The caller has recorded the refusal first (events.HandledRecord's
 // ReplyRefused), so that a redelivery of its message calls this again
 // instead of posting the reply; the dead letter's stable Nats-Msg-Id
 // drops that second copy. A dead letter stored counts in
