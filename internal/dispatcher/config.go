@@ -48,8 +48,9 @@ type Config struct {
 	// Direct, when set, posts each reply in the dispatcher's slot right
 	// after its handled record is stored (a replier in the same process:
 	// replier.Replier.PostDirect), skipping the reply stream; a reply it
-	// does not post is published to the stream as usual. If nil, every
-	// reply is published.
+	// does not post is published to the stream as usual, except one the
+	// platform refused for good, which is dead-lettered at once. If nil,
+	// every reply is published.
 	Direct DirectPoster
 	// Agent, when set, opens the agent API session of each handler run
 	// (Request.Agent); the dispatcher ends it when the handler returns.
@@ -67,12 +68,18 @@ type Config struct {
 // anything else with publish when the reply is to be published to the
 // stream, without publish when the inbound message is to be retried
 // instead (a post that may have happened and is recorded only by the
-// handled record's posting mark: the redelivery records it, duplicate).
+// handled record's posting mark: the redelivery records it, duplicate),
+// or, for a DeadLetter, when the platform refused the reply for good
+// (the dispatcher records the refusal, then has DeadLetterDirect write
+// the dead letter: published, the reply would be posted again).
 type DirectPoster interface {
 	// DirectPostDeadline is the deadline of the posting mark the handled
 	// record carries when it is stored at now.
 	DirectPostDeadline(now time.Time) time.Time
 	PostDirect(ctx context.Context, reply []byte, mark events.PostingMark, progress func()) (o stage.Outcome, publish bool)
+	// DeadLetterDirect writes the replier's dead letter of a reply whose
+	// direct post was refused for good (dlq.OfDirectPost).
+	DeadLetterDirect(ctx context.Context, workspaceID, activityID string, reply []byte, refusal events.Refusal) error
 }
 
 // AgentAPI opens per-message agent API sessions (internal/agentapi.Server).

@@ -12,7 +12,9 @@
 // posting record); post the reply through a replier in the same process
 // (Config.Direct), or, when there is none or it did not post it, publish
 // it with a Nats-Msg-Id derived from the activity id and wait for the
-// stream's acknowledgement; ack. A crash anywhere after the record is
+// stream's acknowledgement (a direct post the platform refused for good
+// is not published: the refusal is recorded in the handled record, then
+// dead-lettered); ack. A crash anywhere after the record is
 // stored leads, on redelivery, to the republish path (a posting mark is
 // first written to the replies bucket as the posting record it stands
 // for); only a crash during the handler runs it again, and the handler
@@ -317,7 +319,7 @@ func (d *Dispatcher) complete(runCtx context.Context, m *message, a handler.Answ
 
 	ctx, cancel := d.run.OpContext(runCtx)
 	defer cancel()
-	_, err = stage.RetryCreate(ctx, d.topo.Handled, m.key, recData)
+	rev, err := stage.RetryCreate(ctx, d.topo.Handled, m.key, recData)
 	if errors.Is(err, jetstream.ErrKeyExists) {
 		// Another delivery of the same message finished first (it was
 		// redelivered while this one ran): its record wins.
@@ -335,25 +337,8 @@ func (d *Dispatcher) complete(runCtx context.Context, m *message, a handler.Answ
 		return stage.Abandon()
 	}
 	if rec.Reply != nil {
-		posted, publish := d.postDirect(runCtx, m, rec)
-		if posted.Abandoned() {
-			return stage.Abandon()
-		}
-		if d.postsDirectly(m) && !posted.Acked() && crashpoint.Hit(runCtx, crashpoint.DispatcherOf(runCtx).AfterDirectPost, in) {
-			return stage.Abandon()
-		}
-		if !posted.Acked() && !publish {
-			log.ErrorContext(ctx, "dispatcher: direct post may have reached the platform and is not recorded; its redelivery records it from the handled record, then publishes")
-			return stage.Retry(0)
-		}
-		if !posted.Acked() {
-			if err := d.publishReply(ctx, in, rec.Reply); err != nil {
-				log.ErrorContext(ctx, "dispatcher: reply publish failed; will republish on redelivery", "error", err)
-				return stage.Retry(0)
-			}
-			if crashpoint.Hit(runCtx, crashpoint.DispatcherOf(runCtx).AfterReplyPublish, in) {
-				return stage.Abandon()
-			}
+		if o, finished := d.deliverReply(runCtx, m, rec, rev); finished {
+			return o
 		}
 	} else if crashpoint.Hit(runCtx, crashpoint.DispatcherOf(runCtx).AfterReplyPublish, in) {
 		return stage.Abandon()
@@ -370,6 +355,95 @@ func (d *Dispatcher) complete(runCtx context.Context, m *message, a handler.Answ
 	}
 	log.DebugContext(ctx, "dispatcher: handled", "outcome", rec.Outcome)
 	return stage.Ack(ackLost)
+}
+
+// deliverReply posts the reply of rec (the handled record stored at rev)
+// directly, or publishes it. finished says the message ends there, with
+// o (a crash point, a retry); else it is to be acked.
+func (d *Dispatcher) deliverReply(runCtx context.Context, m *message, rec events.HandledRecord, rev uint64) (o stage.Outcome, finished bool) {
+	in, log := m.in, m.Log
+	posted, publish := d.postDirect(runCtx, m, rec)
+	// The writes after the POST get their own time, not what the POST
+	// left of the handled record's.
+	ctx, cancel := d.run.OpContext(runCtx)
+	defer cancel()
+	switch {
+	case posted.Abandoned():
+		return stage.Abandon(), true
+	case posted.Acked():
+		return stage.Outcome{}, false
+	case d.postsDirectly(m) && crashpoint.Hit(runCtx, crashpoint.DispatcherOf(runCtx).AfterDirectPost, in):
+		return stage.Abandon(), true
+	}
+	if reason, cause, refused := posted.DeadLetterReason(); refused && !publish {
+		return d.refused(runCtx, ctx, m, rec, rev, events.Refusal{Reason: reason, Error: errorText(cause), At: time.Now().UTC()})
+	}
+	if !publish {
+		log.ErrorContext(ctx, "dispatcher: direct post may have reached the platform and is not recorded; its redelivery records it from the handled record, then publishes")
+		return stage.Retry(0), true
+	}
+	if err := d.publishReply(ctx, in, rec.Reply); err != nil {
+		log.ErrorContext(ctx, "dispatcher: reply publish failed; will republish on redelivery", "error", err)
+		return stage.Retry(0), true
+	}
+	if crashpoint.Hit(runCtx, crashpoint.DispatcherOf(runCtx).AfterReplyPublish, in) {
+		return stage.Abandon(), true
+	}
+	return stage.Outcome{}, false
+}
+
+// refused finishes a reply whose direct post the platform refused for
+// good: it records the refusal in the handled record (an update at rev),
+// then writes the dead letter the replier stage would have written
+// (deadLetterRefused); the message is then acked. Published, the reply
+// would be posted again by the stage, and refused again. A redelivery
+// after the record writes the dead letter and posts nothing (duplicate);
+// before it (the refusal not recorded), it can only post through the
+// stream again, the refusal leaving nothing on the platform's feed.
+func (d *Dispatcher) refused(runCtx, ctx context.Context, m *message, rec events.HandledRecord, rev uint64, refusal events.Refusal) (stage.Outcome, bool) {
+	log := m.Log
+	rec.ReplyRefused = &refusal
+	data, err := rec.Marshal()
+	if err == nil {
+		err = stage.RetryRequest(ctx, func(ctx context.Context) error {
+			_, err := d.topo.Handled.Update(ctx, m.key, data, rev)
+			return err
+		})
+	}
+	if err != nil {
+		log.ErrorContext(ctx, "dispatcher: refused direct post not recorded; retrying the message, whose redelivery publishes the reply (or writes its dead letter if the record was written)", "error", err)
+		return stage.Retry(0), true
+	}
+	if crashpoint.Hit(runCtx, crashpoint.DispatcherOf(runCtx).AfterRefusalRecord, m.in) {
+		return stage.Abandon(), true
+	}
+	if err := d.deadLetterRefused(ctx, m, rec); err != nil {
+		log.ErrorContext(ctx, "dispatcher: dead letter of a refused direct post not written; retrying the message, whose redelivery writes it", "error", err)
+		return stage.Retry(0), true
+	}
+	if crashpoint.Hit(runCtx, crashpoint.DispatcherOf(runCtx).AfterRefusalDeadLetter, m.in) {
+		return stage.Abandon(), true
+	}
+	return stage.Outcome{}, false
+}
+
+// deadLetterRefused writes the dead letter of the refused direct post
+// that rec records (ReplyRefused), through the replier in this process,
+// which counts it, or, in a process without one (a redelivery that
+// reached a dispatcher run alone), itself.
+func (d *Dispatcher) deadLetterRefused(ctx context.Context, m *message, rec events.HandledRecord) error {
+	ws, act := m.in.WorkspaceID, m.in.ActivityID
+	if d.cfg.Direct != nil {
+		return d.cfg.Direct.DeadLetterDirect(ctx, ws, act, rec.Reply, *rec.ReplyRefused)
+	}
+	return dlq.Publish(ctx, d.js, dlq.OfDirectPost(ws, act, rec.Reply, *rec.ReplyRefused))
+}
+
+func errorText(err error) string {
+	if err == nil {
+		return ""
+	}
+	return err.Error()
 }
 
 // postsDirectly says whether m's reply is posted by the replier in this
@@ -411,13 +485,21 @@ func (d *Dispatcher) duplicate(runCtx context.Context, m *message, value []byte)
 	}
 	ctx, cancel := d.run.OpContext(runCtx)
 	defer cancel()
-	if mark := rec.Mark(); !mark.IsZero() && len(rec.Reply) > 0 {
-		if err := d.recordMark(ctx, m, mark); err != nil {
-			log.ErrorContext(ctx, "dispatcher: posting record of a direct post not written from the handled record's mark; retrying before republishing", "error", err)
+	switch {
+	case rec.ReplyRefused != nil:
+		// The platform refused the direct post for good: its dead letter
+		// (again: the same Nats-Msg-Id), not a second post.
+		if err := d.deadLetterRefused(ctx, m, rec); err != nil {
+			log.ErrorContext(ctx, "dispatcher: dead letter of a refused direct post not written; retrying", "error", err)
 			return stage.Retry(0)
 		}
-	}
-	if len(rec.Reply) > 0 {
+	case len(rec.Reply) > 0:
+		if mark := rec.Mark(); !mark.IsZero() {
+			if err := d.recordMark(ctx, m, mark); err != nil {
+				log.ErrorContext(ctx, "dispatcher: posting record of a direct post not written from the handled record's mark; retrying before republishing", "error", err)
+				return stage.Retry(0)
+			}
+		}
 		if err := d.publishReply(ctx, in, rec.Reply); err != nil {
 			log.ErrorContext(ctx, "dispatcher: republish of recorded reply failed; retrying", "error", err)
 			return stage.Retry(0)

@@ -108,14 +108,23 @@ func MsgID(dl events.DeadLetter) string {
 // set to now when zero. A workspace id that is not a valid subject token is
 // published under UnknownWorkspace (the envelope keeps the original value).
 func Publish(ctx context.Context, js jetstream.JetStream, dl events.DeadLetter) error {
+	_, err := PublishStored(ctx, js, dl)
+	return err
+}
+
+// PublishStored is Publish that also says whether the stream stored the
+// dead letter: false when it dropped it as a copy of one it holds (the
+// same MsgID within its duplicate window).
+func PublishStored(ctx context.Context, js jetstream.JetStream, dl events.DeadLetter) (stored bool, err error) {
 	msg, err := message(ctx, dl, MsgID(dl))
 	if err != nil {
-		return err
+		return false, err
 	}
-	if _, err := js.PublishMsg(ctx, msg); err != nil {
-		return fmt.Errorf("dlq: publish dead letter of %s %s/%s: %w", dl.Stage, dl.WorkspaceID, dl.ActivityID, err)
+	ack, err := js.PublishMsg(ctx, msg)
+	if err != nil {
+		return false, fmt.Errorf("dlq: publish dead letter of %s %s/%s: %w", dl.Stage, dl.WorkspaceID, dl.ActivityID, err)
 	}
-	return nil
+	return !ack.Duplicate, nil
 }
 
 // PublishAsync is Publish without the wait, for a stage that publishes

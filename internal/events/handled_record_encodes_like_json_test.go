@@ -21,6 +21,8 @@ func TestHandledRecordEncodesLikeJSON(t *testing.T) {
 	for _, rec := range []events.HandledRecord{
 		{Outcome: events.OutcomeReplied, Reply: reply, Delivery: 3, HandledAt: at},
 		{Outcome: events.OutcomeReplied, Reply: reply, Delivery: 1, HandledAt: at, DirectPostingAt: at, DirectDeadline: at.Add(30 * time.Second)},
+		{Outcome: events.OutcomeReplied, Reply: reply, Delivery: 1, HandledAt: at, DirectPostingAt: at, DirectDeadline: at.Add(30 * time.Second),
+			ReplyRefused: &events.Refusal{Reason: events.ReasonPermanent, Error: "refused (403 \"no\")", At: at.Add(time.Second)}},
 		{Outcome: events.OutcomeNoReply, Delivery: 1, HandledAt: at.Truncate(time.Second)},
 		{Outcome: events.OutcomeSuppressed, Delivery: 18446744073709551615, HandledAt: at.In(time.FixedZone("x", 3600))},
 		{Outcome: `odd "outcome"`, Delivery: 1, HandledAt: at},

@@ -45,6 +45,26 @@ type HandledRecord struct {
 	// (and absent from the JSON) in every other record.
 	DirectPostingAt time.Time `json:"direct_posting_at,omitzero"`
 	DirectDeadline  time.Time `json:"direct_deadline,omitzero"`
+	// ReplyRefused, when set, says the platform refused the direct post
+	// of Reply for good (a permanent refusal, docs/protocol.md §6): the
+	// reply is dead-lettered from the direct path, as the replier stage
+	// would have after posting it a second time. The dispatcher updates
+	// the record with it before it writes the dead letter, so a
+	// redelivery writes that dead letter (its Nats-Msg-Id drops a second
+	// copy) instead of republishing Reply. Nil in every other record.
+	ReplyRefused *Refusal `json:"reply_refused,omitempty"`
+}
+
+// Refusal is a permanent refusal of a direct post, as its handled record
+// keeps it until the reply's dead letter is written.
+type Refusal struct {
+	// Reason is the dead letter's reason (ReasonPermanent).
+	Reason string `json:"reason"`
+	// Error is the dead letter's error: what the platform answered and
+	// what to do about it.
+	Error string `json:"error"`
+	// At is when the platform answered: the dead letter's FailedAt.
+	At time.Time `json:"at"`
 }
 
 // PostingMark is what a posting record of a notify says before the POST:

@@ -159,7 +159,7 @@ func TestA2APermanentRefusalsAreDeadLettered(t *testing.T) {
 			if len(posts) != 1 || posts[0].Status != tc.status {
 				t.Fatalf("%d a2a posts (%+v); want exactly one answered %d", len(posts), posts, tc.status)
 			}
-			dls, err := dlq.List(bg(t), e.js, dlq.Filter{Stage: events.StageReplier})
+			dls, err := dlq.List(fixture(t), e.js, dlq.Filter{Stage: events.StageReplier})
 			if err != nil {
 				t.Fatal(err)
 			}

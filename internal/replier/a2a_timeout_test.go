@@ -91,7 +91,7 @@ func TestA2AXTimeoutShrinksToTheRunDeadline(t *testing.T) {
 				}
 				// Not taken at all, so no delivery was spent on it: a
 				// deferral loop would dead-letter it after MaxDeliver.
-				ci, err := e.topo.Replier.Info(bg(t))
+				ci, err := e.topo.Replier.Info(fixture(t))
 				if err != nil {
 					t.Fatal(err)
 				}
@@ -121,7 +121,7 @@ func (e *env) pushPeer(t *testing.T, agent *httptest.Server) moleculetest.Worksp
 		t.Fatal(err)
 	}
 	p := e.plat.CreateWorkspace("P")
-	if _, err := e.client(t, p).Register(bg(t), molecule.RegisterRequest{Mode: molecule.DeliveryPush, URL: "http://localhost:" + u.Port() + "/"}); err != nil {
+	if _, err := e.client(t, p).Register(fixture(t), molecule.RegisterRequest{Mode: molecule.DeliveryPush, URL: "http://localhost:" + u.Port() + "/"}); err != nil {
 		t.Fatal(err)
 	}
 	return p

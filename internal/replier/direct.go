@@ -7,6 +7,7 @@ import (
 
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/molecule-ai/molecule-relay/internal/dlq"
 	"github.com/molecule-ai/molecule-relay/internal/events"
 	"github.com/molecule-ai/molecule-relay/internal/stage"
 	"github.com/molecule-ai/molecule-relay/internal/stage/crashpoint"
@@ -44,6 +45,11 @@ var firstDelivery = jetstream.MsgMetadata{NumDelivered: 1}
 // have reached the platform, whose record could not be written) means the
 // caller must not publish the reply but retry its inbound message: the
 // redelivery writes the posting record from the mark, then publishes.
+// DeadLetter without publish means the platform refused the reply for
+// good: the stream's delivery would post it again and be refused again,
+// so the caller records the refusal (its handled record), writes the dead
+// letter the stream would have written (DeadLetterDirect) and acks its
+// inbound message.
 // The caller never waits here for the rate budget or for a post in flight
 // to settle: those are left to the stream. ctx is the caller's message's:
 // its trace, its deadline, its crash points (crashpoint.Dispatcher.Direct);
@@ -66,11 +72,33 @@ func (r *Replier) PostDirect(ctx context.Context, reply []byte, mark events.Post
 	switch {
 	case o.Acked():
 		r.stats.direct.Add(1)
+	case j.refused:
+		r.stats.directRefused.Add(1)
 	case !o.Abandoned():
 		r.stats.directFallbacks.Add(1)
 		j.Log.DebugContext(ctx, "replier: direct post left to the reply stream", "outcome", o.String(), "unrecorded", j.unrecorded)
 	}
-	return o, !o.Acked() && !o.Abandoned() && !j.unrecorded
+	return o, !o.Acked() && !o.Abandoned() && !j.unrecorded && !j.refused
+}
+
+// DeadLetterDirect writes the dead letter of a reply (encoded, of
+// workspaceID and activityID) whose direct post the platform refused for
+// good (PostDirect's DeadLetter without publish): the one the replier
+// stage would have written (dlq.OfDirectPost), replayable the same way.
+// The caller has recorded the refusal first (events.HandledRecord's
+// ReplyRefused), so that a redelivery of its message calls this again
+// instead of posting the reply; the dead letter's stable Nats-Msg-Id
+// drops that second copy. A dead letter stored counts in
+// Stats.DeadLettered.
+func (r *Replier) DeadLetterDirect(ctx context.Context, workspaceID, activityID string, reply []byte, refusal events.Refusal) error {
+	stored, err := dlq.PublishStored(ctx, r.js, dlq.OfDirectPost(workspaceID, activityID, reply, refusal))
+	if err != nil || !stored {
+		return err
+	}
+	r.stats.directDeadLettered.Add(1)
+	r.log.WarnContext(ctx, "replier: refused direct post dead-lettered", "workspace", workspaceID, "activity", activityID, "reason", refusal.Reason, "direct", true,
+		"action", "inspect it with `molecule-relay dlq show SEQ`, fix the cause, then `dlq replay SEQ`")
+	return nil
 }
 
 // DirectPostDeadline is when a direct notify marked at now (the posting

@@ -102,8 +102,8 @@ func TestDirectPostFallsBackToTheStream(t *testing.T) {
 			return moleculetest.Fault{Method: http.MethodPost, PathPrefix: notify(e), Status: http.StatusTooManyRequests, Count: 1,
 				Header: http.Header{"Retry-After": {"0"}}}
 		}, "", false},
-		{"refused for now (409): the posting record is forgotten", func(e *env) moleculetest.Fault {
-			return moleculetest.Fault{Method: http.MethodPost, PathPrefix: notify(e), Status: http.StatusConflict, Count: 1}
+		{"refused for now (410): the posting record is forgotten, the stream's deliveries retry it", func(e *env) moleculetest.Fault {
+			return moleculetest.Fault{Method: http.MethodPost, PathPrefix: notify(e), Status: http.StatusGone, Count: 1}
 		}, "", false},
 		{"gateway error, not processed: the stream waits out the flight, finds nothing, posts", func(e *env) moleculetest.Fault {
 			return moleculetest.Fault{Method: http.MethodPost, PathPrefix: notify(e), Status: http.StatusBadGateway, Count: 1}
@@ -232,7 +232,7 @@ func TestMarkedDirectPostWritesOnlyTheSentRecord(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t)
 	rp := e.replier(t, e.js, e.topo, replier.Config{})
-	watch, err := e.topo.Replies.WatchAll(context.Background())
+	watch, err := e.topo.Replies.WatchAll(fixture(t))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -287,7 +287,7 @@ func TestMarkedDirectPostNotRecordedIsNotPublished(t *testing.T) {
 			cfg := replier.Config{}
 			cfg.StoreTimeout = time.Second
 			rp := e.replier(t, e.js, e.topo, cfg)
-			if err := e.js.DeleteKeyValue(context.Background(), events.BucketReplies); err != nil {
+			if err := e.js.DeleteKeyValue(fixture(t), events.BucketReplies); err != nil {
 				t.Fatal(err)
 			}
 			data, err := e.canvasReply("act-1", "maybe delivered").Marshal()

@@ -22,7 +22,7 @@ func TestDrainTakesNoReplyItsBudgetCannotPostInTime(t *testing.T) {
 	c := e.clients[e.a.ID]
 	// Other requests of the token spend the window down to the reserve.
 	for {
-		if _, err := c.State(bg(t)); err != nil {
+		if _, err := c.State(fixture(t)); err != nil {
 			t.Fatal(err)
 		}
 		if c.RateLimit().Remaining <= 5 {
@@ -43,7 +43,7 @@ func TestDrainTakesNoReplyItsBudgetCannotPostInTime(t *testing.T) {
 		t.Fatal(err)
 	}
 	took := time.Since(start)
-	ci, err := e.topo.Replier.Info(bg(t))
+	ci, err := e.topo.Replier.Info(fixture(t))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -63,7 +63,7 @@ func TestDrainHandsBackBudgetBlockedReplyAndPostsOthers(t *testing.T) {
 	a := e.clients[e.a.ID]
 	e.clients[e.b.ID] = e.client(t, e.b) // B has a bucket of its own
 	for {
-		if _, err := a.State(bg(t)); err != nil {
+		if _, err := a.State(fixture(t)); err != nil {
 			t.Fatal(err)
 		}
 		if a.RateLimit().Remaining <= 5 {

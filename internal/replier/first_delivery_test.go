@@ -17,7 +17,7 @@ func (e *env) putRecord(t *testing.T, act string, rec events.ReplyRecord) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := e.topo.Replies.Create(bg(t), events.ReplyKey(e.a.ID, act), data); err != nil {
+	if _, err := e.topo.Replies.Create(fixture(t), events.ReplyKey(e.a.ID, act), data); err != nil {
 		t.Fatal(err)
 	}
 }

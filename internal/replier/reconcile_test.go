@@ -61,7 +61,7 @@ func (e *env) pastWindow(t *testing.T, activity string, skew time.Duration) {
 // as rows on its feed.
 func (e *env) pollMode(t *testing.T) {
 	t.Helper()
-	if _, err := e.clients[e.a.ID].Register(bg(t), molecule.RegisterRequest{}); err != nil {
+	if _, err := e.clients[e.a.ID].Register(fixture(t), molecule.RegisterRequest{}); err != nil {
 		t.Fatalf("register A: %v", err)
 	}
 }
@@ -268,7 +268,7 @@ func TestReconcileUnreadableFeedDeadLetters(t *testing.T) {
 	if err := <-done; err != nil {
 		t.Fatal(err)
 	}
-	dls, err := dlq.List(bg(t), e.js, dlq.Filter{Stage: events.StageReplier})
+	dls, err := dlq.List(fixture(t), e.js, dlq.Filter{Stage: events.StageReplier})
 	if err != nil {
 		t.Fatal(err)
 	}

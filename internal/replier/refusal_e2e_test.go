@@ -51,7 +51,7 @@ func TestRefusedPeerDeadLetteredAfterShortRetry(t *testing.T) {
 					t.Fatalf("post answered %d, want %d", p.Status, tc.status)
 				}
 			}
-			dls, err := dlq.List(bg(t), e.js, dlq.Filter{Stage: events.StageReplier})
+			dls, err := dlq.List(fixture(t), e.js, dlq.Filter{Stage: events.StageReplier})
 			if err != nil {
 				t.Fatal(err)
 			}

@@ -373,6 +373,7 @@ func (r *Replier) postFailed(runCtx context.Context, j *job, rev uint64, err err
 	switch rf.verdict {
 	case permanentFailure:
 		r.forgetPosting(runCtx, j, rev)
+		j.refused = j.direct
 		j.Log.WarnContext(runCtx, "replier: the platform refused the reply permanently; dead-lettering it", "error", err, "status", molecule.StatusOf(err), "action", rf.reason)
 		return stage.DeadLetter(events.ReasonPermanent, cause)
 	case refusedForNow:

@@ -37,8 +37,24 @@ type env struct {
 	clients map[string]*molecule.Client
 }
 
+// bg is a run's context: no deadline, so a Drain under it applies no
+// start-margin rule. Fixture requests use fixture instead.
 func bg(t *testing.T) context.Context {
 	c, cancel := context.WithCancel(context.Background())
+	t.Cleanup(cancel)
+	return c
+}
+
+// fixtureTimeout bounds a test's own NATS and platform requests. Without
+// a deadline nats.go gives a JetStream request its 5 s default, which a
+// loaded machine (load 9) outlasted creating a bucket or reading a
+// stream's info; the test's assertions do not depend on it.
+const fixtureTimeout = 2 * time.Minute
+
+// fixture is the context of a test's own requests (setup, inspection):
+// a generous explicit deadline instead of nats.go's 5 s default.
+func fixture(t *testing.T) context.Context {
+	c, cancel := context.WithTimeout(context.Background(), fixtureTimeout)
 	t.Cleanup(cancel)
 	return c
 }
@@ -48,7 +64,7 @@ func newEnv(t *testing.T, opts ...moleculetest.Option) *env {
 	tc := events.TopologyConfig{Storage: jetstream.MemoryStorage, ReplierAckWait: time.Second}
 	srv := natstest.Start(t)
 	_, js := natstest.Connect(t, srv.ClientURL())
-	topo, err := events.EnsureTopology(bg(t), js, tc)
+	topo, err := events.EnsureTopology(fixture(t), js, tc)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -57,7 +73,7 @@ func newEnv(t *testing.T, opts ...moleculetest.Option) *env {
 	e := &env{srv: srv, js: js, topo: topo, tc: tc, plat: plat, a: plat.CreateWorkspace("A"), b: plat.CreateWorkspace("B")}
 	e.clients = map[string]*molecule.Client{e.a.ID: e.client(t, e.a)}
 	// B is a poll-mode agent, so A's peer replies are queued for it.
-	if _, err := e.client(t, e.b).Register(bg(t), molecule.RegisterRequest{}); err != nil {
+	if _, err := e.client(t, e.b).Register(fixture(t), molecule.RegisterRequest{}); err != nil {
 		t.Fatalf("register B: %v", err)
 	}
 	return e
@@ -75,7 +91,7 @@ func (e *env) client(t *testing.T, w moleculetest.Workspace) *molecule.Client {
 func (e *env) conn(t *testing.T) (*nats.Conn, jetstream.JetStream, *events.Topology) {
 	t.Helper()
 	nc, js := natstest.Connect(t, e.srv.ClientURL())
-	topo, err := events.EnsureTopology(bg(t), js, e.tc)
+	topo, err := events.EnsureTopology(fixture(t), js, e.tc)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -104,7 +120,7 @@ func (e *env) publish(t *testing.T, r events.Reply) {
 
 func (e *env) publishRaw(t *testing.T, subject string, data []byte, id string) {
 	t.Helper()
-	if _, err := e.js.Publish(bg(t), subject, data, jetstream.WithMsgID(id)); err != nil {
+	if _, err := e.js.Publish(fixture(t), subject, data, jetstream.WithMsgID(id)); err != nil {
 		t.Fatal(err)
 	}
 }
@@ -127,7 +143,7 @@ func (e *env) replier(t *testing.T, js jetstream.JetStream, topo *events.Topolog
 
 func (e *env) replyLeft(t *testing.T) uint64 {
 	t.Helper()
-	info, err := e.topo.Reply.Info(bg(t))
+	info, err := e.topo.Reply.Info(fixture(t))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -136,7 +152,7 @@ func (e *env) replyLeft(t *testing.T) uint64 {
 
 func (e *env) record(t *testing.T, act string) (events.ReplyRecord, bool) {
 	t.Helper()
-	entry, err := e.topo.Replies.Get(bg(t), events.ReplyKey(e.a.ID, act))
+	entry, err := e.topo.Replies.Get(fixture(t), events.ReplyKey(e.a.ID, act))
 	if errors.Is(err, jetstream.ErrKeyNotFound) {
 		return events.ReplyRecord{}, false
 	}
@@ -342,7 +358,7 @@ func TestPermanentFailuresAreDeadLettered(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			dls, err := dlq.List(bg(t), e.js, dlq.Filter{Stage: events.StageReplier})
+			dls, err := dlq.List(fixture(t), e.js, dlq.Filter{Stage: events.StageReplier})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -377,7 +393,7 @@ func TestMalformedReplyIsDeadLettered(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	dls, _ := dlq.List(bg(t), e.js, dlq.Filter{Reason: events.ReasonMalformed})
+	dls, _ := dlq.List(fixture(t), e.js, dlq.Filter{Reason: events.ReasonMalformed})
 	if st.DeadLettered != 1 || len(dls) != 1 {
 		t.Fatalf("stats %+v, dead letters %d", st, len(dls))
 	}
@@ -558,7 +574,7 @@ func TestPostsKeepTheHeartbeatsRateReserve(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t, moleculetest.WithRateLimit(5, 3*time.Second))
 	// One request to learn the budget, as the poller's would.
-	if _, err := e.clients[e.a.ID].State(bg(t)); err != nil {
+	if _, err := e.clients[e.a.ID].State(fixture(t)); err != nil {
 		t.Fatal(err)
 	}
 	for i := range 4 {
@@ -579,7 +595,7 @@ func TestPostsKeepTheHeartbeatsRateReserve(t *testing.T) {
 			t.Fatalf("%s %s got 429: the replier spent the reserve", req.Method, req.Path)
 		}
 	}
-	hb, err := e.clients[e.a.ID].Heartbeat(bg(t), molecule.Heartbeat{})
+	hb, err := e.clients[e.a.ID].Heartbeat(fixture(t), molecule.Heartbeat{})
 	if err != nil || hb.Status != "ok" {
 		t.Fatalf("heartbeat after the burst: %+v %v", hb, err)
 	}

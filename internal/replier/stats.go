@@ -37,8 +37,12 @@ type Stats struct {
 	// own slot (PostDirect), skipping the reply stream; they are counted
 	// in Notified or SentA2A too. DirectFallbacks counts the replies
 	// PostDirect left to the stream (not posted, or not known to be).
+	// DirectRefused counts direct posts the platform refused for good,
+	// dead-lettered from the direct path (DeadLetterDirect); their dead
+	// letters are counted in DeadLettered too.
 	Direct          uint64
 	DirectFallbacks uint64
+	DirectRefused   uint64
 	// Posts, PostTime and PostMax describe post latency.
 	Posts    uint64
 	PostTime time.Duration
@@ -57,6 +61,7 @@ func (s Stats) sub(p Stats) Stats {
 		MemoryErrors:    s.MemoryErrors - p.MemoryErrors,
 		Direct:          s.Direct - p.Direct,
 		DirectFallbacks: s.DirectFallbacks - p.DirectFallbacks,
+		DirectRefused:   s.DirectRefused - p.DirectRefused,
 		Posts:           s.Posts - p.Posts,
 		PostTime:        s.PostTime - p.PostTime,
 		PostMax:         s.PostMax,
@@ -67,12 +72,16 @@ func (s Stats) sub(p Stats) Stats {
 // shared ones.
 type counters struct {
 	notified, sentA2A, duplicates, reconciled, reposted, postErrors atomic.Uint64
-	memoryErrors, direct, directFallbacks                           atomic.Uint64
-	post                                                            stage.Durations
+	memoryErrors, direct, directFallbacks, directRefused            atomic.Uint64
+	// directDeadLettered counts the dead letters DeadLetterDirect wrote,
+	// which the stage runner's DeadLettered does not see.
+	directDeadLettered atomic.Uint64
+	post               stage.Durations
 }
 
 func (c *counters) snapshot(shared stage.Stats) Stats {
 	posts, total, longest := c.post.Load()
+	shared.DeadLettered += c.directDeadLettered.Load()
 	return Stats{
 		Stats:           shared,
 		Notified:        c.notified.Load(),
@@ -84,6 +93,7 @@ func (c *counters) snapshot(shared stage.Stats) Stats {
 		MemoryErrors:    c.memoryErrors.Load(),
 		Direct:          c.direct.Load(),
 		DirectFallbacks: c.directFallbacks.Load(),
+		DirectRefused:   c.directRefused.Load(),
 		Posts:           posts,
 		PostTime:        total,
 		PostMax:         longest,

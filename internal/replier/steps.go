@@ -43,6 +43,11 @@ type job struct {
 	// the dispatcher retries its inbound message instead, and the
 	// redelivery writes the posting record from the mark.
 	unrecorded bool
+	// refused: the platform refused a direct post for good. The reply
+	// must not go to the stream, whose delivery would post it again: the
+	// dispatcher records the refusal and writes the dead letter
+	// (DeadLetterDirect).
+	refused bool
 }
 
 // steps is the replier's work on one delivery: its decode, then the

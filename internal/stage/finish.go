@@ -80,6 +80,13 @@ func (o Outcome) Acked() bool { return o.kind == outcomeAck }
 // whoever called the step must stop too.
 func (o Outcome) Abandoned() bool { return o.kind == outcomeAbandon }
 
+// DeadLetterReason is o's reason and cause when o is DeadLetter (ok): what
+// a caller that finishes the work of another stage's message in its own
+// (the replier's direct post) writes in that message's dead letter.
+func (o Outcome) DeadLetterReason() (reason string, cause error, ok bool) {
+	return o.reason, o.cause, o.kind == outcomeDeadLetter
+}
+
 // String names the outcome, for logs and tests.
 func (o Outcome) String() string {
 	switch o.kind {

@@ -112,7 +112,7 @@ var (
 	descDeadLettered = desc("dead_lettered_total", "Messages moved to the dead-letter stream, by stage.", "stage")
 	descReplied      = desc("replied_total", "Replies the platform accepted (or found delivered: reconciled), by route.", "route")
 	descReplyErrs    = desc("reply_errors_total", "Reply posts that failed.")
-	descDirect       = desc("replies_direct_total", "Replies the dispatcher handed to the replier of its process, by path: direct (posted in the dispatcher's slot; counted in replied_total too) or stream (left to the reply stream).", "path")
+	descDirect       = desc("replies_direct_total", "Replies the dispatcher handed to the replier of its process, by path: direct (posted in the dispatcher's slot; counted in replied_total too), stream (left to the reply stream) or refused (refused for good by the platform and dead-lettered from the direct path; counted in dead_lettered_total too).", "path")
 	descMemoryErrs   = desc("memory_errors_total", "Conversation-memory reads and writes that failed (the message went on without them), by stage.", "stage")
 	describeStages   = []*prometheus.Desc{descHandled, descHandlerErrs, descDuplicates, descDeadLettered, descReplied, descReplyErrs, descDirect, descMemoryErrs}
 
@@ -156,6 +156,7 @@ func (rt *Runtime) collectStages(ch chan<- prometheus.Metric) {
 		ch <- counterOf(descReplyErrs, s.PostErrors)
 		ch <- counterOf(descDirect, s.Direct, "direct")
 		ch <- counterOf(descDirect, s.DirectFallbacks, "stream")
+		ch <- counterOf(descDirect, s.DirectRefused, "refused")
 		ch <- counterOf(descDeadLettered, s.DeadLettered, "replier")
 		ch <- counterOf(descMemoryErrs, s.MemoryErrors, "replier")
 	}

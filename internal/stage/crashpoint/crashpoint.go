@@ -31,6 +31,13 @@ type Dispatcher struct {
 	// the reply (it is to be published, or the message retried), before
 	// the publish.
 	AfterDirectPost func(ctx context.Context, m *events.Inbound) error
+	// AfterRefusalRecord runs after the handled record recorded that the
+	// platform refused the direct post for good, before its dead letter
+	// is written.
+	AfterRefusalRecord func(ctx context.Context, m *events.Inbound) error
+	// AfterRefusalDeadLetter runs after the dead letter of a refused
+	// direct post was written, before the inbound message is acked.
+	AfterRefusalDeadLetter func(ctx context.Context, m *events.Inbound) error
 	// Direct are the replier's points on the dispatcher's direct post (a
 	// replier in the same process posting the reply in the dispatcher's
 	// slot, after AfterRecord): BeforePost after the posting record (for
