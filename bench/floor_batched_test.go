@@ -38,6 +38,11 @@ var flagFloorBatch = flag.Int("floor-batch", 16, "messages per inbound stream me
 //     (Nats-Expected-Last-Subject-Sequence: 0, which nats-server checks
 //     per subject inside a batch; one failed expectation rejects the
 //     whole batch).
+//   - batched/keyed-async: batched/keyed with each record kind written
+//     as B create-only publishes sent together, their acks awaited
+//     together (as the poller's pages are): per-message records without
+//     an atomic batch, whose staging costs nats-server a file store per
+//     batch on an R1 file stream.
 
 // Headers of an atomic batch publish (ADR-50); nats.go has no API for it.
 const (
@@ -203,7 +208,11 @@ func (d floorDesign) dispatchBatch(ctx context.Context, b *testing.B, w *floorWo
 		if _, err := w.sentKV.Create(ctx, key, batch.sent); err != nil { // after the B POSTs
 			b.Errorf("sent create: %v", err)
 		}
-	case handledKeyed:
+	case handledKeyed, handledKeyedAsync:
+		create := atomicCreate
+		if d.handled == handledKeyedAsync {
+			create = asyncCreate
+		}
 		keys := make([]string, count)
 		for i := range keys {
 			keys[i] = "ws.in-" + strconv.Itoa(start+i)
@@ -211,10 +220,10 @@ func (d floorDesign) dispatchBatch(ctx context.Context, b *testing.B, w *floorWo
 		if err := noneStored(ctx, w.disp.Conn(), "KV_floor_handled", "$KV.floor_handled.", keys); err != nil {
 			b.Errorf("handled get: %v", err)
 		}
-		if err := atomicCreate(ctx, w.disp, "h-"+id, "$KV.floor_handled.", keys, batches.p.handled); err != nil {
+		if err := create(ctx, w.disp, "h-"+id, "$KV.floor_handled.", keys, batches.p.handled); err != nil {
 			b.Errorf("handled batch: %v", err)
 		}
-		if err := atomicCreate(ctx, w.disp, "s-"+id, "$KV.floor_replies.", keys, batches.p.sent); err != nil {
+		if err := create(ctx, w.disp, "s-"+id, "$KV.floor_replies.", keys, batches.p.sent); err != nil {
 			b.Errorf("sent batch: %v", err)
 		}
 	}
@@ -276,6 +285,32 @@ func atomicCreate(ctx context.Context, js jetstream.JetStream, batchID, prefix s
 		m.Header.Set(batchCommitHeader, "1")
 		if _, err := js.PublishMsg(ctx, m); err != nil {
 			return fmt.Errorf("commit of %d messages: %w", len(keys), err)
+		}
+	}
+	return nil
+}
+
+// asyncCreate stores data under each key with one create-only publish
+// per key, all sent before the first ack is awaited; each key is created
+// or not on its own (batchID is unused).
+func asyncCreate(ctx context.Context, js jetstream.JetStream, _, prefix string, keys []string, data []byte) error {
+	acks := make([]jetstream.PubAckFuture, len(keys))
+	for i, k := range keys {
+		m := &nats.Msg{Subject: prefix + k, Data: data, Header: nats.Header{}}
+		m.Header.Set(jetstream.ExpectedLastSubjSeqHeader, "0")
+		f, err := js.PublishMsgAsync(m)
+		if err != nil {
+			return err
+		}
+		acks[i] = f
+	}
+	for i, f := range acks {
+		select {
+		case <-f.Ok():
+		case err := <-f.Err():
+			return fmt.Errorf("create of %s: %w", keys[i], err)
+		case <-ctx.Done():
+			return ctx.Err()
 		}
 	}
 	return nil

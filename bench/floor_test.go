@@ -56,8 +56,9 @@ var flagFloorMsgs = flag.Int("floor-msgs", 20000, "messages per floor run")
 //     with the posting mark on the handled record (docs/architecture.md,
 //     "Direct posting"): no posting record of its own, and the sent
 //     record a create; one stored write fewer than memory.
-//   - batched, batched/keyed: shipped at the grain of -floor-batch
-//     messages per stream message (floor_batched_test.go).
+//   - batched, batched/keyed, batched/keyed-async: shipped at the grain
+//     of -floor-batch messages per stream message
+//     (floor_batched_test.go).
 func BenchmarkFloor(b *testing.B) {
 	designs := []floorDesign{
 		{name: "handoff", replyStream: true},
@@ -68,6 +69,7 @@ func BenchmarkFloor(b *testing.B) {
 		{name: "shipped", handled: handledMarked, memory: true},
 		{name: "batched", handled: handledBatch, memory: true, batched: true},
 		{name: "batched/keyed", handled: handledKeyed, memory: true, batched: true},
+		{name: "batched/keyed-async", handled: handledKeyedAsync, memory: true, batched: true},
 	}
 	for _, d := range designs {
 		b.Run("jetstream/"+d.name, func(b *testing.B) {
@@ -86,12 +88,13 @@ func BenchmarkFloor(b *testing.B) {
 
 // How a floor design records that a message was handled.
 const (
-	handledNone   = iota
-	handledKV     // a get and a create-only write in the handled bucket
-	handledFolded // a direct get of the reply's own subject; the reply is the record
-	handledMarked // handledKV whose record carries the posting mark; then the sent create
-	handledBatch  // handledMarked with one key per batch, its value the batch's records
-	handledKeyed  // handledMarked with a key per message: one multi_last get, one atomic batch per record kind
+	handledNone       = iota
+	handledKV         // a get and a create-only write in the handled bucket
+	handledFolded     // a direct get of the reply's own subject; the reply is the record
+	handledMarked     // handledKV whose record carries the posting mark; then the sent create
+	handledBatch      // handledMarked with one key per batch, its value the batch's records
+	handledKeyed      // handledMarked with a key per message: one multi_last get, one atomic batch per record kind
+	handledKeyedAsync // handledKeyed with B create-only publishes per record kind instead of an atomic batch
 )
 
 type floorDesign struct {
