@@ -37,7 +37,10 @@
 // the stages with and without today's records (jetstream/…, the
 // embedded server and nats.go in this process) and the client's share
 // of one HTTP POST per reply against a server in another process
-// (http/post). docs/performance.md, "The floor".
+// (http/post). docs/performance.md, "The floor". Its batched designs
+// (jetstream/batched, jetstream/batched/keyed) price the shipped
+// operations at -floor-batch (16) messages per stream message:
+// docs/performance.md, "What batched hops would reach".
 //
 // The stages run as shipped: conversation memory on (-history-turns, 20).
 // echo/d1 is a burst into one conversation (the canvas's, with every
@@ -51,5 +54,5 @@
 // Flags (after the package list): -echo-msgs, -sleep-msgs, -idle-msgs,
 // -senders, -proc (second echo dispatcher as a child `molecule-relay
 // dispatch` process of the relay process), -peer-every, -floor-msgs,
-// -history-turns, -conversations.
+// -floor-batch, -history-turns, -conversations.
 package bench

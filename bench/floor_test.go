@@ -6,11 +6,9 @@ import (
 	"encoding/json"
 	"errors"
 	"flag"
-	"fmt"
 	"os"
 	"path/filepath"
 	"sync"
-	"sync/atomic"
 	"testing"
 	"time"
 
@@ -58,6 +56,9 @@ var flagFloorMsgs = flag.Int("floor-msgs", 20000, "messages per floor run")
 //     with the posting mark on the handled record (docs/architecture.md,
 //     "Direct posting"): no posting record of its own, and the sent
 //     record a create; one stored write fewer than memory.
+//   - batched, batched/keyed, batched/keyed-async: shipped at the grain
+//     of -floor-batch messages per stream message
+//     (floor_batched_test.go).
 func BenchmarkFloor(b *testing.B) {
 	designs := []floorDesign{
 		{name: "handoff", replyStream: true},
@@ -66,6 +67,9 @@ func BenchmarkFloor(b *testing.B) {
 		{name: "direct", handled: handledKV, replyRecords: true},
 		{name: "memory", handled: handledKV, replyRecords: true, memory: true},
 		{name: "shipped", handled: handledMarked, memory: true},
+		{name: "batched", handled: handledBatch, memory: true, batched: true},
+		{name: "batched/keyed", handled: handledKeyed, memory: true, batched: true},
+		{name: "batched/keyed-async", handled: handledKeyedAsync, memory: true, batched: true},
 	}
 	for _, d := range designs {
 		b.Run("jetstream/"+d.name, func(b *testing.B) {
@@ -84,10 +88,13 @@ func BenchmarkFloor(b *testing.B) {
 
 // How a floor design records that a message was handled.
 const (
-	handledNone   = iota
-	handledKV     // a get and a create-only write in the handled bucket
-	handledFolded // a direct get of the reply's own subject; the reply is the record
-	handledMarked // handledKV whose record carries the posting mark; then the sent create
+	handledNone       = iota
+	handledKV         // a get and a create-only write in the handled bucket
+	handledFolded     // a direct get of the reply's own subject; the reply is the record
+	handledMarked     // handledKV whose record carries the posting mark; then the sent create
+	handledBatch      // handledMarked with one key per batch, its value the batch's records
+	handledKeyed      // handledMarked with a key per message: one multi_last get, one atomic batch per record kind
+	handledKeyedAsync // handledKeyed with B create-only publishes per record kind instead of an atomic batch
 )
 
 type floorDesign struct {
@@ -100,6 +107,9 @@ type floorDesign struct {
 	replyRecords bool
 	// memory: a turns read before the handler, a turn publish after.
 	memory bool
+	// batched: one inbound stream message per -floor-batch messages,
+	// and the dispatcher's work per batch (floor_batched_test.go).
+	batched bool
 }
 
 // floorPayloads are envelopes of the sizes the relay stores: the test
@@ -190,45 +200,48 @@ func (w *floorWorld) varz(b *testing.B) *server.Varz {
 
 // run relays n messages through the design's operations and reports the
 // process's CPU (server and clients) and the server's messages per
-// relayed message.
+// relayed message. It fails unless every message is relayed, each once.
 func (d floorDesign) run(b *testing.B, n int) {
 	w := startFloorWorld(b)
 	p := loadFloorPayloads(b)
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	var replied atomic.Int64
-	done := make(chan struct{})
-	count := func() {
-		if replied.Add(1) == int64(n) {
-			close(done)
-		}
+	relayed := newFloorTally(n)
+	grain := d.grain()
+	batches := newFloorBatches(p, d.batched)
+	if d.handled == handledKeyed {
+		w.allowAtomicPublish(ctx, b)
 	}
-	stopD := consumeWith(b, ctx, w.inbound, *flagEchoConc, func(m jetstream.Msg) {
-		d.dispatch(ctx, b, w, p, m)
+	// A batch holds grain messages: the dispatcher holds as many messages
+	// as the other designs do, in fewer batches.
+	stopD := consumeWith(b, ctx, w.inbound, max(1, *flagEchoConc/grain), func(m jetstream.Msg) {
+		id := m.Headers().Get(jetstream.MsgIDHeader)
+		if d.batched {
+			d.dispatchBatch(ctx, b, w, batches, m)
+		} else {
+			d.dispatch(ctx, b, w, p, m)
+		}
 		if !d.replyStream {
-			count()
+			relayed.mark(id)
 		}
 	})
 	defer stopD()
 	if d.replyStream {
 		stopR := consumeWith(b, ctx, w.replies, *flagReplyConc, func(m jetstream.Msg) {
-			d.postRecords(ctx, b, w, p, m.Headers().Get(jetstream.MsgIDHeader))
+			key := m.Headers().Get(jetstream.MsgIDHeader)
+			d.postRecords(ctx, b, w, p, key)
 			if err := m.Ack(); err != nil {
 				b.Errorf("ack: %v", err)
 			}
-			count()
+			relayed.mark(key[len("ws."):])
 		})
 		defer stopR()
 	}
 
 	v0, cpu0, t0 := w.varz(b), selfCPU(), time.Now()
 	b.ResetTimer()
-	publishPages(ctx, b, w.poller, p.inbound, n)
-	select {
-	case <-done:
-	case <-time.After(*flagTimeout):
-		b.Fatalf("%d of %d messages relayed after %s", replied.Load(), n, *flagTimeout)
-	}
+	publishPages(ctx, b, w.poller, batches, n, grain)
+	relayed.wait(b, *flagTimeout)
 	b.StopTimer()
 	wall, cpu, v1 := time.Since(t0), selfCPU()-cpu0, w.varz(b)
 	us := float64(cpu.Microseconds()) / float64(n)
@@ -246,13 +259,17 @@ func (d floorDesign) run(b *testing.B, n int) {
 
 // publishPages publishes n inbound messages, as the poller does: async,
 // each with its Nats-Msg-Id, the acks of a page of 500 awaited together.
-func publishPages(ctx context.Context, b *testing.B, js jetstream.JetStream, data []byte, n int) {
+// At a grain above 1 each page is cut into stream messages of up to grain
+// messages (floor_batched_test.go).
+func publishPages(ctx context.Context, b *testing.B, js jetstream.JetStream, batches *floorBatches, n, grain int) {
 	const page = 500
 	for start := 0; start < n; start += page {
 		var acks []jetstream.PubAckFuture
-		for i := start; i < min(start+page, n); i++ {
-			m := &nats.Msg{Subject: "FLOOR_IN.ws", Data: data, Header: nats.Header{}}
-			m.Header.Set(jetstream.MsgIDHeader, fmt.Sprintf("in-%d", i))
+		end := min(start+page, n)
+		for i := start; i < end; i += grain {
+			count := min(grain, end-i)
+			m := &nats.Msg{Subject: "FLOOR_IN.ws", Data: batches.get(count).inbound, Header: nats.Header{}}
+			m.Header.Set(jetstream.MsgIDHeader, floorBatchID(i, count))
 			f, err := js.PublishMsgAsync(m)
 			if err != nil {
 				b.Fatal(err)
