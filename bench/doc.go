@@ -38,6 +38,10 @@
 // embedded server and nats.go in this process) and the client's share
 // of one HTTP POST per reply against a server in another process
 // (http/post). docs/performance.md, "The floor".
+// BenchmarkFloorOneAtATime (make bench-one-at-a-time; skipped without
+// -floor-one-at-a-time) runs some of those designs one message at a time,
+// 50-149 ms apart, and reports the process's idle CPU per second and the
+// CPU per message gross and net of it: "The floor one message at a time".
 //
 // The stages run as shipped: conversation memory on (-history-turns, 20).
 // echo/d1 is a burst into one conversation (the canvas's, with every
@@ -51,5 +55,6 @@
 // Flags (after the package list): -echo-msgs, -sleep-msgs, -idle-msgs,
 // -senders, -proc (second echo dispatcher as a child `molecule-relay
 // dispatch` process of the relay process), -peer-every, -floor-msgs,
-// -history-turns, -conversations.
+// -history-turns, -conversations, -floor-one-at-a-time,
+// -floor-trickle-msgs, -floor-idle-window.
 package bench
