@@ -42,6 +42,9 @@ func BenchmarkFloorOneAtATime(b *testing.B) {
 	if !*flagOneAtATime {
 		b.Skip("one-at-a-time floor: run with -floor-one-at-a-time (make bench-one-at-a-time)")
 	}
+	if *flagTrickleMsgs < 1 {
+		b.Fatalf("-floor-trickle-msgs %d: the run needs at least one message", *flagTrickleMsgs)
+	}
 	designs := []floorDesign{ // BenchmarkFloor's designs of the same names
 		{name: "handoff", replyStream: true},
 		{name: "records", handled: handledKV, replyStream: true, replyRecords: true},
