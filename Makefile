@@ -24,7 +24,7 @@ IMAGE_REPO    ?= ghcr.io/molecule-ai/molecule-relay
 # but no registry; release: the distroless base of .ko.yaml.
 KO_BASE       ?= local
 
-.PHONY: help build dev test test-short chaos chaos-connect chaos-long chaos-cluster lint bench bench-fleet fuzz cover clean validate-infra image release-check
+.PHONY: help build dev test test-short chaos chaos-connect chaos-long chaos-cluster lint bench bench-one-at-a-time bench-fleet fuzz cover clean validate-infra image release-check
 
 include Makefile.deploy
 
@@ -75,6 +75,11 @@ bench: ## benchmarks with their figures (pipeline: BENCH_COUNT=3 for medians, BE
 	$(GO) test -run '^$$' -bench BenchmarkPollerPath -benchtime 200x -count $(or $(BENCH_COUNT),1) ./internal/poller
 	@echo "load average: $$(cat /proc/loadavg 2>/dev/null)"
 	$(GO) test -run '^$$' -bench . -benchtime 1x -count $(or $(BENCH_COUNT),1) -timeout 20m ./bench $(BENCH_FLAGS)
+	@echo "load average: $$(cat /proc/loadavg 2>/dev/null)"
+
+bench-one-at-a-time: ## the floor one message at a time (BenchmarkFloorOneAtATime: 300 messages, 50-149 ms apart, per design); about 3 minutes a count (BENCH_COUNT), not in CI
+	@echo "load average: $$(cat /proc/loadavg 2>/dev/null)"
+	$(GO) test -run '^$$' -bench BenchmarkFloorOneAtATime -benchtime 1x -count $(or $(BENCH_COUNT),1) -timeout 30m ./bench -args -floor-one-at-a-time $(BENCH_FLAGS)
 	@echo "load average: $$(cat /proc/loadavg 2>/dev/null)"
 
 # Fleet sizes of bench-fleet (comma-separated) and extra flags, e.g.

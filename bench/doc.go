@@ -41,6 +41,10 @@
 // (jetstream/batched, jetstream/batched/keyed) price the shipped
 // operations at -floor-batch (16) messages per stream message:
 // docs/performance.md, "What batched hops would reach".
+// BenchmarkFloorOneAtATime (make bench-one-at-a-time; skipped without
+// -floor-one-at-a-time) runs some of those designs one message at a time,
+// 50-149 ms apart, and reports the process's idle CPU per second and the
+// CPU per message gross and net of it: "The floor one message at a time".
 //
 // The stages run as shipped: conversation memory on (-history-turns, 20).
 // echo/d1 is a burst into one conversation (the canvas's, with every
@@ -54,5 +58,6 @@
 // Flags (after the package list): -echo-msgs, -sleep-msgs, -idle-msgs,
 // -senders, -proc (second echo dispatcher as a child `molecule-relay
 // dispatch` process of the relay process), -peer-every, -floor-msgs,
-// -floor-batch, -history-turns, -conversations.
+// -floor-batch, -history-turns, -conversations, -floor-one-at-a-time,
+// -floor-trickle-msgs, -floor-idle-window, -idle-window.
 package bench
