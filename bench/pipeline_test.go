@@ -164,7 +164,7 @@ func BenchmarkIdleLatency(b *testing.B) {
 		for range b.N {
 			idleUS := p.idleCPU(b, *flagIdleWindow)
 			stopProfile := p.startProfile(b)
-			load0, st0 := loadavg(), p.relay.stats(b)
+			load0, st0, t0 := loadavg(), p.relay.stats(b), time.Now()
 			b.ResetTimer()
 			var lat []time.Duration
 			for i := range *flagIdleMsgs {
@@ -199,7 +199,8 @@ func BenchmarkIdleLatency(b *testing.B) {
 				// The relay's CPU per second with no message at all, the
 				// part of relay_us/msg that only the rate of messages
 				// shares out.
-				"idle_us/s": idleUS,
+				"idle_us/s":  idleUS,
+				"net_us/msg": (float64((st1.CPU - st0.CPU).Microseconds()) - idleUS*time.Since(t0).Seconds()) / n,
 			}
 			m.report(b)
 			record(b.Name(), m)
@@ -281,7 +282,7 @@ func printSummary() {
 		return
 	}
 	cols := []string{"msg/s", "p50_ms", "p99_ms", "inject_msg/s", "relay_us/msg", "msg/relay_cpu_s", "double_us/msg",
-		"cpu_bound_msg/s", "allocs/msg", "nats_in/msg", "nats_out/msg", "file_kb/msg", "fetch_rows/msg", "window_rows/msg", "load1"}
+		"cpu_bound_msg/s", "allocs/msg", "nats_in/msg", "nats_out/msg", "file_kb/msg", "idle_us/s", "net_us/msg", "fetch_rows/msg", "window_rows/msg", "load1"}
 	fmt.Printf("\nMedians over runs (GOMAXPROCS %d, %d CPUs; latency = reply received by the platform − row created_at)\n", runtime.GOMAXPROCS(0), runtime.NumCPU())
 	fmt.Printf("%-36s %4s", "configuration", "runs")
 	for _, c := range cols {
