@@ -101,18 +101,9 @@ func (s *scanner) object(i int, member func(key, val []byte)) int {
 		if member != nil {
 			member(key, d[i:vend:vend])
 		}
-		i = SkipSpace(d, vend)
-		if i >= len(d) {
-			return -1
-		}
-		switch d[i] {
-		case ',':
-			i = SkipSpace(d, i+1)
-		case '}':
-			s.depth--
-			return i + 1
-		default:
-			return -1
+		var closed bool
+		if i, closed = s.separator(vend, '}'); i < 0 || closed {
+			return i
 		}
 	}
 }
@@ -140,20 +131,29 @@ func (s *scanner) array(i int, elem func([]byte) bool, member func(key, val []by
 		if end < 0 || elem != nil && !elem(d[i:end:end]) {
 			return -1
 		}
-		i = SkipSpace(d, end)
-		if i >= len(d) {
-			return -1
-		}
-		switch d[i] {
-		case ',':
-			i = SkipSpace(d, i+1)
-		case ']':
-			s.depth--
-			return i + 1
-		default:
-			return -1
+		var closed bool
+		if i, closed = s.separator(end, ']'); i < 0 || closed {
+			return i
 		}
 	}
+}
+
+// separator reads what follows a member or an element ending at i: a
+// comma (the next one's start, not closed), closer (just past it,
+// closed; the nesting level ends) or anything else (-1).
+func (s *scanner) separator(i int, closer byte) (next int, closed bool) {
+	d := s.data
+	i = SkipSpace(d, i)
+	switch {
+	case i >= len(d):
+		return -1, false
+	case d[i] == ',':
+		return SkipSpace(d, i+1), false
+	case d[i] == closer:
+		s.depth--
+		return i + 1, true
+	}
+	return -1, false
 }
 
 // str validates the string literal whose quote is at i: escapes as JSON

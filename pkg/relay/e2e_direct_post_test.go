@@ -138,24 +138,7 @@ func testCrashDirectPost(t *testing.T, hooks func(kill func() error) *crashpoint
 		w.Plat.InjectFault(f)
 	}
 	rec := pipelinetest.NewRecorder(nil)
-	proc1 := w.Proc()
-	var crashed atomic.Bool
-	var run1 *pipelinetest.Running
-	kill := func() error {
-		if !crashed.CompareAndSwap(false, true) {
-			return nil
-		}
-		proc1.Kill()
-		run1.Cancel()
-		return errKilled
-	}
-	r1 := w.NewReplier(proc1, nil, replier.Config{NotifyTimeout: time.Second})
-	d1 := w.NewDispatcher(proc1, rec, dispatcher.Config{Direct: r1})
-	run1 = pipelinetest.Start(t, crashpoint.RunDispatcher(d1.Run, hooks(kill)))
-	w.WaitSeeded(w.Agent.ID)
-	w.SendCanvas("crash me")
-	pipelinetest.Eventually(t, 15*time.Second, "the crash in the direct post", crashed.Load)
-	<-run1.Done()
+	crashDirectPoster(t, w, rec, hooks, "the crash in the direct post")
 
 	// The next process: a dispatcher posting through its own replier.
 	proc2 := w.Proc()
@@ -207,4 +190,30 @@ func checkOnceThroughTheStream(t *testing.T, w *pipelinetest.World, pl *pipeline
 	if info.State.LastSeq != want {
 		t.Errorf("reply stream received %d messages, want %s", info.State.LastSeq, why)
 	}
+}
+
+// crashDirectPoster runs a first process whose dispatcher posts directly
+// through its own replier, sends "crash me", and waits until hooks'
+// crash point killed that process (what: the crash, for the failure
+// message).
+func crashDirectPoster(t *testing.T, w *pipelinetest.World, rec *pipelinetest.Recorder, hooks func(kill func() error) *crashpoint.Dispatcher, what string) {
+	t.Helper()
+	proc1 := w.Proc()
+	var crashed atomic.Bool
+	var run1 *pipelinetest.Running
+	kill := func() error {
+		if !crashed.CompareAndSwap(false, true) {
+			return nil
+		}
+		proc1.Kill()
+		run1.Cancel()
+		return errKilled
+	}
+	r1 := w.NewReplier(proc1, nil, replier.Config{NotifyTimeout: time.Second})
+	d1 := w.NewDispatcher(proc1, rec, dispatcher.Config{Direct: r1})
+	run1 = pipelinetest.Start(t, crashpoint.RunDispatcher(d1.Run, hooks(kill)))
+	w.WaitSeeded(w.Agent.ID)
+	w.SendCanvas("crash me")
+	pipelinetest.Eventually(t, 15*time.Second, what, crashed.Load)
+	<-run1.Done()
 }

@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"net/http"
 	"strings"
-	"sync/atomic"
 	"testing"
 	"time"
 
@@ -195,24 +194,7 @@ func testCrashRefusedDirectPost(t *testing.T, hooks func(kill func() error) *cra
 	refuseNotifies(w)
 	pl := w.StartPipeline(pipelinetest.PipelineConfig{NoDispatcher: true})
 	rec := pipelinetest.NewRecorder(nil)
-	proc1 := w.Proc()
-	var crashed atomic.Bool
-	var run1 *pipelinetest.Running
-	kill := func() error {
-		if !crashed.CompareAndSwap(false, true) {
-			return nil
-		}
-		proc1.Kill()
-		run1.Cancel()
-		return errKilled
-	}
-	r1 := w.NewReplier(proc1, nil, replier.Config{NotifyTimeout: time.Second})
-	d1 := w.NewDispatcher(proc1, rec, dispatcher.Config{Direct: r1})
-	run1 = pipelinetest.Start(t, crashpoint.RunDispatcher(d1.Run, hooks(kill)))
-	w.WaitSeeded(w.Agent.ID)
-	w.SendCanvas("crash me")
-	pipelinetest.Eventually(t, 15*time.Second, "the crash on the way to the dead letter", crashed.Load)
-	<-run1.Done()
+	crashDirectPoster(t, w, rec, hooks, "the crash on the way to the dead letter")
 
 	// The next process: its dispatcher gets the redelivery.
 	proc2 := w.Proc()
