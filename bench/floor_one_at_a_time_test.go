@@ -45,24 +45,9 @@ func BenchmarkFloorOneAtATime(b *testing.B) {
 	if *flagTrickleMsgs < 1 {
 		b.Fatalf("-floor-trickle-msgs %d: the run needs at least one message", *flagTrickleMsgs)
 	}
-	designs := []floorDesign{ // BenchmarkFloor's designs of the same names
-		{name: "handoff", replyStream: true},
-		{name: "records", handled: handledKV, replyStream: true, replyRecords: true},
-		{name: "shipped", handled: handledMarked, memory: true},
-	}
-	for _, d := range designs {
-		b.Run("jetstream/"+d.name, func(b *testing.B) {
-			for range b.N {
-				d.oneAtATime(b, *flagTrickleMsgs)
-			}
-		})
-	}
-	b.Run("http/post", func(b *testing.B) {
-		sink := startHTTPSink(b)
-		for range b.N {
-			sink.oneAtATime(b, *flagTrickleMsgs)
-		}
-	})
+	runFloor(b, floorDesignsNamed(b, "handoff", "records", "shipped"),
+		func(b *testing.B, d floorDesign) { d.oneAtATime(b, *flagTrickleMsgs) },
+		func(b *testing.B, sink *httpSink) { sink.oneAtATime(b, *flagTrickleMsgs) })
 }
 
 // oneAtATime relays n messages through the design's operations, one at a

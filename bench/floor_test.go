@@ -8,6 +8,7 @@ import (
 	"flag"
 	"os"
 	"path/filepath"
+	"slices"
 	"sync"
 	"testing"
 	"time"
@@ -60,28 +61,50 @@ var flagFloorMsgs = flag.Int("floor-msgs", 20000, "messages per floor run")
 //     of -floor-batch messages per stream message
 //     (floor_batched_test.go).
 func BenchmarkFloor(b *testing.B) {
-	designs := []floorDesign{
-		{name: "handoff", replyStream: true},
-		{name: "records", handled: handledKV, replyStream: true, replyRecords: true},
-		{name: "folded", handled: handledFolded, replyStream: true, replyRecords: true},
-		{name: "direct", handled: handledKV, replyRecords: true},
-		{name: "memory", handled: handledKV, replyRecords: true, memory: true},
-		{name: "shipped", handled: handledMarked, memory: true},
-		{name: "batched", handled: handledBatch, memory: true, batched: true},
-		{name: "batched/keyed", handled: handledKeyed, memory: true, batched: true},
-		{name: "batched/keyed-async", handled: handledKeyedAsync, memory: true, batched: true},
+	runFloor(b, floorDesigns, func(b *testing.B, d floorDesign) { d.run(b, *flagFloorMsgs) },
+		func(b *testing.B, sink *httpSink) { sink.floor(b, *flagFloorMsgs) })
+}
+
+// floorDesigns are BenchmarkFloor's designs, by name.
+var floorDesigns = []floorDesign{
+	{name: "handoff", replyStream: true},
+	{name: "records", handled: handledKV, replyStream: true, replyRecords: true},
+	{name: "folded", handled: handledFolded, replyStream: true, replyRecords: true},
+	{name: "direct", handled: handledKV, replyRecords: true},
+	{name: "memory", handled: handledKV, replyRecords: true, memory: true},
+	{name: "shipped", handled: handledMarked, memory: true},
+	{name: "batched", handled: handledBatch, memory: true, batched: true},
+	{name: "batched/keyed", handled: handledKeyed, memory: true, batched: true},
+	{name: "batched/keyed-async", handled: handledKeyedAsync, memory: true, batched: true},
+}
+
+// floorDesignsNamed returns the floorDesigns of names, in that order.
+func floorDesignsNamed(b *testing.B, names ...string) []floorDesign {
+	var out []floorDesign
+	for _, n := range names {
+		i := slices.IndexFunc(floorDesigns, func(d floorDesign) bool { return d.name == n })
+		if i < 0 {
+			b.Fatalf("no floor design %q", n)
+		}
+		out = append(out, floorDesigns[i])
 	}
+	return out
+}
+
+// runFloor runs each design as the sub-benchmark jetstream/<name>, then
+// http/post against one HTTP sink.
+func runFloor(b *testing.B, designs []floorDesign, design func(*testing.B, floorDesign), post func(*testing.B, *httpSink)) {
 	for _, d := range designs {
 		b.Run("jetstream/"+d.name, func(b *testing.B) {
 			for range b.N {
-				d.run(b, *flagFloorMsgs)
+				design(b, d)
 			}
 		})
 	}
 	b.Run("http/post", func(b *testing.B) {
 		sink := startHTTPSink(b)
 		for range b.N {
-			sink.floor(b, *flagFloorMsgs)
+			post(b, sink)
 		}
 	})
 }

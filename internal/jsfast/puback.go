@@ -72,6 +72,12 @@ func decodePubAck(data []byte) (*jetstream.PubAck, error) {
 			return nil, jetstream.ErrInvalidJSAck
 		}
 	}
+	return a.result()
+}
+
+// result is what the answer a says: its PubAck, the server's error, or
+// ErrInvalidJSAck for an answer with neither.
+func (a pubAckAnswer) result() (*jetstream.PubAck, error) {
 	if a.Error != nil {
 		return nil, fmt.Errorf("nats: %w", a.Error)
 	}

@@ -2,7 +2,6 @@ package jsfast
 
 import (
 	"encoding/json"
-	"fmt"
 	"reflect"
 	"testing"
 
@@ -48,13 +47,7 @@ func byEncodingJSON(data []byte) (*jetstream.PubAck, error) {
 	if err := json.Unmarshal(data, &a); err != nil {
 		return nil, jetstream.ErrInvalidJSAck
 	}
-	if a.Error != nil {
-		return nil, fmt.Errorf("nats: %w", a.Error)
-	}
-	if a.PubAck == nil || a.PubAck.Stream == "" {
-		return nil, jetstream.ErrInvalidJSAck
-	}
-	return a.PubAck, nil
+	return a.result()
 }
 
 func checkPubAckDecoder(t *testing.T, data []byte) {

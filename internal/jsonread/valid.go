@@ -71,15 +71,11 @@ func (s *scanner) value(i int) int {
 // object validates the object at i, calling member (if not nil) with
 // each member.
 func (s *scanner) object(i int, member func(key, val []byte)) int {
-	if s.depth++; s.depth > maxDepth {
-		return -1
+	i, closed := s.open(i, '}')
+	if i < 0 || closed {
+		return i
 	}
 	d := s.data
-	i = SkipSpace(d, i+1)
-	if i < len(d) && d[i] == '}' {
-		s.depth--
-		return i + 1
-	}
 	for {
 		if i >= len(d) || d[i] != '"' {
 			return -1
@@ -112,15 +108,11 @@ func (s *scanner) object(i int, member func(key, val []byte)) int {
 // element and member (if not nil) with the members of each element that
 // is an object. elem returning false stops the scan (-1).
 func (s *scanner) array(i int, elem func([]byte) bool, member func(key, val []byte)) int {
-	if s.depth++; s.depth > maxDepth {
-		return -1
+	i, closed := s.open(i, ']')
+	if i < 0 || closed {
+		return i
 	}
 	d := s.data
-	i = SkipSpace(d, i+1)
-	if i < len(d) && d[i] == ']' {
-		s.depth--
-		return i + 1
-	}
 	for {
 		var end int
 		if member != nil && i < len(d) && d[i] == '{' {
@@ -136,6 +128,21 @@ func (s *scanner) array(i int, elem func([]byte) bool, member func(key, val []by
 			return i
 		}
 	}
+}
+
+// open enters the object or list whose opening bracket is at i: the first
+// member's or element's start (not closed), just past closer when it is
+// empty (closed; the nesting level ends), or -1 past maxDepth.
+func (s *scanner) open(i int, closer byte) (next int, closed bool) {
+	if s.depth++; s.depth > maxDepth {
+		return -1, false
+	}
+	i = SkipSpace(s.data, i+1)
+	if i < len(s.data) && s.data[i] == closer {
+		s.depth--
+		return i + 1, true
+	}
+	return i, false
 }
 
 // separator reads what follows a member or an element ending at i: a

@@ -180,11 +180,7 @@ func TestDirectPostLeavesARecordedReplyToTheStream(t *testing.T) {
 	now := time.Now().UTC()
 	e.putRecord(t, "act-1", events.ReplyRecord{State: events.StatePosting, Route: events.RouteNotify, PostingAt: now, Deadline: now.Add(time.Minute), Attempts: 1})
 	rp := e.replier(t, e.js, e.topo, replier.Config{})
-	data, err := e.canvasReply("act-1", "maybe delivered").Marshal()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if o, publish := rp.PostDirect(context.Background(), data, events.PostingMark{}, func() {}); o.Acked() || o.Abandoned() || !publish {
+	if o, publish := postDirectMarked(t, rp, e.canvasReply("act-1", "maybe delivered"), events.PostingMark{}); o.Acked() || o.Abandoned() || !publish {
 		t.Fatalf("outcome %v, publish %v; want one that leaves the reply to the stream", o, publish)
 	}
 	if got := len(e.plat.Notifications(e.a.ID)); got != 0 {
@@ -207,11 +203,7 @@ func TestMarkedDirectPostOverTheRecordOfItsMark(t *testing.T) {
 	mark := events.PostingMark{At: now, Deadline: rp.DirectPostDeadline(now)}
 	e.putRecord(t, "act-1", mark.Record())
 	reply := e.canvasReply("act-1", "answer once")
-	data, err := reply.Marshal()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if o, publish := rp.PostDirect(context.Background(), data, mark, func() {}); !o.Acked() || publish {
+	if o, publish := postDirectMarked(t, rp, reply, mark); !o.Acked() || publish {
 		t.Fatalf("outcome %v, publish %v; want ack", o, publish)
 	}
 	if rec, ok := e.record(t, "act-1"); !ok || rec.State != events.StateSent {
@@ -290,13 +282,9 @@ func TestMarkedDirectPostNotRecordedIsNotPublished(t *testing.T) {
 			if err := e.js.DeleteKeyValue(fixture(t), events.BucketReplies); err != nil {
 				t.Fatal(err)
 			}
-			data, err := e.canvasReply("act-1", "maybe delivered").Marshal()
-			if err != nil {
-				t.Fatal(err)
-			}
 			now := time.Now().UTC()
 			mark := events.PostingMark{At: now, Deadline: rp.DirectPostDeadline(now)}
-			o, publish := rp.PostDirect(context.Background(), data, mark, func() {})
+			o, publish := postDirectMarked(t, rp, e.canvasReply("act-1", "maybe delivered"), mark)
 			if o.Acked() || o.Abandoned() || publish {
 				t.Fatalf("outcome %v, publish %v; want a retry of the inbound message, not a publish", o, publish)
 			}
@@ -317,11 +305,7 @@ func TestMarkedDirectPostWithoutTimeLeftIsLeftToTheStream(t *testing.T) {
 	rp := e.replier(t, e.js, e.topo, replier.Config{NotifyTimeout: 10 * time.Second})
 	at := time.Now().UTC().Add(-6 * time.Second)
 	mark := events.PostingMark{At: at, Deadline: rp.DirectPostDeadline(at)}
-	data, err := e.canvasReply("act-1", "late").Marshal()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if o, publish := rp.PostDirect(context.Background(), data, mark, func() {}); o.String() != "defer" || !publish {
+	if o, publish := postDirectMarked(t, rp, e.canvasReply("act-1", "late"), mark); o.String() != "defer" || !publish {
 		t.Fatalf("outcome %v, publish %v; want defer, published", o, publish)
 	}
 	if got := len(e.plat.Notifications(e.a.ID)); got != 0 {
@@ -330,4 +314,15 @@ func TestMarkedDirectPostWithoutTimeLeftIsLeftToTheStream(t *testing.T) {
 	if _, ok := e.record(t, "act-1"); ok {
 		t.Error("a reply record was written for a reply that was not posted")
 	}
+}
+
+// postDirectMarked posts reply directly through rp with the posting mark
+// the test chose, and returns what PostDirect returns.
+func postDirectMarked(t *testing.T, rp *replier.Replier, reply events.Reply, mark events.PostingMark) (stage.Outcome, bool) {
+	t.Helper()
+	data, err := reply.Marshal()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return rp.PostDirect(context.Background(), data, mark, func() {})
 }
