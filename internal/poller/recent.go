@@ -104,7 +104,17 @@ type sentSet struct {
 	savedAt time.Time
 	// adopted: the stored cursor's recent ids joined pending (adopt).
 	adopted bool
+	// sweptAt is when ids and pending last dropped what is older than
+	// keep (Unix µs of the now remember was given).
+	sweptAt int64
 }
+
+// sentSweepEvery spaces the sweeps of a sentSet: one delivered page, a
+// single row one at a time, would otherwise walk every remembered id
+// (thousands over the keep window). An id older than keep stays at most
+// this much longer; it is never re-read, since the overlap window is
+// shorter than keep.
+const sentSweepEvery = 10 * time.Second
 
 // add remembers published rows, as not yet in a snapshot, and forgets
 // those created more than keep before now.
@@ -113,7 +123,8 @@ func (s *sentSet) add(rows []recentID, keep time.Duration, now time.Time) {
 }
 
 // remember adds rows to ids, and to pending when they may be in no
-// snapshot; rows created more than keep before now are forgotten.
+// snapshot; rows created more than keep before now are forgotten (by a
+// sweep at most every sentSweepEvery).
 func (s *sentSet) remember(rows []recentID, keep time.Duration, now time.Time, unsaved bool) {
 	if len(rows) == 0 {
 		return
@@ -127,10 +138,13 @@ func (s *sentSet) remember(rows []recentID, keep time.Duration, now time.Time, u
 	if s.pending == nil {
 		s.pending = make(map[string]int64)
 	}
-	for _, m := range []map[string]int64{s.ids, s.pending} {
-		for id, at := range m {
-			if at < cut {
-				delete(m, id)
+	if nowMicro := now.UnixMicro(); nowMicro-s.sweptAt >= sentSweepEvery.Microseconds() {
+		s.sweptAt = nowMicro
+		for _, m := range []map[string]int64{s.ids, s.pending} {
+			for id, at := range m {
+				if at < cut {
+					delete(m, id)
+				}
 			}
 		}
 	}

@@ -102,3 +102,50 @@ func TestCursorRecentIsAdoptedOnce(t *testing.T) {
 		t.Fatal("the adopted id is not recognised")
 	}
 }
+
+// A delivered page does not walk every remembered id: rows older than
+// keep are dropped by a sweep at most every sentSweepEvery, and by the
+// first one due.
+func TestSentSetSweepsOldRowsAtMostEverySweepInterval(t *testing.T) {
+	now := time.Now()
+	keep := 3 * time.Minute
+	var s sentSet
+	s.add([]recentID{{"old", now}}, keep, now)
+	justAfter := now.Add(keep + time.Second) // "old" is now older than keep
+	s.add([]recentID{{"b", justAfter}}, keep, now.Add(sentSweepEvery/2))
+	if !s.has(molecule.ActivityRow{ID: "old"}) {
+		t.Fatal("a page swept the set before the sweep interval passed")
+	}
+	s.add([]recentID{{"c", justAfter}}, keep, justAfter)
+	if s.has(molecule.ActivityRow{ID: "old"}) {
+		t.Fatal("a row older than keep survived the sweep that was due")
+	}
+	if got := s.unsaved(keep, justAfter); len(got) != 2 {
+		t.Fatalf("pending after the sweep: %v, want b and c", got)
+	}
+}
+
+// BenchmarkSentSetAddOnePage is the poller's bookkeeping for a page of
+// one row, one message at a time at ten messages a second (the rate
+// limit's pace), over the default keep window (3 minutes): 1,800 ids
+// remembered, and as many pending as the snapshots leave.
+func BenchmarkSentSetAddOnePage(b *testing.B) {
+	const every = 100 * time.Millisecond
+	now := time.Now()
+	keep := DefaultOverlapWindow + recentSlack
+	var s sentSet
+	rows := make([]recentID, keep/every)
+	for i := range rows {
+		rows[i] = recentID{id: fmt.Sprintf("a-%d", i), createdAt: now.Add(-time.Duration(len(rows)-i) * every)}
+	}
+	s.add(rows, keep, now)
+	b.ReportAllocs()
+	b.ResetTimer()
+	for i := range b.N {
+		at := now.Add(time.Duration(i) * every)
+		s.add([]recentID{{fmt.Sprintf("n-%d", i), at}}, keep, at)
+		if i%100 == 99 { // a snapshot every 10 s
+			s.saved(s.snapshot(keep, at), at)
+		}
+	}
+}
