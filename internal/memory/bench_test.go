@@ -6,6 +6,7 @@ import (
 	"io"
 	"log/slog"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -152,4 +153,58 @@ func memoryOff(b *testing.B, p *pipelinetest.Proc, turns int) *memory.Store {
 		return nil
 	}
 	return memoryOn(b, p, memory.Config{Turns: turns})
+}
+
+// BenchmarkLoadOfAConversationIdleForSeconds is the dispatcher's read of
+// a conversation this Store read before, more than cacheFor ago, with one
+// new message since (what a conversation sees when its messages come
+// seconds apart), among n conversations of 10 messages (20 turns) each,
+// interleaved in the stream as concurrent conversations write them.
+// cpu-µs/load is the process's CPU, the embedded server's included.
+func BenchmarkLoadOfAConversationIdleForSeconds(b *testing.B) {
+	for _, n := range []int{100, 1000, 4000} {
+		b.Run(fmt.Sprint("conversations=", n), func(b *testing.B) {
+			w := pipelinetest.New(b, pipelinetest.Options{})
+			s := memoryOn(b, w.Obs, memory.Config{Turns: memory.DefaultTurns})
+			ctx := context.Background()
+			text := strings.Repeat("x", 100)
+			record := func(conv, act string) {
+				if _, err := s.Record(ctx, ws, conv, handler.Turn{Role: handler.RoleUser, Text: text, ActivityID: act},
+					handler.Turn{Role: handler.RoleAgent, Text: text, ActivityID: act}); err != nil {
+					b.Error(err)
+				}
+			}
+			for i := range memory.DefaultTurns / 2 {
+				var wg sync.WaitGroup
+				for c := range n {
+					wg.Go(func() { record(fmt.Sprint("c", c), fmt.Sprint("seed-", i)) })
+					if c%64 == 63 {
+						wg.Wait()
+					}
+				}
+				wg.Wait()
+			}
+			memory.SetReadCacheFor(s, 0) // every entry is stale at its next read
+			for c := range n {
+				if _, err := s.Load(ctx, ws, fmt.Sprint("c", c)); err != nil {
+					b.Fatal(err)
+				}
+			}
+			b.ReportAllocs()
+			cpu := cpuTime()
+			b.ResetTimer()
+			for i := range b.N {
+				conv := fmt.Sprint("c", (i*7919)%n)
+				b.StopTimer()
+				record(conv, fmt.Sprint("a-", i))
+				b.StartTimer()
+				turns, err := s.Load(ctx, ws, conv)
+				if err != nil || len(turns) != memory.DefaultTurns {
+					b.Fatalf("load: %d turns, %v", len(turns), err)
+				}
+			}
+			b.StopTimer()
+			b.ReportMetric(float64((cpuTime()-cpu).Microseconds())/float64(b.N), "cpu-µs/load+record")
+		})
+	}
 }

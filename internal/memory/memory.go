@@ -114,6 +114,7 @@ func New(js jetstream.JetStream, topo *events.Topology, cfg Config) (*Store, err
 		get:    newDirectGetter(js.Conn(), info.Config.Name, batchOf(info.Config.MaxMsgsPerSubject)),
 		legacy: topo.History,
 		cfg:    cfg,
+		cache:  readCache{staleAfter: cacheFor},
 	}, nil
 }
 

@@ -48,9 +48,11 @@ var forgetMarker = []byte(`{"forgotten":true}`)
 func isForgetMarker(data []byte) bool { return bytes.Equal(data, forgetMarker) }
 
 type readCache struct {
-	mu    sync.Mutex
-	m     map[string]*convState
-	bytes int
+	// staleAfter is cacheFor; tests shorten it (SetReadCacheFor).
+	staleAfter time.Duration
+	mu         sync.Mutex
+	m          map[string]*convState
+	bytes      int
 }
 
 // convState is one conversation in a Store's cache: what it last read,
@@ -154,7 +156,7 @@ func (s *Store) fly(ctx context.Context, subject string, st *convState, f *fligh
 // read reads subject in full, or from e (a fresh entry) on, and returns
 // the records the stream keeps and the entry to keep (nil for none).
 func (s *Store) read(ctx context.Context, subject string, e *cachedConv) ([]record, *cachedConv, error) {
-	if e == nil || time.Since(e.read) > cacheFor {
+	if e == nil || time.Since(e.read) > s.cache.staleAfter {
 		recs, last, err := s.get.records(ctx, subject, 0)
 		if err != nil {
 			return nil, nil, err
