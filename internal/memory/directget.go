@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"hash/maphash"
 	"strconv"
 	"sync"
 	"time"
@@ -90,7 +91,17 @@ type record struct {
 	turns  []handler.Turn
 	sizes  []int
 	forget bool
+	// sum identifies the stored message by its bytes (sumOf), so that a
+	// probe of a conversation's oldest message finds it among those a
+	// Store holds (readcache.go).
+	sum uint64
 }
+
+// sumSeed is the seed of every sum this process takes.
+var sumSeed = maphash.MakeSeed()
+
+// sumOf is the sum of a stored message's bytes.
+func sumOf(data []byte) uint64 { return maphash.Bytes(sumSeed, data) }
 
 // decodeRecord decodes a stored message. ok is false for one that is
 // neither a list of turns nor a forget marker (skipped). A turn that does
@@ -151,8 +162,9 @@ func decodeTurnFast(raw []byte, t *handler.Turn) bool {
 }
 
 // records returns the messages on subject from seq on (from its first
-// when seq is 0), oldest first, decoded, and the sequence of the last one
-// (0 when there is none).
+// when seq is 0), oldest first, decoded (one that is neither turns nor a
+// forget marker as a record without turns), and the sequence of the last
+// one (0 when there is none).
 func (g *directGetter) records(ctx context.Context, subject string, seq uint64) ([]record, uint64, error) {
 	if _, ok := ctx.Deadline(); !ok {
 		var cancel context.CancelFunc
@@ -167,9 +179,12 @@ func (g *directGetter) records(ctx context.Context, subject string, seq uint64) 
 			return nil, 0, err
 		}
 		for _, d := range datas {
-			if r, ok := decodeRecord(d); ok {
-				out = append(out, r)
+			r, ok := decodeRecord(d)
+			if !ok {
+				r = record{} // no turns, but one of the messages the stream holds
 			}
+			r.sum = sumOf(d)
+			out = append(out, r)
 		}
 		if last != 0 {
 			lastSeq = last
@@ -245,8 +260,28 @@ func (g *directGetter) batchFrom(ctx context.Context, subject string, seq uint64
 	// message's headers for every answer (its Nats-Msg-Id plus six of its
 	// own); the end of batch still carries the last sequence and the
 	// count left.
-	req := directGetRequest{Seq: seq, NextFor: subject, Batch: g.batch, NoHeaders: true}.marshal()
-	ch := make(chan *nats.Msg, g.batch+2)
+	return g.ask(ctx, subject, directGetRequest{Seq: seq, NextFor: subject, Batch: g.batch, NoHeaders: true})
+}
+
+// oldest returns the sum of the oldest message on subject, or found
+// false when it holds none: one message, found from the stream's
+// per-subject index (an unbatched direct get: no count of what follows,
+// no end of batch).
+func (g *directGetter) oldest(ctx context.Context, subject string) (sum uint64, found bool, err error) {
+	if err := g.subscribe(); err != nil {
+		return 0, false, fmt.Errorf("memory: subscribe: %w", err)
+	}
+	datas, _, err := g.ask(ctx, subject, directGetRequest{NextFor: subject, NoHeaders: true})
+	if err != nil || len(datas) == 0 {
+		return 0, false, err
+	}
+	return sumOf(datas[0]), true, nil
+}
+
+// ask sends req and gathers its answers: a batch's messages up to its
+// end, or an unbatched request's one message.
+func (g *directGetter) ask(ctx context.Context, subject string, req directGetRequest) (datas [][]byte, last uint64, err error) {
+	ch := make(chan *nats.Msg, max(req.Batch, 1)+2)
 	g.mu.Lock()
 	g.next++
 	token := strconv.FormatUint(g.next, 36)
@@ -257,7 +292,7 @@ func (g *directGetter) batchFrom(ctx context.Context, subject string, seq uint64
 		delete(g.waiting, token)
 		g.mu.Unlock()
 	}()
-	if err := g.nc.PublishRequest(g.api, g.prefix+token, req); err != nil {
+	if err := g.nc.PublishRequest(g.api, g.prefix+token, req.marshal()); err != nil {
 		return nil, 0, fmt.Errorf("memory: read %s: %w", subject, err)
 	}
 	for {
@@ -267,13 +302,16 @@ func (g *directGetter) batchFrom(ctx context.Context, subject string, seq uint64
 		case <-ctx.Done():
 			return nil, 0, fmt.Errorf("memory: read %s: %w", subject, ctx.Err())
 		}
-		if m.Header == nil {
-			datas = append(datas, m.Data)
-			continue
+		status := ""
+		if m.Header != nil {
+			status = m.Header.Get("Status")
 		}
-		switch status := m.Header.Get("Status"); status {
+		switch status {
 		case "":
 			datas = append(datas, m.Data)
+			if req.Batch == 0 {
+				return datas, 0, nil // no end of batch follows
+			}
 		case "204": // end of batch
 			last, _ = strconv.ParseUint(m.Header.Get("Nats-Last-Sequence"), 10, 64)
 			return datas, last, nil

@@ -6,3 +6,6 @@ import "time"
 // last message on alone (cacheFor), so that a test need not wait for an
 // entry to go stale.
 func SetReadCacheFor(s *Store, d time.Duration) { s.cache.staleAfter = d }
+
+// MaxCachedConversations is the read cache's bound on conversations.
+const MaxCachedConversations = maxCachedConversations
