@@ -6,7 +6,6 @@ import (
 	"github.com/molecule-ai/molecule-relay/internal/events"
 	"github.com/molecule-ai/molecule-relay/internal/memory"
 	"github.com/molecule-ai/molecule-relay/internal/testkit/pipelinetest"
-	"github.com/molecule-ai/molecule-relay/pkg/handler"
 )
 
 // A Store reads a conversation it read before from the last message it
@@ -18,19 +17,7 @@ func TestReadCacheSeesOtherWritersForgetAndTheBound(t *testing.T) {
 	w := pipelinetest.New(t, pipelinetest.Options{Topology: events.TopologyConfig{HistoryTurns: 4}})
 	ctx := pipelinetest.Ctx(t)
 	reader, writer := memoryOn(t, w.Proc(), memory.Config{Turns: 20}), memoryOn(t, w.Proc(), memory.Config{Turns: 20})
-	load := func(want ...string) {
-		t.Helper()
-		got, err := reader.Load(ctx, ws, "canvas")
-		if err != nil || !equal(texts(got), want) {
-			t.Fatalf("Load = %q, %v; want %q", texts(got), err, want)
-		}
-	}
-	record := func(id, text string) {
-		t.Helper()
-		if _, err := writer.Record(ctx, ws, "canvas", turn(id, handler.RoleUser, text)); err != nil {
-			t.Fatal(err)
-		}
-	}
+	load, record := canvasOf(t, ctx, reader, writer)
 	load()
 	record("a1", "one")
 	load("user:one")

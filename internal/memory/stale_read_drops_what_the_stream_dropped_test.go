@@ -9,7 +9,6 @@ import (
 	"github.com/molecule-ai/molecule-relay/internal/events"
 	"github.com/molecule-ai/molecule-relay/internal/memory"
 	"github.com/molecule-ai/molecule-relay/internal/testkit/pipelinetest"
-	"github.com/molecule-ai/molecule-relay/pkg/handler"
 )
 
 // A read of a conversation the Store holds, once its entry is stale,
@@ -18,29 +17,14 @@ import (
 // and still sees what was written since and what `history forget` did.
 func TestStaleReadDropsWhatTheStreamNoLongerHolds(t *testing.T) {
 	t.Parallel()
-	w := pipelinetest.New(t, pipelinetest.Options{})
+	w, rp, reader, writer := staleReadWorld(t)
 	ctx := pipelinetest.Ctx(t)
-	rp := w.Proc()
-	reader, writer := memoryOn(t, rp, memory.Config{Turns: 20}), memoryOn(t, w.Proc(), memory.Config{Turns: 20})
-	memory.SetReadCacheFor(reader, 0) // every read after the first is stale
 	subject := events.MemorySubject(ws, "canvas")
 	stream, err := w.Obs.JS.Stream(ctx, events.StreamMemory)
 	if err != nil {
 		t.Fatal(err)
 	}
-	load := func(want ...string) {
-		t.Helper()
-		got, err := reader.Load(ctx, ws, "canvas")
-		if err != nil || !equal(texts(got), want) {
-			t.Fatalf("Load = %q, %v; want %q", texts(got), err, want)
-		}
-	}
-	record := func(id, text string) {
-		t.Helper()
-		if _, err := writer.Record(ctx, ws, "canvas", turn(id, handler.RoleUser, text)); err != nil {
-			t.Fatal(err)
-		}
-	}
+	load, record := canvasOf(t, ctx, reader, writer)
 	record("a1", "one")
 	record("a2", "two")
 	record("a3", "three")
@@ -73,9 +57,7 @@ func TestStaleReadDropsWhatTheStreamNoLongerHolds(t *testing.T) {
 	load()
 	record("a6", "six")
 	load("user:six")
-	before := rp.NC.Stats().InMsgs
-	load("user:six")
-	if n := rp.NC.Stats().InMsgs - before; n != 2 {
+	if n := answers(rp, func() { load("user:six") }); n != 2 {
 		t.Fatalf("a stale read after a forget, nothing new: %d answers, want 2", n)
 	}
 }
@@ -85,29 +67,29 @@ func TestStaleReadDropsWhatTheStreamNoLongerHolds(t *testing.T) {
 // the end of its batch, the oldest), not the conversation read again.
 func TestStaleReadAsksOnlyForNewAndOldestMessage(t *testing.T) {
 	t.Parallel()
-	w := pipelinetest.New(t, pipelinetest.Options{})
-	ctx := pipelinetest.Ctx(t)
-	rp := w.Proc()
-	reader, writer := memoryOn(t, rp, memory.Config{Turns: 20}), memoryOn(t, w.Proc(), memory.Config{Turns: 20})
-	memory.SetReadCacheFor(reader, 0)
+	_, rp, reader, writer := staleReadWorld(t)
+	load, record := canvasOf(t, pipelinetest.Ctx(t), reader, writer)
+	var want []string
 	for i := range 10 {
-		if _, err := writer.Record(ctx, ws, "canvas", turn(fmt.Sprint("a", i), handler.RoleUser, "x")); err != nil {
-			t.Fatal(err)
-		}
+		record(fmt.Sprint("a", i), fmt.Sprint(i))
+		want = append(want, fmt.Sprint("user:", i))
 	}
-	if got, err := reader.Load(ctx, ws, "canvas"); err != nil || len(got) != 10 {
-		t.Fatalf("first Load: %d turns, %v", len(got), err)
-	}
-	if _, err := writer.Record(ctx, ws, "canvas", turn("new", handler.RoleUser, "x")); err != nil {
-		t.Fatal(err)
-	}
-	before := rp.NC.Stats().InMsgs
-	if got, err := reader.Load(ctx, ws, "canvas"); err != nil || len(got) != 11 {
-		t.Fatalf("stale Load: %d turns, %v", len(got), err)
-	}
-	if n := rp.NC.Stats().InMsgs - before; n != 3 {
+	load(want...)
+	record("new", "new")
+	want = append(want, "user:new")
+	if n := answers(rp, func() { load(want...) }); n != 3 {
 		t.Fatalf("a stale read received %d messages, want 3 (a full read: 12)", n)
 	}
+}
+
+// staleReadWorld is a world with a reader Store whose every read after
+// the first is stale, and a writer Store of another process.
+func staleReadWorld(t *testing.T) (w *pipelinetest.World, rp *pipelinetest.Proc, reader, writer *memory.Store) {
+	w = pipelinetest.New(t, pipelinetest.Options{})
+	rp = w.Proc()
+	reader, writer = memoryOn(t, rp, memory.Config{Turns: 20}), memoryOn(t, w.Proc(), memory.Config{Turns: 20})
+	memory.SetReadCacheFor(reader, 0)
+	return w, rp, reader, writer
 }
 
 // Past its bound on conversations the cache forgets those read longest
@@ -138,20 +120,19 @@ func TestReadCacheForgetsTheConversationsReadLongestAgo(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	answers := func(c string) uint64 {
-		t.Helper()
-		before := rp.NC.Stats().InMsgs
-		if got, err := reader.Load(ctx, ws, c); err != nil || len(got) != 1 {
-			t.Fatalf("Load %s: %d turns, %v", c, len(got), err)
+	loadOne := func(c string) func() {
+		return func() {
+			if got, err := reader.Load(ctx, ws, c); err != nil || len(got) != 1 {
+				t.Fatalf("Load %s: %d turns, %v", c, len(got), err)
+			}
 		}
-		return rp.NC.Stats().InMsgs - before
 	}
 	for _, i := range []int{n - 2, n - 1} {
-		if got := answers(conv(i)); got != 1 {
+		if got := answers(rp, loadOne(conv(i))); got != 1 {
 			t.Errorf("conversation %d of %d, read last: %d answers, want 1 (still held)", i+1, n, got)
 		}
 	}
-	if got := answers(conv(0)); got != 2 {
+	if got := answers(rp, loadOne(conv(0))); got != 2 {
 		t.Errorf("the conversation read first: %d answers, want 2 (read in full again)", got)
 	}
 }
