@@ -211,20 +211,10 @@ func (g *directGetter) turns(ctx context.Context, subject string) ([]handler.Tur
 		return nil, err
 	}
 	var out []handler.Turn
-	for _, r := range afterForget(recs) {
+	for _, r := range fromForget(recs) { // the marker has no turns
 		out = append(out, r.turns...)
 	}
 	return dedupe(out), nil
-}
-
-// afterForget is recs from the last forget marker on (without it).
-func afterForget(recs []record) []record {
-	for i := len(recs) - 1; i >= 0; i-- {
-		if recs[i].forget {
-			return recs[i+1:]
-		}
-	}
-	return recs
 }
 
 // directGetRequest is the body of a batched direct get (nats-server's
@@ -253,9 +243,6 @@ func (r directGetRequest) marshal() []byte {
 // batchFrom asks for up to a batch of subject's messages from seq on and
 // returns their payloads and the last one's sequence.
 func (g *directGetter) batchFrom(ctx context.Context, subject string, seq uint64) (datas [][]byte, last uint64, err error) {
-	if err := g.subscribe(); err != nil {
-		return nil, 0, fmt.Errorf("memory: subscribe: %w", err)
-	}
 	// no_hdr: the turns need no headers, and the server rewrites a stored
 	// message's headers for every answer (its Nats-Msg-Id plus six of its
 	// own); the end of batch still carries the last sequence and the
@@ -268,9 +255,6 @@ func (g *directGetter) batchFrom(ctx context.Context, subject string, seq uint64
 // per-subject index (an unbatched direct get: no count of what follows,
 // no end of batch).
 func (g *directGetter) oldest(ctx context.Context, subject string) (sum uint64, found bool, err error) {
-	if err := g.subscribe(); err != nil {
-		return 0, false, fmt.Errorf("memory: subscribe: %w", err)
-	}
 	datas, _, err := g.ask(ctx, subject, directGetRequest{NextFor: subject, NoHeaders: true})
 	if err != nil || len(datas) == 0 {
 		return 0, false, err
@@ -281,6 +265,9 @@ func (g *directGetter) oldest(ctx context.Context, subject string) (sum uint64, 
 // ask sends req and gathers its answers: a batch's messages up to its
 // end, or an unbatched request's one message.
 func (g *directGetter) ask(ctx context.Context, subject string, req directGetRequest) (datas [][]byte, last uint64, err error) {
+	if err := g.subscribe(); err != nil {
+		return nil, 0, fmt.Errorf("memory: subscribe: %w", err)
+	}
 	ch := make(chan *nats.Msg, max(req.Batch, 1)+2)
 	g.mu.Lock()
 	g.next++
