@@ -74,15 +74,7 @@ func (d floorDesign) oneAtATime(b *testing.B, n int) {
 	})
 	defer stopD()
 	if d.replyStream {
-		stopR := consumeWith(b, ctx, w.replies, *flagReplyConc, func(m jetstream.Msg) {
-			key := m.Headers().Get(jetstream.MsgIDHeader)
-			d.postRecords(ctx, b, w, p, key)
-			if err := m.Ack(); err != nil {
-				b.Errorf("ack: %v", err)
-			}
-			finish(key)
-		})
-		defer stopR()
+		defer d.consumeReplies(ctx, b, w, p, finish)()
 	}
 	send := func(id string) {
 		publishOne(ctx, b, w.poller, p.inbound, id)

@@ -250,15 +250,7 @@ func (d floorDesign) run(b *testing.B, n int) {
 	})
 	defer stopD()
 	if d.replyStream {
-		stopR := consumeWith(b, ctx, w.replies, *flagReplyConc, func(m jetstream.Msg) {
-			key := m.Headers().Get(jetstream.MsgIDHeader)
-			d.postRecords(ctx, b, w, p, key)
-			if err := m.Ack(); err != nil {
-				b.Errorf("ack: %v", err)
-			}
-			relayed.mark(key[len("ws."):])
-		})
-		defer stopR()
+		defer d.consumeReplies(ctx, b, w, p, func(key string) { relayed.mark(key[len("ws."):]) })()
 	}
 
 	v0, cpu0, t0 := w.varz(b), selfCPU(), time.Now()
@@ -359,6 +351,19 @@ func (d floorDesign) dispatch(ctx context.Context, b *testing.B, w *floorWorld, 
 
 // postRecords is the replier's part without its POST, on a first
 // delivery: the posting create and the sent update.
+// consumeReplies is the replier of the designs with a reply stream: the
+// records around each reply's POST, its ack, then done with its key.
+func (d floorDesign) consumeReplies(ctx context.Context, b *testing.B, w *floorWorld, p floorPayloads, done func(key string)) (stop func()) {
+	return consumeWith(b, ctx, w.replies, *flagReplyConc, func(m jetstream.Msg) {
+		key := m.Headers().Get(jetstream.MsgIDHeader)
+		d.postRecords(ctx, b, w, p, key)
+		if err := m.Ack(); err != nil {
+			b.Errorf("ack: %v", err)
+		}
+		done(key)
+	})
+}
+
 func (d floorDesign) postRecords(ctx context.Context, b *testing.B, w *floorWorld, p floorPayloads, key string) {
 	if !d.replyRecords {
 		return
