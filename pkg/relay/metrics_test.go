@@ -99,10 +99,13 @@ func TestMetricsExpositionOfARunningRelay(t *testing.T) {
 	}
 	var fams map[string]*dto.MetricFamily
 	// The replier counts a reply after the platform accepted it, a moment
-	// after the double shows it.
-	pipelinetest.Eventually(t, 10*time.Second, "every reply counted", func() bool {
+	// after the double shows it; a dispatcher that posted directly counts
+	// its message handled later still, after the post.
+	pipelinetest.Eventually(t, 10*time.Second, "every reply and every handled message counted", func() bool {
 		fams = scrape(t, base)
-		return histCount(fams["molecule_relay_end_to_end_seconds"]) >= n
+		handled := fams["molecule_relay_handled_total"].GetMetric()
+		return histCount(fams["molecule_relay_end_to_end_seconds"]) >= n &&
+			len(handled) > 0 && handled[0].GetCounter().GetValue() >= n
 	})
 	checkFamilyTypes(t, fams)
 	checkDashboard(t, fams)
