@@ -42,7 +42,7 @@ func TestConnectOnceExitCodes(t *testing.T) {
 			setup: func(t *testing.T, e *env) {
 				e.environ = append(e.environ, "MOLECULE_PLATFORM_URL=http://127.0.0.1:1")
 			}},
-		{name: "no poll mode", gen: moleculetest.Old, cause: "no_poll_mode", hint: "upgrade the platform"},
+		{name: "no poll mode", gen: moleculetest.Gen2026_04, cause: "no_poll_mode", hint: "upgrade the platform"},
 		{name: "registration refused", cause: "registration_refused", hint: "/registry/register",
 			first: func(t *testing.T, e *env) {
 				e.srv.InjectFault(moleculetest.Fault{Method: http.MethodPost, PathPrefix: "/registry/register",

@@ -82,7 +82,7 @@ func inbound(t *testing.T, s jetstream.Stream) []*events.Inbound {
 // queued once (the platform's re-POST of the same messageId is dropped)
 // and the caller gets a submitted task, not an invented reply.
 func TestPushFromOldPlatform(t *testing.T) {
-	plat := moleculetest.NewServer(moleculetest.WithGeneration(moleculetest.Old))
+	plat := moleculetest.NewServer(moleculetest.WithGeneration(moleculetest.Gen2026_04))
 	t.Cleanup(plat.Close)
 	ws := plat.CreateWorkspace("push-agent")
 	e := newEnv(t, ws.ID)

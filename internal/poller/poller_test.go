@@ -326,7 +326,7 @@ func TestRevokedTokenStopsWithADifferentError(t *testing.T) {
 }
 
 func TestOldPlatformRefusesPollMode(t *testing.T) {
-	e := newEnv(t, moleculetest.WithGeneration(moleculetest.Old))
+	e := newEnv(t, moleculetest.WithGeneration(moleculetest.Gen2026_04))
 	p := e.poller(poller.Config{})
 	for i := range 3 {
 		res, err := p.RunOnce(ctx(t))

@@ -20,7 +20,7 @@ const pushURL = "http://localhost:1/a2a/0123456789abcdefghijklmnopqrstuvwxyzABCD
 // fetched (only the generation probe reads the feed), heartbeating on its
 // timer, and still stopped when the workspace is deleted.
 func TestPushWorkspaceOnOldPlatformHeartbeatsWithoutFetching(t *testing.T) {
-	e := newEnv(t, moleculetest.WithGeneration(moleculetest.Old), moleculetest.WithRateLimit(0, 0))
+	e := newEnv(t, moleculetest.WithGeneration(moleculetest.Gen2026_04), moleculetest.WithRateLimit(0, 0))
 	p := e.poller(poller.Config{HeartbeatInterval: 50 * time.Millisecond, SSE: true, Push: map[string]string{e.ws.ID: pushURL}})
 	stop := run(t, p)
 

@@ -101,8 +101,8 @@ func TestProbeDetectsGeneration(t *testing.T) {
 		gen  moleculetest.Generation
 		want molecule.Generation
 	}{
-		{moleculetest.New, molecule.GenerationNew},
-		{moleculetest.Old, molecule.GenerationOld},
+		{moleculetest.Gen2026_05, molecule.GenerationNew},
+		{moleculetest.Gen2026_04, molecule.GenerationOld},
 	} {
 		t.Run(tc.want.String(), func(t *testing.T) {
 			s := platform(t, moleculetest.WithGeneration(tc.gen))
@@ -144,7 +144,7 @@ func TestRegisterPollAndPush(t *testing.T) {
 
 func TestRegisterOnOldPlatform(t *testing.T) {
 	ctx := context.Background()
-	s := platform(t, moleculetest.WithGeneration(moleculetest.Old))
+	s := platform(t, moleculetest.WithGeneration(moleculetest.Gen2026_04))
 	a := s.CreateWorkspace("a")
 	c := clientFor(t, s, a)
 	// OLD has no poll mode: a URL-less register is a 400.
@@ -208,8 +208,8 @@ func TestStateFollowsPause(t *testing.T) {
 
 func TestDeletedWorkspace(t *testing.T) {
 	ctx := context.Background()
-	for _, gen := range []moleculetest.Generation{moleculetest.New, moleculetest.Old} {
-		t.Run(map[moleculetest.Generation]string{moleculetest.New: "new", moleculetest.Old: "old"}[gen], func(t *testing.T) {
+	for _, gen := range []moleculetest.Generation{moleculetest.Gen2026_05, moleculetest.Gen2026_04} {
+		t.Run(map[moleculetest.Generation]string{moleculetest.Gen2026_05: "new", moleculetest.Gen2026_04: "old"}[gen], func(t *testing.T) {
 			s := platform(t, moleculetest.WithGeneration(gen))
 			a := s.CreateWorkspace("a")
 			c := clientFor(t, s, a)
@@ -234,7 +234,7 @@ func TestDeletedWorkspace(t *testing.T) {
 			if err != nil || !info.Removed {
 				t.Fatalf("Workspace after delete = %+v, %v", info, err)
 			}
-			if gen == moleculetest.New && (info.Hint == "" || info.RemovedAt.IsZero()) {
+			if gen == moleculetest.Gen2026_05 && (info.Hint == "" || info.RemovedAt.IsZero()) {
 				t.Fatalf("NEW 410 not parsed: %+v", info)
 			}
 			if removed, err := c.CheckRemoved(ctx); err != nil || !removed {
@@ -411,7 +411,7 @@ func TestActivityOrderingAndCursor(t *testing.T) {
 
 func TestActivityOnOldPlatformIgnoresCursor(t *testing.T) {
 	ctx := context.Background()
-	s := platform(t, moleculetest.WithGeneration(moleculetest.Old))
+	s := platform(t, moleculetest.WithGeneration(moleculetest.Gen2026_04))
 	a := s.CreateWorkspace("a")
 	c := clientFor(t, s, a)
 	if _, err := c.Notify(ctx, "one", nil); err != nil {

@@ -285,7 +285,7 @@ func TestE2ERateLimited429(t *testing.T) {
 // later runs (new processes sharing the status bucket) ask nothing more.
 func TestE2EOldPlatformRefusesPollMode(t *testing.T) {
 	t.Parallel()
-	w := pipelinetest.New(t, pipelinetest.Options{Platform: []moleculetest.Option{moleculetest.WithGeneration(moleculetest.Old)}})
+	w := pipelinetest.New(t, pipelinetest.Options{Platform: []moleculetest.Option{moleculetest.WithGeneration(moleculetest.Gen2026_04)}})
 	p := w.NewPoller(w.Proc(), poller.Config{})
 	run := pipelinetest.Start(t, p.Run)
 	select {

@@ -43,7 +43,7 @@ func TestE2EPushModeConnect(t *testing.T) {
 	for _, tc := range []struct {
 		name string
 		gen  moleculetest.Generation
-	}{{"old", moleculetest.Old}, {"new", moleculetest.New}} {
+	}{{"old", moleculetest.Gen2026_04}, {"new", moleculetest.Gen2026_05}} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
 			w := pipelinetest.New(t, pipelinetest.Options{Platform: []moleculetest.Option{moleculetest.WithGeneration(tc.gen)}})
@@ -142,7 +142,7 @@ func TestE2EPushModeConnect(t *testing.T) {
 // the clear poll-mode refusal that points at push ingress.
 func TestE2EOldPlatformWithoutPushConfigFails(t *testing.T) {
 	t.Parallel()
-	w := pipelinetest.New(t, pipelinetest.Options{Platform: []moleculetest.Option{moleculetest.WithGeneration(moleculetest.Old)}})
+	w := pipelinetest.New(t, pipelinetest.Options{Platform: []moleculetest.Option{moleculetest.WithGeneration(moleculetest.Gen2026_04)}})
 	cfg, err := config.Load(nil, []string{
 		"MOLECULE_PLATFORM_URL=" + w.Plat.URL(), "MOLECULE_WORKSPACE_ID=" + w.Agent.ID,
 		"MOLECULE_WORKSPACE_TOKEN=" + w.Agent.Token, "NATS_URL=" + w.NATSURL(),

@@ -97,7 +97,7 @@ func New(t testing.TB, opts Options) *World {
 	for i := range opts.Peers {
 		p := plat.CreateWorkspace(fmt.Sprintf("peer-%d", i))
 		w.Peers = append(w.Peers, p)
-		if plat.Generation() == moleculetest.New {
+		if plat.Generation() >= moleculetest.Gen2026_05 {
 			w.RegisterPoll(p)
 		}
 	}

@@ -55,7 +55,7 @@ func (s *Server) handleA2A(w http.ResponseWriter, r *http.Request, id string, bo
 			}
 		}
 		source = xwid
-	} else if s.gen == New && tok != "" {
+	} else if s.gen >= Gen2026_05 && tok != "" {
 		// #2306: without X-Workspace-ID the caller is derived from the bearer.
 		if owner := s.ownerLocked(tok); owner != nil {
 			source = owner.id
@@ -78,7 +78,7 @@ func (s *Server) handleA2A(w http.ResponseWriter, r *http.Request, id string, bo
 	}
 	m, method := normalizeA2A(m)
 
-	if s.gen == New && mode == "poll" {
+	if s.gen >= Gen2026_05 && mode == "poll" {
 		rb := appendJSON(nil, m, orderJSONB)
 		rw := &row{
 			id: newUUID(), workspaceID: id, activityType: "a2a_receive",

@@ -137,7 +137,7 @@ func (s *Server) activityEvent(r *row) []byte {
 	b = appendDuration(b, r)
 	b = append(b, `,"method":`...)
 	b = appendMethod(b, r)
-	if s.gen == New {
+	if s.gen >= Gen2026_05 {
 		b = appendBodies(b, r)
 	}
 	b = append(b, `,"source_id":`...)

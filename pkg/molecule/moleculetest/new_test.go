@@ -19,7 +19,7 @@ func TestCreateWorkspace(t *testing.T) {
 	for _, tc := range []struct {
 		gen    moleculetest.Generation
 		status string
-	}{{moleculetest.New, "awaiting_agent"}, {moleculetest.Old, "provisioning"}} {
+	}{{moleculetest.Gen2026_05, "awaiting_agent"}, {moleculetest.Gen2026_04, "provisioning"}} {
 		s := newServer(t, moleculetest.WithGeneration(tc.gen))
 		w := s.CreateWorkspace("ext-A")
 		if !tokenRE.MatchString(w.Token) {

@@ -74,7 +74,7 @@ func registerOld(t *testing.T, s *moleculetest.Server, w moleculetest.Workspace,
 
 // docs/protocol.md §1 (OLD) register.
 func TestRegisterOld(t *testing.T) {
-	s := newServer(t, moleculetest.WithGeneration(moleculetest.Old))
+	s := newServer(t, moleculetest.WithGeneration(moleculetest.Gen2026_04))
 	a := s.CreateWorkspace("ext-agent-A")
 	bad := `{"error":"invalid request body"}`
 	reg := func(url string) string {
@@ -118,7 +118,7 @@ func TestRegisterOld(t *testing.T) {
 
 // docs/protocol.md §1 (OLD) activity: DESC always, since_id and friends ignored.
 func TestActivityOld(t *testing.T) {
-	s := newServer(t, moleculetest.WithGeneration(moleculetest.Old))
+	s := newServer(t, moleculetest.WithGeneration(moleculetest.Gen2026_04))
 	a := s.CreateWorkspace("ext-agent-A")
 	for i := 0; i < 3; i++ {
 		call(t, s, "POST", "/workspaces/"+a.ID+"/notify", bearerH(a.Token), `{"message":"n`+strconv.Itoa(i)+`"}`)
@@ -153,7 +153,7 @@ func TestActivityOld(t *testing.T) {
 
 // docs/protocol.md §1 (OLD) canvas and peer messages through push delivery.
 func TestPushDeliveryOld(t *testing.T) {
-	s := newServer(t, moleculetest.WithGeneration(moleculetest.Old), moleculetest.WithPushTimeout(300*time.Millisecond))
+	s := newServer(t, moleculetest.WithGeneration(moleculetest.Gen2026_04), moleculetest.WithPushTimeout(300*time.Millisecond))
 	ag := newAgent(t, echoReply)
 	a, b := s.CreateWorkspace("ext-agent-A"), s.CreateWorkspace("ext-agent-B")
 	registerOld(t, s, a, ag.localhostURL("/"))
@@ -217,7 +217,7 @@ func TestPushDeliveryOld(t *testing.T) {
 }
 
 func TestPushFailuresOld(t *testing.T) {
-	s := newServer(t, moleculetest.WithGeneration(moleculetest.Old), moleculetest.WithPushTimeout(200*time.Millisecond))
+	s := newServer(t, moleculetest.WithGeneration(moleculetest.Gen2026_04), moleculetest.WithPushTimeout(200*time.Millisecond))
 	hang := hangingAgent(t)
 
 	closed := s.CreateWorkspace("ext-agent-D")
@@ -288,7 +288,7 @@ func TestPushFailuresOld(t *testing.T) {
 }
 
 func TestPushIdleTimeoutFromHeartbeat(t *testing.T) {
-	s := newServer(t, moleculetest.WithGeneration(moleculetest.Old), moleculetest.WithPushTimeout(time.Hour))
+	s := newServer(t, moleculetest.WithGeneration(moleculetest.Gen2026_04), moleculetest.WithPushTimeout(time.Hour))
 	hang := hangingAgent(t)
 	a := s.CreateWorkspace("ext-agent-A")
 	registerOld(t, s, a, hang.localhostURL("/"))
@@ -303,7 +303,7 @@ func TestPushIdleTimeoutFromHeartbeat(t *testing.T) {
 // X-Timeout bounds the dispatch: the platform gives up on the agent after
 // that many seconds and queues the message (202), as on its idle timeout.
 func TestPushXTimeout(t *testing.T) {
-	s := newServer(t, moleculetest.WithGeneration(moleculetest.Old), moleculetest.WithPushTimeout(time.Hour))
+	s := newServer(t, moleculetest.WithGeneration(moleculetest.Gen2026_04), moleculetest.WithPushTimeout(time.Hour))
 	hang := hangingAgent(t)
 	a, b := s.CreateWorkspace("ext-agent-A"), s.CreateWorkspace("ext-agent-B")
 	registerOld(t, s, a, hang.localhostURL("/"))
@@ -328,7 +328,7 @@ func TestPushModeOnNew(t *testing.T) {
 }
 
 func TestGetWorkspaceRemovedOld(t *testing.T) {
-	s := newServer(t, moleculetest.WithGeneration(moleculetest.Old))
+	s := newServer(t, moleculetest.WithGeneration(moleculetest.Gen2026_04))
 	a := s.CreateWorkspace("ext-agent-A")
 	s.Delete(a.ID)
 	r := call(t, s, "GET", "/workspaces/"+a.ID, nil, "")

@@ -71,7 +71,7 @@ func (s *Server) handleRegister(w http.ResponseWriter, r *http.Request, body []b
 	s.mu.Unlock()
 
 	ev := map[string]any{"agent_card": json.RawMessage(card), "url": regURL}
-	if s.gen == New {
+	if s.gen >= Gen2026_05 {
 		ev["delivery_mode"] = mode
 		if mode == "poll" {
 			ev["url"] = ""
@@ -92,7 +92,7 @@ func (s *Server) parseRegister(body []byte) (p registerBody, regURL, mode, refus
 	if p.URL != nil {
 		regURL = *p.URL
 	}
-	if s.gen == Old {
+	if s.gen == Gen2026_04 {
 		if regURL == "" || checkAgentURL(regURL) != nil {
 			return p, "", "", "invalid request body"
 		}
@@ -121,7 +121,7 @@ func (s *Server) registerRefusalLocked(r *http.Request, ws *workspace, regURL st
 			return http.StatusUnauthorized, "invalid workspace auth token"
 		}
 	}
-	if s.gen != New {
+	if s.gen < Gen2026_05 {
 		*mode = "push"
 		return 0, ""
 	}
@@ -163,7 +163,7 @@ func (s *Server) registerLocked(ws *workspace, p registerBody, regURL, mode stri
 		ws.deliveryMode = mode
 		ws.registrations++
 	}
-	if s.gen == New {
+	if s.gen >= Gen2026_05 {
 		resp["delivery_mode"] = mode
 		resp["platform_inbound_secret"] = ws.secret
 	}
@@ -222,7 +222,7 @@ func (s *Server) handleHeartbeat(w http.ResponseWriter, r *http.Request, body []
 		return
 	}
 	resp := map[string]any{"status": "ok"}
-	if ws != nil && s.gen == New {
+	if ws != nil && s.gen >= Gen2026_05 {
 		resp["platform_inbound_secret"] = ws.secret
 	}
 	taskChanged := false
@@ -239,14 +239,14 @@ func (s *Server) handleHeartbeat(w http.ResponseWriter, r *http.Request, body []
 			}
 			statusMgmt = p.RuntimeMetadata.Capabilities["status_mgmt"]
 		}
-		if s.gen == New && len(p.AgentCard) > 0 && len(ws.agentCard) == 0 {
+		if s.gen >= Gen2026_05 && len(p.AgentCard) > 0 && len(ws.agentCard) == 0 {
 			ws.agentCard = append(json.RawMessage(nil), p.AgentCard...)
 		}
 		switch ws.status {
 		case "offline", "provisioning":
 			ws.status = "online"
 		case "awaiting_agent":
-			if s.gen == New {
+			if s.gen >= Gen2026_05 {
 				ws.status = "online"
 			}
 		}

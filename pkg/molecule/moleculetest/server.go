@@ -28,21 +28,51 @@ import (
 	"time"
 )
 
-// Generation selects which platform generation the double imitates.
+// Generation selects which platform generation the double imitates. The
+// generations are ordered by date, so "has poll mode" is g >= Gen2026_05.
+// The zero value stands for the newest (docs/protocol.md, "Generations").
 type Generation int
 
 const (
-	// New is the 2026-05 poll-mode platform (the default).
-	New Generation = iota
-	// Old is the 2026-04 push-only platform.
-	Old
+	// Gen2026_04 is the push-only platform (Molecule-AI/molecule-core
+	// 7cf77f2): no poll mode, the feed ignores since_id.
+	Gen2026_04 Generation = iota + 1
+	// Gen2026_05 is the first poll-mode platform (EnterOS-AI/enteros-core
+	// eaf7dbb).
+	Gen2026_05
+	// Gen2026_08 is the platform at enteros-core aeec8e47 (2026-08-14),
+	// the newest: the default.
+	Gen2026_08
+	// Newest is the generation a Server imitates when none is chosen.
+	Newest = Gen2026_08
 )
+
+// String names the generation by its month, "2026-08".
+func (g Generation) String() string {
+	switch g {
+	case Gen2026_04:
+		return "2026-04"
+	case Gen2026_05:
+		return "2026-05"
+	case Gen2026_08:
+		return "2026-08"
+	}
+	return "unknown"
+}
 
 // Option configures a Server.
 type Option func(*Server)
 
-// WithGeneration selects the platform generation. If not set, New.
-func WithGeneration(g Generation) Option { return func(s *Server) { s.gen = g } }
+// WithGeneration selects the platform generation. If not set (or 0),
+// Newest.
+func WithGeneration(g Generation) Option {
+	return func(s *Server) {
+		if g == 0 {
+			g = Newest
+		}
+		s.gen = g
+	}
+}
 
 // WithRateLimit sets the fixed-window limit per bucket (org header, else
 // sha256 of the bearer, else IP). If not set, 600 per 60 s. n <= 0 disables
@@ -201,7 +231,7 @@ type Server struct {
 // Stop it with Close (tests: t.Cleanup(s.Close)).
 func NewServer(opts ...Option) *Server {
 	s := &Server{
-		gen:         New,
+		gen:         Newest,
 		admin:       "admin-local-secret",
 		pushTimeout: 5 * time.Minute,
 		reqLimit:    20000,

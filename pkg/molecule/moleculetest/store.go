@@ -77,7 +77,7 @@ func (s *Server) newWorkspaceLocked(id, name, parent string) *workspace {
 		queue:        map[string]string{},
 		feed:         newFeed(),
 	}
-	if s.gen == New {
+	if s.gen >= Gen2026_05 {
 		w.status = "awaiting_agent"
 	} else {
 		w.status = "provisioning"

@@ -68,7 +68,7 @@ func (s *Server) handleGetWorkspace(w http.ResponseWriter, r *http.Request, id s
 		writeError(w, http.StatusNotFound, "workspace not found")
 		return
 	}
-	if ws.removed && s.gen == New && r.URL.Query().Get("include_removed") != "true" {
+	if ws.removed && s.gen >= Gen2026_05 && r.URL.Query().Get("include_removed") != "true" {
 		b := map[string]any{
 			"error":      "workspace removed",
 			"hint":       "Regenerate workspace + token from the canvas → Tokens tab",
@@ -178,14 +178,14 @@ func (s *Server) handleSecrets(w http.ResponseWriter, _ *http.Request, id string
 }
 
 func (s *Server) encodeRow(r *row) []byte {
-	if s.gen == Old {
+	if s.gen == Gen2026_04 {
 		return encodeRowOld(r)
 	}
 	return encodeRowNew(r)
 }
 
 func (s *Server) bodyOrder() keyOrder {
-	if s.gen == Old {
+	if s.gen == Gen2026_04 {
 		return orderSorted
 	}
 	return orderJSONB
@@ -279,7 +279,7 @@ func (s *Server) handleActivity(w http.ResponseWriter, r *http.Request, id strin
 		writeError(w, http.StatusBadRequest, "source must be 'canvas' or 'agent'")
 		return
 	}
-	if s.gen == New {
+	if s.gen >= Gen2026_05 {
 		if qs.Has("since_secs") {
 			n, err := strconv.Atoi(qs.Get("since_secs"))
 			if err != nil || n <= 0 {
