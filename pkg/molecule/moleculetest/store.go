@@ -38,6 +38,12 @@ type workspace struct {
 	idleTimeout   time.Duration
 
 	liveTokens int
+	// 2026-08 settings (SetTalkToUser, SetCanDelegate, SetBudgetExceeded,
+	// SetConciergeWarming); the zero values are the platform's defaults.
+	talkToUserOff  bool
+	cannotDelegate bool
+	budgetOver     []string
+	warming        bool
 	secrets    map[string]string
 	queue      map[string]string // push queue: messageId -> queue id
 
