@@ -44,8 +44,8 @@ type workspace struct {
 	cannotDelegate bool
 	budgetOver     []string
 	warming        bool
-	secrets    map[string]string
-	queue      map[string]string // push queue: messageId -> queue id
+	secrets        map[string]string
+	queue          map[string]string // push queue: messageId -> queue id
 
 	feed *feed
 }
