@@ -68,6 +68,16 @@ var (
 	ErrBodyTooLarge = errors.New("molecule: request body too large for the platform")
 	// ErrBudgetExceeded: 402 on /a2a; the target's budget is spent.
 	ErrBudgetExceeded = errors.New("molecule: workspace budget limit exceeded")
+	// ErrInvalidCallerID: 403 "invalid caller ID" on /a2a; X-Workspace-ID
+	// has a system prefix (webhook:, system:, test:, channel:).
+	ErrInvalidCallerID = errors.New("molecule: the platform refused the caller id")
+	// ErrPeerHasNoURL: 503 "workspace has no URL" on /a2a; the target has
+	// not registered a URL and is not settling (2026-08 queues a settling
+	// one with 202). It matches ErrPlatformUnavailable too.
+	ErrPeerHasNoURL = fmt.Errorf("%w: the target workspace has no URL", ErrPlatformUnavailable)
+	// ErrPeerNotRoutable: 502 "workspace URL is not publicly routable" on
+	// /a2a. It matches ErrPlatformUnavailable too.
+	ErrPeerNotRoutable = fmt.Errorf("%w: the target's URL is not publicly routable", ErrPlatformUnavailable)
 	// ErrMemoryNotConfigured: 503 on /memories from a platform without a
 	// memory plugin (MEMORY_PLUGIN_URL unset). It does not match
 	// ErrPlatformUnavailable: retrying cannot change it.
@@ -78,6 +88,7 @@ var (
 // by status.
 var refusalSentinels = map[int]map[string]error{
 	403: {
+		"invalid caller ID":     ErrInvalidCallerID,
 		"talk_to_user_disabled": ErrTalkToUserDisabled,
 		"tool call failed":      ErrDelegationDisabled,
 		"access denied: workspaces cannot communicate per hierarchy rules": ErrHierarchy,
@@ -86,7 +97,11 @@ var refusalSentinels = map[int]map[string]error{
 		"caller ID does not match workspace auth token": ErrCallerMismatch,
 		"missing caller auth token":                     ErrCallerAuthMissing,
 	},
-	503: {"memory plugin is not configured (set MEMORY_PLUGIN_URL)": ErrMemoryNotConfigured},
+	502: {"workspace URL is not publicly routable": ErrPeerNotRoutable},
+	503: {
+		"memory plugin is not configured (set MEMORY_PLUGIN_URL)": ErrMemoryNotConfigured,
+		"workspace has no URL": ErrPeerHasNoURL,
+	},
 }
 
 // APIError is a non-success answer from the platform.
