@@ -195,6 +195,7 @@ func (s *Server) answer(ctx context.Context, p *pending, a handler.Answer) *mcp.
 	if err != nil {
 		return toolError("%v", err)
 	}
+	handedAt := time.Now()
 	if err := s.cfg.Channel.take(p, a); err != nil {
 		return toolError("%v", err)
 	}
@@ -219,16 +220,24 @@ func (s *Server) answer(ctx context.Context, p *pending, a handler.Answer) *mcp.
 	if in.Source == events.SourcePeerAgent {
 		to = "peer " + in.SourceWorkspaceID + " (A2A)"
 	}
-	pctx, pcancel := context.WithTimeout(ctx, postWait)
-	defer pcancel()
-	err = waitKey(pctx, be.Replies, events.ReplyKey(in.WorkspaceID, in.ActivityID), func(b []byte) bool {
-		var r events.ReplyRecord
-		return json.Unmarshal(b, &r) == nil && r.State == events.StateSent
-	})
-	if err != nil {
-		return mcp.NewToolResultText(fmt.Sprintf("Reply to %s for message %s recorded; the relay is posting it (it retries until the platform accepts it, and posts it once).", to, in.ActivityID))
+	return replyResult(awaitReply(ctx, be, in.WorkspaceID, in.ActivityID, handedAt),
+		fmt.Sprintf("Reply to %s for message %s", to, in.ActivityID),
+		fmt.Sprintf("Replied to %s for message %s; the platform accepted it.", to, in.ActivityID))
+}
+
+// replyResult says what became of a reply (what: "Reply to … for message
+// …"; sent: the text once it is sent): a refusal for good is an error
+// with the platform's reason and what to do, at once.
+func replyResult(o replyOutcome, what, sent string) *mcp.CallToolResult {
+	switch o.kind {
+	case outcomeSent:
+		return mcp.NewToolResultText(sent)
+	case outcomeRefused:
+		return toolError("%s was NOT delivered: the platform refused it for good, so the relay dead-lettered it (molecule-relay dlq list). %s", what, o.reason)
+	case outcomeRetrying:
+		return mcp.NewToolResultText(what + " recorded; the platform did not accept it yet (a refusal for now, or an error that leaves it unknown), and the relay retries it, posting it once.")
 	}
-	return mcp.NewToolResultText(fmt.Sprintf("Replied to %s for message %s; the platform accepted it.", to, in.ActivityID))
+	return mcp.NewToolResultText(what + " recorded; the relay is posting it (it retries while the platform refuses it for now, posts it once, and dead-letters it if the platform refuses it for good).")
 }
 
 func errOr(err error, s string) string {

@@ -313,42 +313,34 @@ func (s *Server) toolSendToUser(ctx context.Context, req mcp.CallToolRequest) (*
 		}
 		key = digest(text, b.String(), time.Now().UTC().Truncate(sendWindow).Format(time.RFC3339))
 	}
-	sent, err := s.postToUser(ctx, be, ws, text, atts, key)
-	switch {
-	case err != nil:
+	o, err := s.postToUser(ctx, be, ws, text, atts, key)
+	if err != nil {
 		return toolError("send_message_to_user: %v", err), nil
-	case !sent:
-		return mcp.NewToolResultText(fmt.Sprintf("Message to the canvas user of %s queued (key %s); the relay posts it once, within the platform's rate limit.", ws, key)), nil
 	}
-	return mcp.NewToolResultText(fmt.Sprintf("Sent to the canvas user of %s (posted once; key %s).", ws, key)), nil
+	return replyResult(o, fmt.Sprintf("Message to the canvas user of %s (key %s)", ws, key),
+		fmt.Sprintf("Sent to the canvas user of %s (posted once; key %s).", ws, key)), nil
 }
 
 // postToUser queues text for the canvas user of ws as a reply envelope
-// with an activity id derived from key, and waits up to postWait for the
-// replier to post it; sent says whether it did.
-func (s *Server) postToUser(ctx context.Context, be Backend, ws, text string, atts []events.Attachment, key string) (sent bool, err error) {
+// with an activity id derived from key, and waits up to postWait for what
+// became of it (awaitReply).
+func (s *Server) postToUser(ctx context.Context, be Backend, ws, text string, atts []events.Attachment, key string) (replyOutcome, error) {
 	if be.rt == nil {
-		return false, handler.ErrNoAgent
+		return replyOutcome{}, handler.ErrNoAgent
 	}
 	activity := userActivityPrefix + digest(ws, key)
 	now := time.Now().UTC()
 	data, err := events.Reply{WorkspaceID: ws, ActivityID: activity, Source: events.SourceCanvasUser, Text: text, Attachments: atts,
 		InboundCreatedAt: now, HandledAt: now}.Marshal()
 	if err != nil {
-		return false, err
+		return replyOutcome{}, err
 	}
 	m := &nats.Msg{Subject: events.ReplySubject(ws), Data: data, Header: nats.Header{}}
 	m.Header.Set(jetstream.MsgIDHeader, events.ReplyMsgID(ws, activity))
 	if err := stage.RetryWrite(ctx, func() error { _, err := be.rt.Conn.JS.PublishMsg(ctx, m); return err }); err != nil {
-		return false, fmt.Errorf("not queued: %w", err)
+		return replyOutcome{}, fmt.Errorf("not queued: %w", err)
 	}
-	pctx, cancel := context.WithTimeout(ctx, postWait)
-	defer cancel()
-	err = waitKey(pctx, be.Replies, events.ReplyKey(ws, activity), func(b []byte) bool {
-		var r events.ReplyRecord
-		return json.Unmarshal(b, &r) == nil && r.State == events.StateSent
-	})
-	return err == nil, nil
+	return awaitReply(ctx, be, ws, activity, now), nil
 }
 
 func (s *Server) toolCommitMemory(ctx context.Context, req mcp.CallToolRequest) (*mcp.CallToolResult, error) {
