@@ -84,6 +84,24 @@ var (
 	ErrMemoryNotConfigured = errors.New("molecule: the platform has no memory plugin (MEMORY_PLUGIN_URL unset)")
 )
 
+// permanentRefusals are the sentinels of refusals that stay until someone
+// changes a setting or the request (RefusalOf).
+var permanentRefusals = []error{ErrTalkToUserDisabled, ErrDelegationDisabled, ErrHierarchy, ErrInvalidCallerID,
+	ErrCallerMismatch, ErrCallerAuthMissing, ErrBodyTooLarge, ErrBudgetExceeded, ErrPeerNotRoutable, ErrMemoryNotConfigured}
+
+// RefusalOf returns the sentinel of the permanent refusal err is (one of
+// the sentinels above, from ErrTalkToUserDisabled to
+// ErrMemoryNotConfigured), or nil: sending the same request again gets
+// the same answer.
+func RefusalOf(err error) error {
+	for _, s := range permanentRefusals {
+		if errors.Is(err, s) {
+			return s
+		}
+	}
+	return nil
+}
+
 // refusalSentinels maps the "error" of a 2026-08 refusal to its sentinel,
 // by status.
 var refusalSentinels = map[int]map[string]error{
