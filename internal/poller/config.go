@@ -78,8 +78,14 @@ type Config struct {
 	// cursor (410), whether rows already in the feed are delivered: rows
 	// newer than this are, older ones are not. If not set (0), a cold start
 	// only seeds the cursor at the newest row and delivers nothing that was
-	// queued before the poller's first run.
+	// queued before the poller's first run. On a cold start, rows queued
+	// before the workspace's newest own notify in the window are taken as
+	// answered (by an earlier relay or client) and not delivered either.
 	BacklogWindow time.Duration
+	// BacklogLimit caps the messages a cold start delivers from its backlog
+	// window: the newest BacklogLimit, oldest first; the older ones are
+	// left out and one WARN line counts them. If not set (0), no cap.
+	BacklogLimit int
 	// OverlapWindow is how far back the periodic overlap re-read looks
 	// (since_secs), to catch rows the platform committed behind the cursor
 	// (docs/protocol.md §4). It must be shorter than the inbound stream's
@@ -289,6 +295,8 @@ func (c *Config) Validate() error {
 		return bad("page limit must be 1..%d, got %d", MaxPageLimit, c.PageLimit)
 	case c.BacklogWindow < 0:
 		return bad("backlog window must not be negative, got %s", c.BacklogWindow)
+	case c.BacklogLimit < 0:
+		return bad("backlog limit must not be negative, got %d", c.BacklogLimit)
 	case c.OverlapWindow > 0 && c.OverlapEvery >= c.OverlapWindow:
 		return bad("overlap every (%s) must be shorter than the overlap window (%s), or re-reads leave gaps", c.OverlapEvery, c.OverlapWindow)
 	case c.OverlapEvery < 0:
