@@ -112,6 +112,11 @@ type Config struct {
 	// HeartbeatInterval is the period of the heartbeat in Run. If not set,
 	// 30 seconds, which is also the maximum (the platform marks a workspace
 	// offline after about 90 s without one). RunOnce sends one per run.
+	// Negative sends none, in Run and RunOnce (an operator who heartbeats
+	// the workspace from elsewhere): the platform then shows the workspace
+	// offline unless that other process heartbeats, messages still queue,
+	// and with SSE the poll stays at PollInterval (the stream is proven
+	// healthy by the platform's echo of a heartbeat).
 	HeartbeatInterval time.Duration
 	// AllowSelf delivers messages the agent sent itself (source_id equal to
 	// its own workspace id). If false (the default) they are skipped.
@@ -301,8 +306,8 @@ func (c *Config) Validate() error {
 		return bad("overlap every (%s) must be shorter than the overlap window (%s), or re-reads leave gaps", c.OverlapEvery, c.OverlapWindow)
 	case c.OverlapEvery < 0:
 		return bad("overlap every must be positive, got %s", c.OverlapEvery)
-	case c.HeartbeatInterval < 0 || c.HeartbeatInterval > MaxHeartbeatInterval:
-		return bad("heartbeat interval must be 0..%s, got %s", MaxHeartbeatInterval, c.HeartbeatInterval)
+	case c.HeartbeatInterval > MaxHeartbeatInterval:
+		return bad("heartbeat interval must be at most %s (negative: off), got %s", MaxHeartbeatInterval, c.HeartbeatInterval)
 	case c.IdleTimeoutSeconds < 0:
 		return bad("idle timeout must not be negative, got %d", c.IdleTimeoutSeconds)
 	case c.Concurrency < 1:
