@@ -14,6 +14,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/molecule-ai/molecule-relay/internal/events"
+	"github.com/molecule-ai/molecule-relay/internal/uuid"
 	"github.com/molecule-ai/molecule-relay/pkg/handler"
 	"github.com/molecule-ai/molecule-relay/pkg/molecule"
 )
@@ -78,7 +79,8 @@ func (s *Server) addTools() {
 	add(tool(ToolReply, with(hints(false, false, true),
 		mcp.WithDescription("Answer a Molecule message shown as a channel event. Pass its activity_id (meta.activity_id). "+
 			"Without activity_id the oldest waiting message of that sender is answered: the peer peer_id, or the canvas user when peer_id is empty. "+
-			"The reply goes to /notify for a canvas user and to the peer over A2A, exactly once."),
+			"The reply goes to /notify for a canvas user and to the peer over A2A, exactly once. "+
+			"With no message waiting from that sender it starts a new message to it (to the canvas only when no message at all is waiting)."),
 		mcp.WithString("text", mcp.Required(), mcp.Description("reply text (plain text or markdown)")),
 		activity,
 		mcp.WithString("peer_id", mcp.Description("meta.peer_id for a peer_agent message; empty for a canvas_user message")),
@@ -168,10 +170,54 @@ func (s *Server) toolReply(ctx context.Context, req mcp.CallToolRequest) (*mcp.C
 	}
 	sel.Canvas = sel.PeerID == "" && sel.ActivityID == ""
 	p, err := s.cfg.Channel.find(sel)
+	// Nothing waiting from that target: a new message to it, as the
+	// TypeScript channel's reply_to_workspace always sends. Not to the
+	// canvas while any message waits (a peer's, likely answered without its
+	// peer_id), nor for an activity_id that is not waiting.
+	if err != nil && sel.ActivityID == "" && (sel.PeerID != "" || s.cfg.Channel.Waiting() == 0) {
+		return s.replyUnprompted(ctx, sel.WorkspaceID, sel.PeerID, text), nil
+	}
 	if err != nil {
 		return toolError("%v", err), nil
 	}
 	return s.answer(ctx, p, handler.Answer{Text: text}), nil
+}
+
+// replyUnprompted sends text as a new message from watched workspace ws:
+// to the canvas user through the replier, posted once (a retry of the same
+// text within sendWindow is the same message); to peer over A2A as the
+// TypeScript channel does (server.ts:802-870: message/send, role "user",
+// one text part), with a messageId derived from the text, so a retried
+// call is one message on the platform (one row per messageId since
+// 2026-08) and for a relay peer (its dispatcher's messageId claim).
+func (s *Server) replyUnprompted(ctx context.Context, ws, peer, text string) *mcp.CallToolResult {
+	c, err := s.client(ws)
+	if err != nil {
+		return toolError("%v", err)
+	}
+	ws = c.WorkspaceID()
+	window := time.Now().UTC().Truncate(sendWindow).Format(time.RFC3339)
+	if peer == "" {
+		be, err := s.backend()
+		if err != nil {
+			return toolError("%v", err)
+		}
+		key := digest(ToolReply, text, window)
+		sent, err := s.postToUser(ctx, be, ws, text, nil, key)
+		switch {
+		case err != nil:
+			return toolError("%s: no message is waiting, and a new one to the canvas user was not sent: %v", ToolReply, err)
+		case !sent:
+			return mcp.NewToolResultText(fmt.Sprintf("No message was waiting: a new message to the canvas user of %s is queued; the relay posts it once.", ws))
+		}
+		return mcp.NewToolResultText(fmt.Sprintf("No message was waiting: sent a new message to the canvas user of %s (/notify).", ws))
+	}
+	_, err = c.SendA2A(ctx, molecule.A2AMessage{To: peer, Role: "user", Text: text,
+		MessageID: uuid.FromName("molecule-relay/reply_to_workspace/" + digest(ws, peer, text, window))})
+	if err != nil {
+		return toolError("%s: no message from peer %s is waiting, and a new one to it was not sent: %v", ToolReply, peer, err)
+	}
+	return mcp.NewToolResultText(fmt.Sprintf("No message from peer %s was waiting: sent it a new message from %s (A2A).", peer, ws))
 }
 
 func (s *Server) toolDismiss(ctx context.Context, req mcp.CallToolRequest) (*mcp.CallToolResult, error) {
