@@ -203,14 +203,12 @@ func (s *Server) replyUnprompted(ctx context.Context, ws, peer, text string) *mc
 			return toolError("%v", err)
 		}
 		key := digest(ToolReply, text, window)
-		sent, err := s.postToUser(ctx, be, ws, text, nil, key)
-		switch {
-		case err != nil:
+		o, err := s.postToUser(ctx, be, ws, text, nil, key)
+		if err != nil {
 			return toolError("%s: no message is waiting, and a new one to the canvas user was not sent: %v", ToolReply, err)
-		case !sent:
-			return mcp.NewToolResultText(fmt.Sprintf("No message was waiting: a new message to the canvas user of %s is queued; the relay posts it once.", ws))
 		}
-		return mcp.NewToolResultText(fmt.Sprintf("No message was waiting: sent a new message to the canvas user of %s (/notify).", ws))
+		return replyResult(o, fmt.Sprintf("No message was waiting: a new message to the canvas user of %s", ws),
+			fmt.Sprintf("No message was waiting: sent a new message to the canvas user of %s (/notify).", ws))
 	}
 	_, err = c.SendA2A(ctx, molecule.A2AMessage{To: peer, Role: "user", Text: text,
 		MessageID: uuid.FromName("molecule-relay/reply_to_workspace/" + digest(ws, peer, text, window))})
