@@ -71,6 +71,12 @@ type Config struct {
 	// the poll to PollInterval at once. If not set, 2 minutes; a value not
 	// longer than PollInterval (or negative) keeps the poll at PollInterval.
 	SafetyNetInterval time.Duration
+	// BroadcastInterval is the longest a cycle goes without reading the
+	// workspace's broadcasts (broadcast.go); the event stream's
+	// BROADCAST_MESSAGE reads them at once. A broadcast whose event was
+	// missed (or without SSE) is read within BroadcastInterval plus the
+	// cycle's period. If not set, 5 minutes; negative: never read.
+	BroadcastInterval time.Duration
 	// PageLimit is the number of rows asked for per page. If not set, 100;
 	// at most 500 (the platform's cap).
 	PageLimit int
@@ -209,6 +215,9 @@ func (c *Config) SetDefaults() {
 	}
 	if c.PageLimit == 0 {
 		c.PageLimit = DefaultPageLimit
+	}
+	if c.BroadcastInterval == 0 {
+		c.BroadcastInterval = DefaultBroadcastInterval
 	}
 	if c.OverlapWindow == 0 {
 		c.OverlapWindow = DefaultOverlapWindow

@@ -465,7 +465,7 @@ func (p *Poller) overlapFrom(ctx context.Context, w *workspace, d time.Duration,
 
 // skipReason says why a parsed row is not delivered, or "".
 func skipReason(m *molecule.Message, allowSelf bool) string {
-	if m.ActivityType != "" && m.ActivityType != activityType {
+	if m.ActivityType != "" && m.ActivityType != activityType && m.Kind != molecule.KindBroadcast {
 		return SkipOtherType
 	}
 	return m.Skip(allowSelf)

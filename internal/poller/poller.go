@@ -121,6 +121,11 @@ type workspace struct {
 	// followUpSlack (cycleMu): where the next quick one starts looking
 	// (rereadSpan).
 	rereadAt, rereadFloor time.Time
+	// broadcastAsked: the event stream announced a broadcast (or a read of
+	// them failed) since the last read; broadcastReadAt is when that read
+	// started (cycleMu). broadcast.go.
+	broadcastAsked  atomic.Bool
+	broadcastReadAt time.Time
 	// feedClock is the platform's clock as the last feed read saw it
 	// (cycleMu; followup.go).
 	feedClock feedClock
@@ -550,6 +555,9 @@ func (p *Poller) poll(ctx context.Context, w *workspace, rec *statusRecord, res 
 		// read it (most of a burst's wake-ups): Run re-reads at once, or
 		// with the next follow-up (followUps.owe).
 		res.rereadOwed = true
+	}
+	if err == nil && p.broadcastDue(w, time.Now()) {
+		err = p.readBroadcasts(ctx, w, rec, res, set)
 	}
 	p.saveSent(ctx, w)
 	switch {

@@ -381,6 +381,11 @@ func (p *Poller) sseLoop(ctx context.Context, w *workspace, l *pollLoop) {
 			if wakeOn(ev) || ev.Type == "WORKSPACE_REMOVED" {
 				w.cad.noteActivity(now)
 				l.wakeByEvent()
+			} else if ev.Type == broadcastEvent {
+				// Not a message to this workspace: the cadence stays, the
+				// next cycle reads the broadcasts (broadcast.go).
+				w.broadcastAsked.Store(true)
+				l.wake()
 			}
 		})
 		w.cad.streamClosed()
