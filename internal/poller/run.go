@@ -371,6 +371,10 @@ func (p *Poller) sseLoop(ctx context.Context, w *workspace, l *pollLoop) {
 		err := w.c.StreamEvents(sctx, func(ev molecule.Event) {
 			now := time.Now()
 			w.cad.noteEvent(now)
+			if ev.Type == sessionResetEvent {
+				p.resetSession(ctx, w) // before the new session's first message
+				return
+			}
 			// A wake-up already pending covers this event: skip its parse.
 			if l.wakePending() {
 				return
