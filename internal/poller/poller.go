@@ -124,7 +124,10 @@ type workspace struct {
 	// broadcastAsked: the event stream announced a broadcast (or a read of
 	// them failed) since the last read; broadcastReadAt is when that read
 	// started (cycleMu). broadcast.go.
-	broadcastAsked  atomic.Bool
+	broadcastAsked atomic.Bool
+	// busyReported: the last heartbeat sent reported this process's
+	// handlers for the workspace running (startHeartbeats watches them).
+	busyReported    atomic.Bool
 	broadcastReadAt time.Time
 	// feedClock is the platform's clock as the last feed read saw it
 	// (cycleMu; followup.go).
@@ -749,8 +752,11 @@ func oldPlatformError(ws string) error {
 // rate budget: the budget reserve exists for them.
 func (p *Poller) heartbeat(ctx context.Context, w *workspace) (ok bool, status string, err error) {
 	rate, sample := w.errorRate()
+	active, current := p.tasksOf(ctx, w)
+	w.busyReported.Store(p.cfg.Tasks != nil && active > 0)
 	hb := molecule.Heartbeat{
-		ActiveTasks:        p.activeTasks(ctx),
+		ActiveTasks:        active,
+		CurrentTask:        current,
 		UptimeSeconds:      int64(time.Since(p.start).Seconds()),
 		ErrorRate:          rate,
 		SampleError:        sample,
@@ -778,6 +784,15 @@ func heartbeatSetter(status string, err error) func(*statusRecord) {
 			r.HeartbeatStatus, r.HeartbeatError = "", err.Error()
 		}
 	}
+}
+
+// tasksOf is what the heartbeat says w is doing: this process's handlers
+// for it (Config.Tasks), else the relay's load (activeTasks).
+func (p *Poller) tasksOf(ctx context.Context, w *workspace) (int, string) {
+	if p.cfg.Tasks != nil {
+		return p.cfg.Tasks.Running(w.id)
+	}
+	return p.activeTasks(ctx), ""
 }
 
 // activeTasks is the dispatcher consumer's ack-pending count: messages

@@ -56,6 +56,9 @@ type Runtime struct {
 	// and the replier run together (Run, Once): the poller warns about
 	// notify rows that are not in it (a second relay on the workspace).
 	ledger *poller.NotifyLedger
+	// tasks is this process's dispatcher, for the heartbeats' active_tasks
+	// and current_task (nil: the dispatcher runs elsewhere).
+	tasks poller.Tasks
 	// agentSrv is the agent API, started by the first Dispatcher (agentapi.go).
 	agentMu  sync.Mutex
 	agentSrv *agentapi.Server
@@ -342,6 +345,7 @@ func (rt *Runtime) poller(batched bool) (*poller.Poller, error) {
 		OwnNotify:            rt.ledger,
 		OtherPoller:          rt.otherPoller(),
 		RefuseSecondRelay:    rt.Cfg.Singleton == "refuse",
+		Tasks:                rt.tasks,
 	})
 }
 
@@ -388,6 +392,10 @@ func (rt *Runtime) stageCores(s Stages) (*dispatcher.Dispatcher, *replier.Replie
 		if d, err = rt.dispatcher(h, direct); err != nil {
 			return nil, nil, err
 		}
+	}
+	rt.tasks = nil
+	if d != nil {
+		rt.tasks = d
 	}
 	return d, r, nil
 }
