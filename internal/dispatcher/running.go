@@ -43,18 +43,19 @@ func (r *running) start(in *events.Inbound) (end func()) {
 
 // Running reports how many handlers run for workspace ws in this process
 // and a short description of what they do, for the heartbeat: who the
-// message is from, never what it says ("" when none runs).
-func (d *Dispatcher) Running(ws string) (n int, current string) {
+// message is from, never what it says ("" when none runs). known is
+// always true: the poller's heartbeat asks it as a poller.Tasks.
+func (d *Dispatcher) Running(ws string) (n int, current string, known bool) {
 	d.running.mu.Lock()
 	defer d.running.mu.Unlock()
 	list := d.running.by[ws]
 	switch len(list) {
 	case 0:
-		return 0, ""
+		return 0, "", true
 	case 1:
-		return 1, taskOf(list[0])
+		return 1, taskOf(list[0]), true
 	}
-	return len(list), "answering " + strconv.Itoa(len(list)) + " messages"
+	return len(list), "answering " + strconv.Itoa(len(list)) + " messages", true
 }
 
 // taskOf describes the handling of one message by its sender.

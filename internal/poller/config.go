@@ -52,10 +52,10 @@ const (
 // re-reads 250 ms, 1 s and 3 s after a poll that published messages.
 var DefaultOverlapFollowUps = []time.Duration{250 * time.Millisecond, time.Second, 3 * time.Second}
 
-// Tasks is what the dispatcher is doing for a workspace
-// (dispatcher.Dispatcher.Running).
+// Tasks is what the dispatcher of this process is doing for a workspace
+// (dispatcher.Dispatcher.Running); known is false while it has none.
 type Tasks interface {
-	Running(workspace string) (n int, current string)
+	Running(workspace string) (n int, current string, known bool)
 }
 
 // Config configures a Poller. Zero values take the defaults SetDefaults

@@ -752,8 +752,8 @@ func oldPlatformError(ws string) error {
 // rate budget: the budget reserve exists for them.
 func (p *Poller) heartbeat(ctx context.Context, w *workspace) (ok bool, status string, err error) {
 	rate, sample := w.errorRate()
-	active, current := p.tasksOf(ctx, w)
-	w.busyReported.Store(p.cfg.Tasks != nil && active > 0)
+	active, current, known := p.tasksOf(ctx, w)
+	w.busyReported.Store(known && active > 0)
 	hb := molecule.Heartbeat{
 		ActiveTasks:        active,
 		CurrentTask:        current,
@@ -788,11 +788,13 @@ func heartbeatSetter(status string, err error) func(*statusRecord) {
 
 // tasksOf is what the heartbeat says w is doing: this process's handlers
 // for it (Config.Tasks), else the relay's load (activeTasks).
-func (p *Poller) tasksOf(ctx context.Context, w *workspace) (int, string) {
+func (p *Poller) tasksOf(ctx context.Context, w *workspace) (n int, current string, known bool) {
 	if p.cfg.Tasks != nil {
-		return p.cfg.Tasks.Running(w.id)
+		if n, current, known = p.cfg.Tasks.Running(w.id); known {
+			return n, current, true
+		}
 	}
-	return p.activeTasks(ctx), ""
+	return p.activeTasks(ctx), "", false
 }
 
 // activeTasks is the dispatcher consumer's ack-pending count: messages

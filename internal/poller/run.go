@@ -313,7 +313,7 @@ func (p *Poller) startHeartbeats(ctx context.Context, w *workspace, bg *sync.Wai
 		if ctx.Err() != nil {
 			return
 		}
-		if n, _ := p.cfg.Tasks.Running(w.id); n == 0 || !due.After(time.Now()) {
+		if n, _, _ := p.cfg.Tasks.Running(w.id); n == 0 || !due.After(time.Now()) {
 			beat()
 			return
 		}
