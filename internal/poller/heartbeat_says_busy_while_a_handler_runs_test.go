@@ -18,7 +18,7 @@ import (
 // and when it finishes, a heartbeat says so at once, not an interval
 // later (the canvas shows "thinking" while current_task is set).
 func TestHeartbeatSaysBusyWhileAHandlerRuns(t *testing.T) {
-	const interval = 3 * time.Second
+	const interval = 4 * time.Second
 	w := pipelinetest.New(t, pipelinetest.Options{})
 	started, release := make(chan struct{}, 1), make(chan struct{})
 	h := handler.Func(func(ctx context.Context, req *handler.Request) (string, error) {
@@ -47,7 +47,7 @@ func TestHeartbeatSaysBusyWhileAHandlerRuns(t *testing.T) {
 	if busy.CurrentTask != "answering a canvas message" || !busy.Busy {
 		t.Errorf("busy heartbeat: current_task %q, is_busy %v", busy.CurrentTask, busy.Busy)
 	}
-	pipelinetest.Eventually(t, interval/2, "a heartbeat saying idle before the next regular one", func() bool {
+	pipelinetest.Eventually(t, interval*3/4, "a heartbeat saying idle before the next regular one", func() bool {
 		st := w.Plat.Status(w.Agent.ID)
 		return st.ActiveTasks == 0 && st.CurrentTask == "" && !st.Busy && st.Heartbeats == busy.Heartbeats+1
 	})
