@@ -60,7 +60,7 @@ func (p *Poller) readBroadcasts(ctx context.Context, w *workspace, rec *statusRe
 		}
 		rows := page.Rows
 		if cursor == "" {
-			rows = p.coldBroadcasts(rows, rec, started)
+			rows = p.coldBroadcasts(rows, w, rec, started)
 		}
 		if err := p.deliver(ctx, w, rows, &cursorValue{}, time.Now().UTC(), res); err != nil {
 			w.broadcastAsked.Store(true)
@@ -88,10 +88,14 @@ func (p *Poller) readBroadcasts(ctx context.Context, w *workspace, rec *statusRe
 // coldBroadcasts are the rows of a read without cursor that are ours to
 // deliver: created within BacklogWindow, or since this relay registered
 // the workspace in poll mode (poller clock against the platform's).
-func (p *Poller) coldBroadcasts(rows []molecule.ActivityRow, rec *statusRecord, now time.Time) []molecule.ActivityRow {
+func (p *Poller) coldBroadcasts(rows []molecule.ActivityRow, w *workspace, rec *statusRecord, now time.Time) []molecule.ActivityRow {
 	floor := now.Add(-p.cfg.BacklogWindow)
-	if rec.Registered && rec.DeliveryMode == string(molecule.DeliveryPoll) && rec.RegisteredAt.Before(floor) && !rec.RegisteredAt.IsZero() {
-		floor = rec.RegisteredAt
+	reg := w.registeredSince()
+	if reg.IsZero() && rec.Registered && rec.DeliveryMode == string(molecule.DeliveryPoll) {
+		reg = rec.RegisteredAt
+	}
+	if !reg.IsZero() && reg.Before(floor) {
+		floor = reg
 	}
 	var out []molecule.ActivityRow
 	for _, r := range rows {

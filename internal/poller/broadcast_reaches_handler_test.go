@@ -108,3 +108,26 @@ func TestBroadcastWithoutEventStreamIsReadOncePerInterval(t *testing.T) {
 		t.Errorf("%d broadcast reads in %s (interval %s), want 1..%d; %d activity reads in all", got, span.Round(time.Millisecond), interval, most, polls)
 	}
 }
+
+// A broadcast from before the relay first polled (and registered) the
+// workspace is old backlog: with BacklogWindow 0 the first read only sets
+// the broadcast cursor, and the next broadcast is delivered alone.
+func TestBroadcastBeforeFirstPollIsBacklog(t *testing.T) {
+	w := pipelinetest.New(t, pipelinetest.Options{})
+	announcer := w.Plat.CreateChild(w.Agent.ID, "announcer")
+	w.Plat.SetBroadcastEnabled(announcer.ID, true)
+	broadcast(t, w, announcer, "old news")
+	seen := make(chan events.Inbound, 16)
+	h := handler.Func(func(_ context.Context, req *handler.Request) (string, error) {
+		seen <- *req.Message
+		return "", nil
+	})
+	pl := w.StartPipeline(pipelinetest.PipelineConfig{Poller: poller.Config{SSE: true}, Handler: h, Direct: true})
+	t.Cleanup(func() { pl.Stop(t) })
+	w.WaitSeeded(w.Agent.ID)
+	pipelinetest.Eventually(t, 10*time.Second, "event stream open", func() bool { return w.Requests("GET", "/events/stream", 200) > 0 })
+	broadcast(t, w, announcer, "new news")
+	if in := handledBroadcast(t, seen, 5*time.Second); in.Text != "Broadcast from announcer: new news" {
+		t.Errorf("first broadcast handled: %q, want the new one", in.Text)
+	}
+}
