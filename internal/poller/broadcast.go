@@ -2,8 +2,10 @@ package poller
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
+	"sync"
 	"time"
 
 	"github.com/molecule-ai/molecule-relay/pkg/molecule"
@@ -104,4 +106,74 @@ func (p *Poller) coldBroadcasts(rows []molecule.ActivityRow, w *workspace, rec *
 		}
 	}
 	return out
+}
+
+// The row's summary cuts a message at 120 runes (workspace_broadcast.go:
+// 157, 179-185); the event carries it whole. broadcastTexts keeps the
+// events' messages a while, so that the row they announce reaches the
+// handler with its whole text; a row whose event was missed keeps its
+// summary.
+const (
+	broadcastTextsMax  = 32
+	broadcastTextsKeep = 15 * time.Minute
+	broadcastCut       = 120
+)
+
+// broadcastTexts is a workspace's recent BROADCAST_MESSAGE events.
+type broadcastTexts struct {
+	mu   sync.Mutex
+	list []broadcastText
+}
+
+type broadcastText struct {
+	senderID, summary, text string
+	at                      time.Time
+}
+
+// note keeps an event's message under the summary its row carries.
+func (b *broadcastTexts) note(data json.RawMessage, now time.Time) {
+	var ev struct {
+		Message  string `json:"message"`
+		SenderID string `json:"sender_id"`
+		Sender   string `json:"sender"`
+	}
+	if json.Unmarshal(data, &ev) != nil || ev.SenderID == "" {
+		return
+	}
+	prefix := "Broadcast from " + ev.Sender + ": "
+	t := broadcastText{senderID: ev.SenderID, summary: prefix + cutRunes(ev.Message, broadcastCut), text: prefix + ev.Message, at: now}
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	b.list = append(b.list, t)
+	if len(b.list) > broadcastTextsMax {
+		b.list = b.list[len(b.list)-broadcastTextsMax:]
+	}
+}
+
+// whole returns the whole text of a broadcast row from senderID with
+// summary, and forgets it, or summary when no event announced it.
+func (b *broadcastTexts) whole(senderID, summary string, now time.Time) string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	kept := b.list[:0]
+	text := summary
+	for _, t := range b.list {
+		switch {
+		case now.Sub(t.at) > broadcastTextsKeep:
+		case text == summary && t.senderID == senderID && t.summary == summary:
+			text = t.text
+		default:
+			kept = append(kept, t)
+		}
+	}
+	b.list = kept
+	return text
+}
+
+// cutRunes is the platform's broadcastTruncate.
+func cutRunes(s string, max int) string {
+	if r := []rune(s); len(r) > max {
+		return string(r[:max]) + "…"
+	}
+	return s
 }

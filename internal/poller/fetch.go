@@ -540,6 +540,9 @@ func (p *Poller) publishRow(ctx context.Context, w *workspace, row molecule.Acti
 	if m.CreatedAt.IsZero() {
 		m.CreatedAt = row.CreatedAt
 	}
+	if m.Kind == molecule.KindBroadcast {
+		m.Text = w.broadcastTexts.whole(m.SourceID, m.Summary, time.Now())
+	}
 	data, err := events.NewInbound(w.id, m, polledAt).Marshal()
 	if err != nil {
 		return nil, fmt.Errorf("poller: encode inbound %s: %w", m.ActivityID, err)

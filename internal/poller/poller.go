@@ -124,11 +124,13 @@ type workspace struct {
 	// broadcastAsked: the event stream announced a broadcast (or a read of
 	// them failed) since the last read; broadcastReadAt is when that read
 	// started (cycleMu). broadcast.go.
-	broadcastAsked atomic.Bool
+	broadcastAsked  atomic.Bool
+	broadcastReadAt time.Time
+	// broadcastTexts are the whole messages the events carried.
+	broadcastTexts broadcastTexts
 	// busyReported: the last heartbeat sent reported this process's
 	// handlers for the workspace running (startHeartbeats watches them).
-	busyReported    atomic.Bool
-	broadcastReadAt time.Time
+	busyReported atomic.Bool
 	// feedClock is the platform's clock as the last feed read saw it
 	// (cycleMu; followup.go).
 	feedClock feedClock

@@ -417,6 +417,7 @@ func (p *Poller) sseLoop(ctx context.Context, w *workspace, l *pollLoop) {
 			} else if ev.Type == broadcastEvent {
 				// Not a message to this workspace: the cadence stays, the
 				// next cycle reads the broadcasts (broadcast.go).
+				w.broadcastTexts.note(ev.Data, now)
 				w.broadcastAsked.Store(true)
 				l.wake()
 			}
