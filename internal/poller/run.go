@@ -400,8 +400,16 @@ func (p *Poller) sseLoop(ctx context.Context, w *workspace, l *pollLoop) {
 		err := w.c.StreamEvents(sctx, func(ev molecule.Event) {
 			now := time.Now()
 			w.cad.noteEvent(now)
-			if ev.Type == sessionResetEvent {
+			switch ev.Type {
+			case sessionResetEvent:
 				p.resetSession(ctx, w) // before the new session's first message
+				return
+			case broadcastEvent:
+				// Not a message to this workspace: the cadence stays, the
+				// next cycle reads the broadcasts (broadcast.go).
+				w.broadcastTexts.note(ev.Data, now)
+				w.broadcastAsked.Store(true)
+				l.wake()
 				return
 			}
 			// A wake-up already pending covers this event: skip its parse.
@@ -414,12 +422,6 @@ func (p *Poller) sseLoop(ctx context.Context, w *workspace, l *pollLoop) {
 			if wakeOn(ev) || ev.Type == "WORKSPACE_REMOVED" {
 				w.cad.noteActivity(now)
 				l.wakeByEvent()
-			} else if ev.Type == broadcastEvent {
-				// Not a message to this workspace: the cadence stays, the
-				// next cycle reads the broadcasts (broadcast.go).
-				w.broadcastTexts.note(ev.Data, now)
-				w.broadcastAsked.Store(true)
-				l.wake()
 			}
 		})
 		w.cad.streamClosed()
