@@ -63,6 +63,8 @@ type Dispatcher struct {
 	stats counters
 	// callHandler is handlerCall, built once in New.
 	callHandler handlerFunc
+	// running is what the handlers are doing, by workspace (Running).
+	running running
 }
 
 // New validates cfg, applies its defaults (ProgressInterval from the
@@ -178,6 +180,7 @@ func (d *Dispatcher) runHandler(runCtx context.Context, msg *message) (a handler
 	}()
 	// A wait for a peer's answer gives the slot back (internal/delegate).
 	hctx = stage.WithParking(hctx, del)
+	defer d.running.start(in)()
 	m := *in // the handler gets its own copy
 	req := &handler.Request{
 		Message:  &m,
