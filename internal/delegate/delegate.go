@@ -171,6 +171,9 @@ func (a *Asker) Ask(ctx context.Context, s Scope, q handler.Question) (*handler.
 		log.InfoContext(ctx, "delegate: question answered before this run; not asked again")
 		return peerAnswer(id, rec.Answer), nil
 	}
+	if err := expect(ctx, a.cfg.Asks, s, q.PeerID, id, contextOf(s, id), deadline); err != nil {
+		return nil, fmt.Errorf("delegate: question %s not put on the awaiting list: %w", id, err)
+	}
 	if rec.SentAt.IsZero() {
 		if ans, err := a.send(ctx, c, key, id, s, q, deadline, log); ans != nil || err != nil {
 			return ans, err
@@ -211,6 +214,15 @@ func (a *Asker) deadline(s Scope, q handler.Question) time.Time {
 		d = s.Deadline
 	}
 	return d
+}
+
+// contextOf is the question's contextId: the conversation's, else the
+// question's own id.
+func contextOf(s Scope, id string) string {
+	if s.ContextID != "" {
+		return s.ContextID
+	}
+	return id
 }
 
 func peerAnswer(id string, ans *events.AskAnswer) *handler.PeerAnswer {
