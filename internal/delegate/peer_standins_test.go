@@ -96,8 +96,8 @@ func newID() string {
 // each new message with answer, through the platform. It stops at test
 // cleanup; questions returns what it was asked so far.
 type standIn struct {
-	mu   sync.Mutex
-	seen map[string]bool
+	mu    sync.Mutex
+	seen  map[string]bool
 	asked []question
 }
 
