@@ -293,7 +293,10 @@ func (d *Dispatcher) complete(runCtx context.Context, m *message, a handler.Answ
 	in, log := m.in, m.Log
 	now := time.Now().UTC()
 	rec := events.HandledRecord{Outcome: events.OutcomeReplied, Delivery: m.Meta.NumDelivered, HandledAt: now}
-	if a.Empty() {
+	if m.suppressed != "" {
+		rec.Outcome = events.OutcomeSuppressed
+		log.InfoContext(runCtx, "dispatcher: message not handled by the loop guard", "why", m.suppressed, "sender", in.SourceWorkspaceID)
+	} else if a.Empty() {
 		rec.Outcome = events.OutcomeNoReply
 	} else if why := d.loopGuard(in); why != "" {
 		rec.Outcome = events.OutcomeSuppressed
@@ -335,6 +338,9 @@ func (d *Dispatcher) complete(runCtx context.Context, m *message, a handler.Answ
 	}
 	if crashpoint.Hit(runCtx, crashpoint.DispatcherOf(runCtx).AfterRecord, in) {
 		return stage.Abandon()
+	}
+	if rec.Outcome == events.OutcomeReplied {
+		d.streakReplied(ctx, m)
 	}
 	if rec.Reply != nil {
 		if o, finished := d.deliverReply(runCtx, m, rec, rev); finished {

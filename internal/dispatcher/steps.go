@@ -20,6 +20,9 @@ type message struct {
 	*stage.Delivery
 	in  *events.Inbound
 	key string // its handled record's (events.HandledKey)
+	// suppressed says why the message is not handled (the peer streak of
+	// the loop guard), or "".
+	suppressed string
 }
 
 // replayed says whether m is a dead letter's replay (dlq.Replay).
@@ -37,6 +40,7 @@ func (d *Dispatcher) steps() stage.Step[*stage.Delivery] {
 		d.handledBefore, // finished by an earlier delivery: republish, ack
 		d.admitted,      // the start-margin rule: no room for a handler, defer
 		d.peerClaimed,   // a peer's messageId another activity row carried: ack
+		d.peerStreak,    // the loop guard for peers without hop count: not handled
 	))
 	// then handle: memory and the agent API around the handler (runHandler),
 	// the handled record, the reply publish, the ack (complete).
