@@ -23,6 +23,8 @@ type message struct {
 	// suppressed says why the message is not handled (the peer streak of
 	// the loop guard), or "".
 	suppressed string
+	// cancelled: its sender cancelled its task (tasks/cancel).
+	cancelled bool
 }
 
 // replayed says whether m is a dead letter's replay (dlq.Replay).
@@ -36,6 +38,7 @@ func (m *message) replayed() bool { return m.Msg != nil && dlq.IsReplay(m.Msg.He
 func (d *Dispatcher) steps() stage.Step[*stage.Delivery] {
 	return d.decoded(stage.Steps(d.handle,
 		d.traced,        // the publisher's trace, and the message's logger
+		d.cancels,       // a sender's tasks/cancel: mark the task cancelled, ack
 		d.answers,       // a peer's answer to a handler's question (internal/delegate)
 		d.handledBefore, // finished by an earlier delivery: republish, ack
 		d.admitted,      // the start-margin rule: no room for a handler, defer
