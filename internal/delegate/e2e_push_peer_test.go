@@ -33,7 +33,7 @@ func pushAgent(t *testing.T, calls chan<- string) string {
 
 // pushAgentAnswering is a push-mode agent whose JSON-RPC result for a
 // question's text is result(text).
-func pushAgentAnswering(t *testing.T, calls chan<- string, result func(text string) map[string]any) string {
+func pushAgentAnswering(t testing.TB, calls chan<- string, result func(text string) map[string]any) string {
 	t.Helper()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
