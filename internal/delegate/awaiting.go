@@ -30,9 +30,24 @@ type awaited struct {
 	MessageID string    `json:"message_id"`
 	ContextID string    `json:"context_id,omitempty"`
 	Deadline  time.Time `json:"deadline"`
+	// Since is when this run put the question on the list, just before
+	// sending it: until its record says sent, an answer may be racing
+	// the record's update (ErrInFlight).
+	Since time.Time `json:"since"`
 	// AnsweredBy is the activity of the answer that claimed the question.
 	AnsweredBy string `json:"answered_by,omitempty"`
 }
+
+// inFlight is how long after Since a question not yet recorded sent is
+// taken to be in flight: its POST is answered in milliseconds by a
+// poll-mode peer; past this, it failed (the handler's re-run sends it
+// again).
+const inFlight = 10 * time.Second
+
+// ErrInFlight: a peer's message may answer a question whose record is
+// not yet marked sent (the answer raced the record's update); retry the
+// message shortly.
+var ErrInFlight = errors.New("delegate: a question to this peer is being sent; its answer may be this message")
 
 // claimKeep is how long a claimed question stays in the list after its
 // deadline, for redeliveries of its answer: the ask record's own TTL.
@@ -49,14 +64,14 @@ func expect(ctx context.Context, kv jetstream.KeyValue, s Scope, peer, id, conte
 		if err != nil && !errors.Is(err, jetstream.ErrKeyNotFound) {
 			return err
 		}
-		found := false
+		found, now := false, time.Now().UTC()
 		for i := range list.Questions {
 			if q := &list.Questions[i]; q.MessageID == id {
-				q.Deadline, found = deadline, true
+				q.Deadline, q.Since, found = deadline, now, true
 			}
 		}
 		if !found {
-			list.Questions = append(list.Questions, awaited{MessageID: id, ContextID: contextID, Deadline: deadline})
+			list.Questions = append(list.Questions, awaited{MessageID: id, ContextID: contextID, Deadline: deadline, Since: now})
 		}
 		list.prune(time.Now(), id)
 		if err = writeJSON(ctx, kv, key, list, rev); err == nil || !isConflict(err) {
@@ -126,6 +141,8 @@ func routeUnaddressed(ctx context.Context, asks, handled jetstream.KeyValue, in 
 // pick returns the first question of list that in may answer: unclaimed,
 // within its deadline, in in's contextId when in carries one, and still
 // awaited by its record (pending, sent, its asking message unfinished).
+// A first such question still being sent is ErrInFlight: skipping it
+// would hand its answer to the handler as a new message.
 func pick(ctx context.Context, asks, handled jetstream.KeyValue, list *awaiting, in *events.Inbound) (*awaited, error) {
 	now := time.Now()
 	for i := range list.Questions {
@@ -139,8 +156,12 @@ func pick(ctx context.Context, asks, handled jetstream.KeyValue, list *awaiting,
 			continue
 		case err != nil:
 			return nil, err
-		case rec.State != events.AskPending || rec.SentAt.IsZero() || rec.Peer != in.SourceWorkspaceID:
+		case rec.State != events.AskPending || rec.Peer != in.SourceWorkspaceID:
 			continue
+		case rec.SentAt.IsZero() && now.Sub(q.Since) < inFlight:
+			return nil, ErrInFlight
+		case rec.SentAt.IsZero():
+			continue // its send failed; a re-run sends it again
 		}
 		if out, err := unawaited(ctx, handled, rec, in); err != nil && out == NotAnAnswer {
 			return nil, err

@@ -24,10 +24,15 @@ import (
 //
 //	go test ./internal/delegate -run '^$' -bench DelegationByPeerKind -benchtime 20x
 func BenchmarkDelegationByPeerKind(b *testing.B) {
-	kinds := append([]struct {
+	type kind struct {
 		name   string
 		answer answerFunc
-	}{{"relay", nil}, {"push agent", nil}}, peerKinds...)
+		want   func(string) string
+	}
+	kinds := []kind{{"relay", nil, func(q string) string { return "B: " + q }}, {"push agent", nil, func(q string) string { return "B: " + q }}}
+	for _, k := range peerKinds {
+		kinds = append(kinds, kind{k.name, k.answer, ansOf})
+	}
 	for _, k := range kinds {
 		b.Run(strings.ReplaceAll(k.name, " ", "_"), func(b *testing.B) {
 			w := pipelinetest.New(b, pipelinetest.Options{Peers: 1})
@@ -71,9 +76,11 @@ func BenchmarkDelegationByPeerKind(b *testing.B) {
 			}
 			b.StopTimer()
 			answered := 0
-			for _, n := range notifies(w) {
-				if !strings.Contains(n, "did not answer") {
+			for i, n := range notifies(w) {
+				if n == fmt.Sprintf("peer says: %s", k.want(fmt.Sprintf("question %d", i))) {
 					answered++
+				} else {
+					b.Logf("question %d answered %q", i, n)
 				}
 			}
 			mu.Lock()

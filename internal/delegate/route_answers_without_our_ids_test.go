@@ -2,6 +2,7 @@ package delegate_test
 
 import (
 	"context"
+	"errors"
 	"strings"
 	"testing"
 	"time"
@@ -10,6 +11,7 @@ import (
 	"github.com/molecule-ai/molecule-relay/internal/events"
 	"github.com/molecule-ai/molecule-relay/internal/testkit/pipelinetest"
 	"github.com/molecule-ai/molecule-relay/pkg/handler"
+	"github.com/molecule-ai/molecule-relay/pkg/molecule"
 )
 
 // Answers that name none of our ids, against real buckets and two real
@@ -86,5 +88,47 @@ func TestRouteMatchesAnswersWithoutOurIDsInOrder(t *testing.T) {
 		case <-time.After(10 * time.Second):
 			t.Fatalf("question %d not answered", i+1)
 		}
+	}
+}
+
+// An answer without our ids that comes while its question's POST has not
+// yet returned (the record not yet marked sent: a fast peer's answer
+// races the record's update) is neither matched nor handed on: Route
+// says ErrInFlight, and the dispatcher retries it shortly.
+func TestRouteRetriesAnAnswerRacingItsQuestionsSend(t *testing.T) {
+	t.Parallel()
+	w := pipelinetest.New(t, pipelinetest.Options{})
+	peer := w.Plat.CreateWorkspace("slow-push-peer")
+	release := make(chan struct{})
+	url := pushAgentAnswering(t, make(chan string, 4), func(q string) map[string]any {
+		<-release
+		return map[string]any{"kind": "message", "role": "agent", "messageId": "m", "parts": textPart("push: " + q)}
+	})
+	ctx := pipelinetest.Ctx(t)
+	if _, err := w.Client(peer).Register(ctx, molecule.RegisterRequest{Mode: molecule.DeliveryPush, URL: url}); err != nil {
+		t.Fatal(err)
+	}
+	asked := make(chan string, 1)
+	go func() {
+		s := newAsker(t, w, w.Obs).Session(delegate.Scope{Workspace: w.Agent.ID, Activity: "act"})
+		a, err := s.Ask(context.Background(), handler.Question{PeerID: peer.ID, Text: "q", Timeout: 20 * time.Second})
+		if err != nil {
+			asked <- err.Error()
+			return
+		}
+		asked <- a.Text
+	}()
+	in := &events.Inbound{WorkspaceID: w.Agent.ID, ActivityID: "row-1", Source: events.SourcePeerAgent,
+		SourceWorkspaceID: peer.ID, Method: "message/send", Role: "user", MessageID: "m-1", Text: "hello"}
+	pipelinetest.Eventually(t, 10*time.Second, "the question on its way", func() bool {
+		_, err := delegate.Route(ctx, w.Obs.Topo.Asks, w.Obs.Topo.Handled, in)
+		return errors.Is(err, delegate.ErrInFlight)
+	})
+	close(release)
+	if got := <-asked; got != "push: q" {
+		t.Errorf("ask got %q, want the push answer", got)
+	}
+	if got, err := delegate.Route(ctx, w.Obs.Topo.Asks, w.Obs.Topo.Handled, in); got != delegate.NotAnAnswer || err != nil {
+		t.Errorf("once the question is answered: outcome %d (err %v), want not an answer", got, err)
 	}
 }

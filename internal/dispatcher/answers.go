@@ -2,6 +2,7 @@ package dispatcher
 
 import (
 	"context"
+	"errors"
 
 	"github.com/molecule-ai/molecule-relay/internal/delegate"
 	"github.com/molecule-ai/molecule-relay/internal/events"
@@ -25,6 +26,12 @@ func (d *Dispatcher) answers(next stage.Step[*message]) stage.Step[*message] {
 		case out == delegate.Unawaited:
 			log.WarnContext(ctx, "dispatcher: peer answer nobody waits for; dead-lettered", "error", err, "in_reply_to_message_id", in.InReplyToMessageID)
 			return stage.DeadLetter(events.ReasonUnawaitedAnswer, err)
+		case errors.Is(err, delegate.ErrInFlight) && d.run.LastDelivery(m.Delivery):
+			log.WarnContext(ctx, "dispatcher: a question to this peer is still being sent at the last delivery; handled as a message")
+			return next(runCtx, m)
+		case errors.Is(err, delegate.ErrInFlight):
+			log.DebugContext(ctx, "dispatcher: a question to this peer is being sent; retrying its possible answer shortly")
+			return stage.Retry(0)
 		case err != nil:
 			log.WarnContext(ctx, "dispatcher: ask record unreadable; retrying later", "error", err)
 			return stage.Retry(0)
