@@ -6,13 +6,17 @@
 // Each question has a stable A2A messageId (MessageID: the n-th ask of a
 // handler run on one inbound message) and a record in the asks bucket
 // (events.BucketAsks), created before the question is sent. The answer
-// reaches the record by one of two ways: a push-mode peer's synchronous
-// JSON-RPC answer, stored by Ask itself; or the peer's reply, a new inbound
-// message naming our messageId in metadata.in_reply_to_message_id, stored
-// by the dispatcher (Route) before any handler sees it. The waiting Ask
-// sees it through a watch of its key, and a handler re-run after a crash
-// asks the same question under the same id and finds the answer there
-// instead of asking again. See docs/delegation.md.
+// reaches the record by one of three ways: a push-mode peer's synchronous
+// JSON-RPC answer, stored by Ask itself; a relay's reply, a new inbound
+// message naming our messageId in metadata.in_reply_to_message_id; or the
+// reply of a peer that is not a relay (a TypeScript channel or Python SDK
+// agent: a fresh messageId, no metadata), matched to the oldest question
+// awaited from that peer through its awaiting list (events.AwaitingKey).
+// The dispatcher stores the last two (Route) before any handler sees
+// them. The waiting Ask sees the answer through a watch of its key, and a
+// handler re-run after a crash asks the same question under the same id
+// and finds the answer there instead of asking again. See
+// docs/delegation.md.
 package delegate
 
 import (
