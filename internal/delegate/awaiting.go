@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
@@ -74,6 +75,31 @@ func expect(ctx context.Context, kv jetstream.KeyValue, s Scope, peer, id, conte
 			list.Questions = append(list.Questions, awaited{MessageID: id, ContextID: contextID, Deadline: deadline, Since: now})
 		}
 		list.prune(time.Now(), id)
+		if err = writeJSON(ctx, kv, key, list, rev); err == nil || !isConflict(err) {
+			return err
+		}
+	}
+	return fmt.Errorf("delegate: awaiting list %s kept changing", key)
+}
+
+// forget takes question id off the awaiting list of s.Workspace and peer
+// once its ask returned, unless an answer claimed it (the claim is kept
+// for the answer's redeliveries): questions answered through our
+// metadata or a push response, or given up, do not pile up on the list.
+func forget(ctx context.Context, kv jetstream.KeyValue, s Scope, peer, id string) error {
+	key := events.AwaitingKey(s.Workspace, peer)
+	for range maxCAS {
+		list, rev, err := loadAwaiting(ctx, kv, key)
+		if errors.Is(err, jetstream.ErrKeyNotFound) {
+			return nil
+		} else if err != nil {
+			return err
+		}
+		n := len(list.Questions)
+		list.Questions = slices.DeleteFunc(list.Questions, func(q awaited) bool { return q.MessageID == id && q.AnsweredBy == "" })
+		if len(list.Questions) == n {
+			return nil
+		}
 		if err = writeJSON(ctx, kv, key, list, rev); err == nil || !isConflict(err) {
 			return err
 		}

@@ -178,6 +178,7 @@ func (a *Asker) Ask(ctx context.Context, s Scope, q handler.Question) (*handler.
 	if err := expect(ctx, a.cfg.Asks, s, q.PeerID, id, contextOf(s, id), deadline); err != nil {
 		return nil, fmt.Errorf("delegate: question %s not put on the awaiting list: %w", id, err)
 	}
+	defer a.forget(ctx, s, q.PeerID, id, log)
 	if rec.SentAt.IsZero() {
 		if ans, err := a.send(ctx, c, key, id, s, q, deadline, log); ans != nil || err != nil {
 			return ans, err
@@ -218,6 +219,16 @@ func (a *Asker) deadline(s Scope, q handler.Question) time.Time {
 		d = s.Deadline
 	}
 	return d
+}
+
+// forget takes the question off the awaiting list once Ask returns; a
+// failure leaves it there until its deadline, where the matching skips it.
+func (a *Asker) forget(ctx context.Context, s Scope, peer, id string, log *slog.Logger) {
+	fctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
+	defer cancel()
+	if err := forget(fctx, a.cfg.Asks, s, peer, id); err != nil {
+		log.WarnContext(ctx, "delegate: question not taken off the awaiting list", "error", err)
+	}
 }
 
 // contextOf is the question's contextId: the conversation's, else the

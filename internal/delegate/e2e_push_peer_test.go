@@ -6,6 +6,7 @@ import (
 	"net"
 	"net/http"
 	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -147,6 +148,11 @@ func TestE2EDelegationToPushPeerAnswerShapes(t *testing.T) {
 			pipelinetest.Eventually(t, 20*time.Second, "the canvas answer", func() bool { return len(notifies(w)) >= 1 })
 			if got := notifies(w); len(got) != 1 || got[0] != "peer says: push: the report" {
 				t.Fatalf("canvas answers %q, want one quoting the push peer", got)
+			}
+			// Answered in the response, the question leaves the awaiting
+			// list: questions do not pile up there.
+			if e, err := procA.Topo.Asks.Get(ctx, events.AwaitingKey(w.Agent.ID, peer.ID)); err != nil || strings.Contains(string(e.Value()), "message_id") {
+				t.Errorf("awaiting list after the answer: %v, want one without the question", err)
 			}
 		})
 	}
