@@ -11,8 +11,10 @@ import (
 
 // answers finishes a peer's answer to a question a handler of this
 // workspace asked (internal/delegate): stored in the question's record for the
-// waiting handler, or dead-lettered when nobody waits for it any more.
-// An ordinary message goes on, to the handler.
+// waiting handler, or dead-lettered when it names a question nobody waits
+// for any more. A possible answer without our ids whose question is still
+// being sent is retried shortly. An ordinary message goes on, to the
+// handler.
 func (d *Dispatcher) answers(next stage.Step[*message]) stage.Step[*message] {
 	return func(runCtx context.Context, m *message) stage.Outcome {
 		in, log := m.in, m.Log
@@ -38,7 +40,8 @@ func (d *Dispatcher) answers(next stage.Step[*message]) stage.Step[*message] {
 		case out == delegate.NotAnAnswer:
 			return next(runCtx, m)
 		default:
-			log.InfoContext(ctx, "dispatcher: peer answer routed to its question", "duplicate", out == delegate.Duplicate, "in_reply_to_message_id", in.InReplyToMessageID)
+			log.InfoContext(ctx, "dispatcher: peer answer routed to its question", "duplicate", out == delegate.Duplicate,
+				"in_reply_to_message_id", in.InReplyToMessageID, "matched_by_order", in.InReplyToMessageID == "")
 			return stage.Ack(ackLost)
 		}
 	}
