@@ -16,6 +16,7 @@ import (
 
 	"github.com/molecule-ai/molecule-relay/internal/dispatcher"
 	"github.com/molecule-ai/molecule-relay/internal/events"
+	"github.com/molecule-ai/molecule-relay/internal/poller"
 	"github.com/molecule-ai/molecule-relay/internal/stage"
 	"github.com/molecule-ai/molecule-relay/internal/testkit/pipelinetest"
 	"github.com/molecule-ai/molecule-relay/pkg/handler"
@@ -34,7 +35,8 @@ type cancelWorld struct {
 
 func newCancelWorld(t *testing.T, h handler.Handler) *cancelWorld {
 	w := pipelinetest.New(t, pipelinetest.Options{Peers: 1})
-	pl := w.StartPipeline(pipelinetest.PipelineConfig{NoDispatcher: true})
+	// The poller wakes on the platform's events, as connect runs it.
+	pl := w.StartPipeline(pipelinetest.PipelineConfig{NoDispatcher: true, Poller: poller.Config{SSE: true}})
 	t.Cleanup(func() { pl.Stop(t) })
 	cw := &cancelWorld{World: w, peer: w.Peers[0]}
 	for range 2 {
