@@ -32,6 +32,10 @@ const stderrTail = 2048
 // but holds the pipes open.
 const pipeGrace = 2 * time.Second
 
+// killGrace is how long a program whose context ended (its timeout, or
+// the sender's tasks/cancel) has after SIGTERM before SIGKILL.
+const killGrace = 2 * time.Second
+
 // passEnv are the variables of the relay's environment an exec: program
 // inherits.
 var passEnv = []string{"PATH", "HOME", "LANG", "TZ"}
@@ -165,7 +169,7 @@ func (h *execHandler) run(ctx context.Context, req *Request) (string, error) {
 	cmd := exec.CommandContext(ctx, h.path, h.args...)
 	cmd.Env = h.env(req)
 	cmd.Stdin, cmd.Stdout, cmd.Stderr = p.inR, p.outW, p.errW
-	setProcessGroup(cmd)
+	stopGrace := setProcessGroup(cmd, killGrace)
 	start := time.Now()
 	err = cmd.Start()
 	p.closeChildEnds()
@@ -181,6 +185,7 @@ func (h *execHandler) run(ctx context.Context, req *Request) (string, error) {
 	stop := keepAlive(ctx, req, h.opts.ProgressInterval)
 	waitErr := cmd.Wait()
 	stop()
+	stopGrace()
 	killGroup(cmd)
 	_ = p.inW.Close() // unblocks the stdin writer if nobody reads
 	h.awaitOutput(p, copied, log)
