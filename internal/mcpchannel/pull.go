@@ -64,7 +64,15 @@ func (c *Channel) unanswered() ([]*pending, <-chan struct{}) {
 			all = append(all, p)
 		}
 	}
-	sort.Slice(all, func(i, j int) bool { return all[i].seq < all[j].seq })
+	// Oldest by the platform's time: the dispatcher hands several at once,
+	// in no particular order.
+	sort.Slice(all, func(i, j int) bool {
+		a, b := all[i].req.Message.CreatedAt, all[j].req.Message.CreatedAt
+		if !a.Equal(b) {
+			return a.Before(b)
+		}
+		return all[i].seq < all[j].seq
+	})
 	if c.arrived == nil {
 		c.arrived = make(chan struct{})
 	}
