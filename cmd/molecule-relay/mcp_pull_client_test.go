@@ -21,33 +21,10 @@ import (
 const mcpSDKVersion = "1.32.2"
 
 // mcpSDKDir returns a directory with @modelcontextprotocol/sdk installed
-// and testdata/pull-client.mjs beside it: MOLECULE_MCP_SDK_DIR, else a
-// cache directory filled by npm once. Without node or npm, or when npm
-// cannot install it, the test is skipped, saying so.
+// and testdata/pull-client.mjs beside it (npmDir).
 func mcpSDKDir(t *testing.T) string {
 	t.Helper()
-	for _, tool := range []string{"node", "npm"} {
-		if _, err := exec.LookPath(tool); err != nil {
-			t.Skipf("%s is not installed (apt-get install nodejs npm, as .ci/run does): the pull tools' test runs the official MCP SDK's client (@modelcontextprotocol/sdk@%s) against molecule-relay mcp", tool, mcpSDKVersion)
-		}
-	}
-	dir := os.Getenv("MOLECULE_MCP_SDK_DIR")
-	if dir == "" {
-		cache, err := os.UserCacheDir()
-		if err != nil {
-			cache = os.TempDir()
-		}
-		dir = filepath.Join(cache, "molecule-relay-test", "mcp-sdk-"+mcpSDKVersion)
-	}
-	if _, err := os.Stat(filepath.Join(dir, "node_modules", "@modelcontextprotocol", "sdk", "package.json")); err != nil {
-		ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
-		defer cancel()
-		out, err := exec.CommandContext(ctx, "npm", "install", "--prefix", dir, "--no-audit", "--no-fund", "--silent",
-			"@modelcontextprotocol/sdk@"+mcpSDKVersion).CombinedOutput()
-		if err != nil {
-			t.Skipf("npm could not install @modelcontextprotocol/sdk@%s into %s (%v): the pull tools' test needs it\n%s", mcpSDKVersion, dir, err, out)
-		}
-	}
+	dir := npmDir(t, "MOLECULE_MCP_SDK_DIR", "@modelcontextprotocol/sdk", mcpSDKVersion)
 	script, err := os.ReadFile(filepath.Join("testdata", "pull-client.mjs"))
 	if err != nil {
 		t.Fatal(err)
@@ -55,6 +32,35 @@ func mcpSDKDir(t *testing.T) string {
 	// ESM resolves packages from the script's directory, not NODE_PATH.
 	if err := os.WriteFile(filepath.Join(dir, "pull-client.mjs"), script, 0o644); err != nil {
 		t.Fatal(err)
+	}
+	return dir
+}
+
+// npmDir returns a directory with pkg@version installed: the one env
+// names, else a cache directory filled by npm once. Without node or npm,
+// or when npm cannot install it, the test is skipped, saying so.
+func npmDir(t *testing.T, env, pkg, version string) string {
+	t.Helper()
+	for _, tool := range []string{"node", "npm"} {
+		if _, err := exec.LookPath(tool); err != nil {
+			t.Skipf("%s is not installed (apt-get install nodejs npm, as .ci/run does): this test runs %s@%s against molecule-relay mcp", tool, pkg, version)
+		}
+	}
+	dir := os.Getenv(env)
+	if dir == "" {
+		cache, err := os.UserCacheDir()
+		if err != nil {
+			cache = os.TempDir()
+		}
+		dir = filepath.Join(cache, "molecule-relay-test", strings.NewReplacer("@", "", "/", "-").Replace(pkg)+"-"+version)
+	}
+	if _, err := os.Stat(filepath.Join(dir, "node_modules", pkg, "package.json")); err != nil {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+		defer cancel()
+		out, err := exec.CommandContext(ctx, "npm", "install", "--prefix", dir, "--no-audit", "--no-fund", "--silent", pkg+"@"+version).CombinedOutput()
+		if err != nil {
+			t.Skipf("npm could not install %s@%s into %s (%v); %s names a directory that has it\n%s", pkg, version, dir, err, env, out)
+		}
 	}
 	return dir
 }
