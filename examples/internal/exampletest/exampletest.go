@@ -48,7 +48,10 @@ func Ask(t *testing.T, environ []string, text string) string {
 		return len(w.Plat.Notifications(w.Agent.ID)) > 0 || len(w.DeadLetters()) > 0
 	})
 	if dl := w.DeadLetters(); len(dl) > 0 {
-		t.Fatalf("the message was dead-lettered: %+v", dl)
+		if d := dl[0].DeadLetter; d != nil {
+			t.Fatalf("the message was dead-lettered after %d deliveries: %s: %s", d.Deliveries, d.Reason, d.Error)
+		}
+		t.Fatalf("the message was dead-lettered: %+v", dl[0])
 	}
 	n := w.Plat.Notifications(w.Agent.ID)
 	if len(n) != 1 {
