@@ -36,8 +36,9 @@ const pipeGrace = 2 * time.Second
 // the sender's tasks/cancel) has after SIGTERM before SIGKILL.
 const killGrace = 2 * time.Second
 
-// passEnv are the variables of the relay's environment an exec: program
-// inherits.
+// passEnv are the variables of the relay's environment every exec:
+// program inherits; Options.Env adds those an operator names
+// (MOLECULE_HANDLER_ENV).
 var passEnv = []string{"PATH", "HOME", "LANG", "TZ"}
 
 // ErrOutputTooLarge is matched when a reply exceeds Options.MaxOutputBytes.
