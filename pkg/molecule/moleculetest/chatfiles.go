@@ -39,7 +39,9 @@ func (s *Server) uploadFileCap() int64 {
 
 // isChatUploadPath says the request's body is read by the upload handler
 // itself, up to its own cap, not by serveHTTP's maxBody.
-func isChatUploadPath(p string) bool { return strings.HasSuffix(strings.TrimRight(p, "/"), "/chat/uploads") }
+func isChatUploadPath(p string) bool {
+	return strings.HasSuffix(strings.TrimRight(p, "/"), "/chat/uploads")
+}
 
 // unsafeFilenameChars and sanitizeFilename are SanitizeFilename
 // (chat_files.go 567-599).
