@@ -123,8 +123,10 @@ func (c *Cache) sourceOf(ws, uri string) (source, error) {
 			return source{}, errors.New("not fetched: this process has no token for the workspace")
 		}
 		return source{key: fid,
-			open: func(ctx context.Context, max int64) (*molecule.Upload, error) { return client.FetchUpload(ctx, fid, max) },
-			ack:  func(ctx context.Context) error { return client.AckUpload(ctx, fid) },
+			open: func(ctx context.Context, max int64) (*molecule.Upload, error) {
+				return client.FetchUpload(ctx, fid, max)
+			},
+			ack: func(ctx context.Context) error { return client.AckUpload(ctx, fid) },
 		}, nil
 	case strings.HasPrefix(uri, molecule.WorkspaceScheme):
 		p := strings.TrimPrefix(uri, molecule.WorkspaceScheme)
