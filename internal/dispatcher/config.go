@@ -60,6 +60,15 @@ type Config struct {
 	// history and replies carry what the replier records. If nil, memory
 	// is off and its bucket is never touched.
 	Memory *memory.Store
+	// Files, when set, fetches each message's attachments before its
+	// handler runs (internal/filecache: in this process, so the paths are
+	// the handler's). If nil, handlers get the URIs only.
+	Files Files
+}
+
+// Files holds a message's attachments locally (filecache.Cache).
+type Files interface {
+	Fetch(ctx context.Context, in *events.Inbound) []handler.File
 }
 
 // DirectPoster posts a reply without the reply stream

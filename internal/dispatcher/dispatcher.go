@@ -197,10 +197,23 @@ func (d *Dispatcher) runHandler(runCtx context.Context, msg *message) (a handler
 type handlerFunc func(ctx context.Context, req *handler.Request) (handler.Answer, error)
 
 // handlerCall is how the handler is called, in the order a request meets
-// it: its conversation's history from memory, then an agent API session
-// for this message alone, then the handler itself.
+// it: its conversation's history from memory, its attachments held
+// locally, then an agent API session for this message alone, then the
+// handler itself.
 func (d *Dispatcher) handlerCall() handlerFunc {
-	return d.withHistory(d.withAgentAPI(d.invoke))
+	return d.withHistory(d.withFiles(d.withAgentAPI(d.invoke)))
+}
+
+// withFiles hands the handler the message's attachments as local files,
+// if the dispatcher fetches them.
+func (d *Dispatcher) withFiles(next handlerFunc) handlerFunc {
+	if d.cfg.Files == nil {
+		return next
+	}
+	return func(ctx context.Context, req *handler.Request) (handler.Answer, error) {
+		req.Files = d.cfg.Files.Fetch(ctx, req.Message)
+		return next(ctx, req)
+	}
 }
 
 // withAgentAPI opens the handler's agent API session (internal/agentapi), if

@@ -420,6 +420,7 @@ func (rt *Runtime) dispatcher(h handler.Handler, direct dispatcher.DirectPoster)
 		OnReply:        rt.Hooks.OnReply,
 		Memory:         mem,
 		Direct:         direct,
+		Files:          rt.fileCache(),
 	})
 	if err == nil {
 		rt.tasks.d.Store(d)

@@ -1,0 +1,27 @@
+package relay
+
+import (
+	"os"
+	"path/filepath"
+
+	"github.com/molecule-ai/molecule-relay/internal/dispatcher"
+	"github.com/molecule-ai/molecule-relay/internal/filecache"
+)
+
+// fileCache is the dispatcher's attachment cache (MOLECULE_FILES_DIR), nil
+// when it is off or no directory can be found.
+func (rt *Runtime) fileCache() dispatcher.Files {
+	dir := rt.Cfg.FilesDir
+	switch {
+	case dir == "off":
+		return nil
+	case dir == "":
+		base, err := os.UserCacheDir()
+		if err != nil {
+			rt.Log.Warn("relay: no cache directory for attachments; handlers get their URIs only (set MOLECULE_FILES_DIR)", "error", err)
+			return nil
+		}
+		dir = filepath.Join(base, "molecule-relay", "files")
+	}
+	return &filecache.Cache{Dir: dir, MaxBytes: rt.Cfg.FilesMaxBytes, Clients: rt.ClientMap(), Logger: rt.Log.With("stage", "filecache")}
+}
