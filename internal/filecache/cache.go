@@ -68,14 +68,19 @@ func (c *Cache) Fetch(ctx context.Context, in *events.Inbound) []handler.File {
 	}
 	out := make([]handler.File, len(in.Attachments))
 	for i, a := range in.Attachments {
-		f := handler.File{URI: a.URI, Name: a.Name, MimeType: a.MimeType, Size: a.Size}
-		if err := c.fetchOne(ctx, in.WorkspaceID, &f); err != nil {
-			f.Path, f.SHA256, f.Error = "", "", err.Error()
-			c.logger().WarnContext(ctx, "filecache: attachment not fetched", "workspace", in.WorkspaceID, "activity", in.ActivityID, "error", err)
-		}
-		out[i] = f
+		out[i] = c.FetchOne(ctx, in.WorkspaceID, a)
 	}
 	return out
+}
+
+// FetchOne holds one attachment of a message to workspace ws.
+func (c *Cache) FetchOne(ctx context.Context, ws string, a events.Attachment) handler.File {
+	f := handler.File{URI: a.URI, Name: a.Name, MimeType: a.MimeType, Size: a.Size}
+	if err := c.fetchOne(ctx, ws, &f); err != nil {
+		f.Path, f.SHA256, f.Error = "", "", err.Error()
+		c.logger().WarnContext(ctx, "filecache: attachment not fetched", "workspace", ws, "error", err)
+	}
+	return f
 }
 
 // source is how one URI is read and acked.

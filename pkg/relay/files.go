@@ -8,9 +8,22 @@ import (
 	"github.com/molecule-ai/molecule-relay/internal/filecache"
 )
 
-// fileCache is the dispatcher's attachment cache (MOLECULE_FILES_DIR), nil
-// when it is off or no directory can be found.
+// fileCache is FileCache as the dispatcher takes it (nil stays nil).
 func (rt *Runtime) fileCache() dispatcher.Files {
+	if c := rt.FileCache(); c != nil {
+		return c
+	}
+	return nil
+}
+
+// FileCache is the attachment cache (MOLECULE_FILES_DIR) of this process's
+// dispatcher and tools, nil when it is off or no directory can be found.
+func (rt *Runtime) FileCache() *filecache.Cache {
+	rt.filesOnce.Do(func() { rt.files = rt.newFileCache() })
+	return rt.files
+}
+
+func (rt *Runtime) newFileCache() *filecache.Cache {
 	dir := rt.Cfg.FilesDir
 	switch {
 	case dir == "off":
