@@ -64,6 +64,17 @@ type Config struct {
 	// handler runs (internal/filecache: in this process, so the paths are
 	// the handler's). If nil, handlers get the URIs only.
 	Files Files
+	// Uploads, when set, uploads the local files an answer to a canvas
+	// user attaches (a path or file:// URI) and replaces them with the
+	// platform's URIs, once per answer and file (filecache.Uploader). If
+	// nil, or for an answer to a peer (which cannot read this workspace's
+	// uploads), such an attachment is a permanent error saying so.
+	Uploads Uploads
+}
+
+// Uploads uploads an answer's local files (filecache.Uploader).
+type Uploads interface {
+	Upload(ctx context.Context, ws, answer string, atts []events.Attachment) ([]events.Attachment, error)
 }
 
 // Files holds a message's attachments locally (filecache.Cache).

@@ -315,8 +315,12 @@ func (d *Dispatcher) complete(runCtx context.Context, m *message, a handler.Answ
 		rec.Outcome = events.OutcomeSuppressed
 		log.InfoContext(runCtx, "dispatcher: reply dropped by the loop guard", "why", why, "hops", in.Hops, "in_reply_to", in.InReplyTo)
 	} else {
+		atts, err := d.uploadLocal(runCtx, in, a.Attachments)
+		if err != nil {
+			return d.handlerFailed(runCtx, m, err)
+		}
 		reply := d.withMemory(BuildReply(in, a.Text, now), in)
-		reply.Attachments = a.Attachments
+		reply.Attachments = atts
 		data, err := reply.Marshal()
 		if err != nil {
 			return d.handlerFailed(runCtx, m, fmt.Errorf("%w: encode reply: %v", handler.ErrPermanent, err))

@@ -3,6 +3,7 @@ package relay
 import (
 	"os"
 	"path/filepath"
+	"strings"
 
 	"github.com/molecule-ai/molecule-relay/internal/dispatcher"
 	"github.com/molecule-ai/molecule-relay/internal/filecache"
@@ -37,4 +38,14 @@ func (rt *Runtime) newFileCache() *filecache.Cache {
 		dir = filepath.Join(base, "molecule-relay", "files")
 	}
 	return &filecache.Cache{Dir: dir, MaxBytes: rt.Cfg.FilesMaxBytes, Clients: rt.ClientMap(), Logger: rt.Log.With("stage", "filecache")}
+}
+
+// uploader uploads the local files of answers, unless the handler is
+// http: (a remote service, whose paths are not this machine's: it must
+// not make the relay upload a local file).
+func (rt *Runtime) uploader() dispatcher.Uploads {
+	if h := strings.ToLower(rt.Cfg.Handler); strings.HasPrefix(h, "http:") || strings.HasPrefix(h, "https:") {
+		return nil
+	}
+	return &filecache.Uploader{Clients: rt.ClientMap(), Records: rt.Topo.Handled, MaxBytes: rt.Cfg.FilesMaxBytes}
 }

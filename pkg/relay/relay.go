@@ -425,6 +425,7 @@ func (rt *Runtime) dispatcher(h handler.Handler, direct dispatcher.DirectPoster)
 		Memory:         mem,
 		Direct:         direct,
 		Files:          rt.fileCache(),
+		Uploads:        rt.uploader(),
 	})
 	if err == nil {
 		rt.tasks.d.Store(d)
