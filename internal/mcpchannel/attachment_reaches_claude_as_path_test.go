@@ -97,3 +97,30 @@ func TestCanvasUploadReachesClaudeAsLocalPath(t *testing.T) {
 		t.Fatal("reply failed")
 	}
 }
+
+// TestSendMessageToUserUploadsLocalFileOnce: send_message_to_user with a
+// local path uploads it through /chat/uploads and posts the notify with the
+// platform's URI; the same call again (same idempotency key) neither
+// uploads nor posts again.
+func TestSendMessageToUserUploadsLocalFileOnce(t *testing.T) {
+	t.Parallel()
+	w := pipelinetest.New(t, pipelinetest.Options{})
+	cl := connect(t, startRelay(t, w))
+	f := t.TempDir() + "/report.csv"
+	if err := os.WriteFile(f, []byte("a,b\n1,2\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	for range 2 {
+		if txt, isErr := cl.call(mcpchannel.ToolSendToUser, map[string]any{"message": "the report", "attachments": []string{f}, "idempotency_key": "r1"}); isErr {
+			t.Fatalf("send: %s", txt)
+		}
+	}
+	pipelinetest.Eventually(t, 20*time.Second, "the post", func() bool { return len(w.Plat.Notifications(w.Agent.ID)) >= 1 })
+	n := w.Plat.Notifications(w.Agent.ID)
+	if len(n) != 1 || !strings.Contains(string(n[0].Attachments), "platform-pending:") || !strings.Contains(string(n[0].Attachments), "report.csv") {
+		t.Fatalf("notifies %+v; want one with the uploaded file", n)
+	}
+	if u := w.Requests("POST", "/chat/uploads", 0); u != 1 {
+		t.Fatalf("%d uploads, want 1", u)
+	}
+}

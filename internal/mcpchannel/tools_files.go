@@ -2,12 +2,14 @@ package mcpchannel
 
 import (
 	"context"
+	"errors"
 	"strings"
 
 	"github.com/mark3labs/mcp-go/mcp"
 	"github.com/mark3labs/mcp-go/server"
 
 	"github.com/molecule-ai/molecule-relay/internal/events"
+	"github.com/molecule-ai/molecule-relay/internal/filecache"
 	"github.com/molecule-ai/molecule-relay/pkg/molecule"
 )
 
@@ -58,4 +60,17 @@ func (s *Server) toolDownloadAttachment(ctx context.Context, req mcp.CallToolReq
 		return toolError("download_attachment: %s", f.Error), nil
 	}
 	return jsonResult(f)
+}
+
+// uploadLocal uploads the local files of a message to the canvas user of
+// ws before it is queued, recorded under answer (the message's
+// idempotency key), so a retried call posts the same uploads.
+func uploadLocal(ctx context.Context, be Backend, ws, answer string, atts []events.Attachment) ([]events.Attachment, error) {
+	if !filecache.HasLocal(atts) {
+		return atts, nil
+	}
+	if be.rt == nil {
+		return nil, errors.New("local files cannot be uploaded without the relay's store")
+	}
+	return be.rt.Uploader().Upload(ctx, ws, answer, atts)
 }

@@ -47,5 +47,11 @@ func (rt *Runtime) uploader() dispatcher.Uploads {
 	if h := strings.ToLower(rt.Cfg.Handler); strings.HasPrefix(h, "http:") || strings.HasPrefix(h, "https:") {
 		return nil
 	}
+	return rt.Uploader()
+}
+
+// Uploader uploads local files to the platform, each once per answer (the
+// dispatcher's and the MCP tools').
+func (rt *Runtime) Uploader() *filecache.Uploader {
 	return &filecache.Uploader{Clients: rt.ClientMap(), Records: rt.Topo.Handled, MaxBytes: rt.Cfg.FilesMaxBytes}
 }
