@@ -28,7 +28,7 @@ func TestFileHeldByCacheServedAfterAck(t *testing.T) {
 	up := w.Plat.StageUpload(w.Agent.ID, "a.txt", "text/plain", []byte("held"))
 	in := canvasMessage(w)
 	in.Attachments = []events.Attachment{{URI: up.URI, Name: up.Name}, {URI: "workspace:/workspace/x.txt", Name: "x.txt"}}
-	if f := cache.Fetch(pipelinetest.Ctx(t), in); f[0].Error != "" {
+	if f, _ := cache.Fetch(pipelinetest.Ctx(t), in); f[0].Error != "" {
 		t.Fatalf("cache: %+v", f[0])
 	}
 	if st, _ := w.Plat.StagedUpload(up.FileID); !st.Acked {

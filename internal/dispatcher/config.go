@@ -79,7 +79,10 @@ type Uploads interface {
 
 // Files holds a message's attachments locally (filecache.Cache).
 type Files interface {
-	Fetch(ctx context.Context, in *events.Inbound) []handler.File
+	// Fetch returns the message's files; an error says one failed for a
+	// reason that may pass (the message is tried again, but on its last
+	// delivery the handler gets the files with the reasons).
+	Fetch(ctx context.Context, in *events.Inbound) ([]handler.File, error)
 }
 
 // DirectPoster posts a reply without the reply stream

@@ -211,7 +211,11 @@ func (d *Dispatcher) withFiles(next handlerFunc) handlerFunc {
 		return next
 	}
 	return func(ctx context.Context, req *handler.Request) (handler.Answer, error) {
-		req.Files = d.cfg.Files.Fetch(ctx, req.Message)
+		files, err := d.cfg.Files.Fetch(ctx, req.Message)
+		if max := d.run.MaxDeliver(); err != nil && (max == 0 || req.Delivery < uint64(max)) {
+			return handler.Answer{}, err // tried again after the retry delay
+		}
+		req.Files = files
 		return next(ctx, req)
 	}
 }

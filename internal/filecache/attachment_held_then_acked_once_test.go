@@ -5,6 +5,7 @@ import (
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
+	"errors"
 	"log/slog"
 	"net/http"
 	"os"
@@ -58,7 +59,7 @@ func TestAttachmentHeldThenAckedOnce(t *testing.T) {
 	content := bytes.Repeat([]byte("scan "), 1000)
 	u := f.s.StageUpload(f.w.ID, "scan page 1.png", "image/png", content)
 	in := f.message(attachment(u))
-	got := f.cache.Fetch(context.Background(), in)
+	got, _ := f.cache.Fetch(context.Background(), in)
 	if len(got) != 1 || got[0].Error != "" || got[0].Path == "" {
 		t.Fatalf("Fetch: %+v, want one held file", got)
 	}
@@ -71,7 +72,7 @@ func TestAttachmentHeldThenAckedOnce(t *testing.T) {
 	if st, _ := f.s.StagedUpload(u.FileID); !st.Acked || st.Fetches != 1 {
 		t.Fatalf("platform after one Fetch: acked %v, fetches %d; want acked, 1", st.Acked, st.Fetches)
 	}
-	again := f.cache.Fetch(context.Background(), in)
+	again, _ := f.cache.Fetch(context.Background(), in)
 	if len(again) != 1 || again[0].Path != got[0].Path || again[0].SHA256 != got[0].SHA256 {
 		t.Fatalf("second Fetch: %+v, want the same held file", again)
 	}
@@ -97,7 +98,7 @@ func TestAckFailureKeepsFileAndAcksOnRedelivery(t *testing.T) {
 	u := f.s.StageUpload(f.w.ID, "a.txt", "text/plain", []byte("held"))
 	f.s.InjectFault(moleculetest.Fault{Method: http.MethodPost, PathPrefix: "/workspaces/" + f.w.ID + "/pending-uploads/", Status: http.StatusServiceUnavailable, Count: 1})
 	in := f.message(attachment(u))
-	got := f.cache.Fetch(context.Background(), in)
+	got, _ := f.cache.Fetch(context.Background(), in)
 	if got[0].Error != "" || got[0].Path == "" {
 		t.Fatalf("Fetch with a failing ack: %+v, want the file held", got[0])
 	}
@@ -127,7 +128,7 @@ func TestUnfetchableAttachmentsSaySo(t *testing.T) {
 		events.Attachment{URI: "workspace:/workspace/out.png", Name: "out.png"},
 		events.Attachment{URI: "https://example.com/x.pdf", Name: "x.pdf"},
 		attachment(ok))
-	got := f.cache.Fetch(context.Background(), in)
+	got, _ := f.cache.Fetch(context.Background(), in)
 	want := []string{"too large: over the relay's cap of 10 bytes", "gone: ", "refused: the upload belongs to workspace " + other.ID, "not fetched: ", "not fetched: the relay fetches", ""}
 	if len(got) != len(want) {
 		t.Fatalf("%d entries, want %d", len(got), len(want))
@@ -145,5 +146,25 @@ func TestUnfetchableAttachmentsSaySo(t *testing.T) {
 	}
 	if st, _ := f.s.StagedUpload(big.FileID); st.Acked {
 		t.Fatal("an upload the relay refused was acked")
+	}
+}
+
+// TestPlatformDownIsTransient: an attachment the platform fails to serve
+// (503, retried by the client) is reported with the reason and the error
+// matches ErrTransient, so the dispatcher tries the message again; once
+// the platform is back the file is held.
+func TestPlatformDownIsTransient(t *testing.T) {
+	f := newFixture(t)
+	u := f.s.StageUpload(f.w.ID, "a.txt", "text/plain", []byte("later"))
+	f.s.InjectFault(moleculetest.Fault{Method: http.MethodGet, PathPrefix: "/workspaces/" + f.w.ID + "/pending-uploads/", Status: http.StatusServiceUnavailable})
+	in := f.message(attachment(u))
+	got, err := f.cache.Fetch(context.Background(), in)
+	if !errors.Is(err, filecache.ErrTransient) || got[0].Error == "" {
+		t.Fatalf("platform down: %+v, %v; want the reason and ErrTransient", got, err)
+	}
+	f.s.ClearFaults()
+	got, err = f.cache.Fetch(context.Background(), in)
+	if err != nil || got[0].Path == "" {
+		t.Fatalf("platform back: %+v, %v", got, err)
 	}
 }

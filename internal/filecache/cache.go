@@ -60,27 +60,49 @@ const (
 	ackedName = ".acked"
 )
 
+// ErrTransient is matched by Fetch's error when an attachment failed for
+// a reason that may pass (the platform unavailable, rate limited): the
+// caller may try the message again later rather than hand the handler a
+// reason.
+var ErrTransient = errors.New("filecache: an attachment could not be fetched for now")
+
 // Fetch returns one File per attachment of in, in order: a local path, or
-// the reason there is none. It never fails as a whole.
-func (c *Cache) Fetch(ctx context.Context, in *events.Inbound) []handler.File {
+// the reason there is none. The files are complete either way; the error,
+// when set, matches ErrTransient.
+func (c *Cache) Fetch(ctx context.Context, in *events.Inbound) ([]handler.File, error) {
 	if len(in.Attachments) == 0 {
-		return nil
+		return nil, nil
 	}
 	out := make([]handler.File, len(in.Attachments))
+	var transient error
 	for i, a := range in.Attachments {
-		out[i] = c.FetchOne(ctx, in.WorkspaceID, a)
+		var err error
+		out[i], err = c.fetch(ctx, in.WorkspaceID, a)
+		if isTransient(err) && transient == nil {
+			transient = fmt.Errorf("%w: %s: %v", ErrTransient, a.Name, err)
+		}
 	}
-	return out
+	return out, transient
 }
 
 // FetchOne holds one attachment of a message to workspace ws.
 func (c *Cache) FetchOne(ctx context.Context, ws string, a events.Attachment) handler.File {
+	f, _ := c.fetch(ctx, ws, a)
+	return f
+}
+
+func (c *Cache) fetch(ctx context.Context, ws string, a events.Attachment) (handler.File, error) {
 	f := handler.File{URI: a.URI, Name: a.Name, MimeType: a.MimeType, Size: a.Size}
-	if err := c.fetchOne(ctx, ws, &f); err != nil {
+	err := c.fetchOne(ctx, ws, &f)
+	if err != nil {
 		f.Path, f.SHA256, f.Error = "", "", err.Error()
 		c.logger().WarnContext(ctx, "filecache: attachment not fetched", "workspace", ws, "error", err)
 	}
-	return f
+	return f, err
+}
+
+func isTransient(err error) bool {
+	return errors.Is(err, molecule.ErrPlatformUnavailable) || errors.Is(err, molecule.ErrRateLimited)
 }
 
 // source is how one URI is read and acked.

@@ -16,7 +16,7 @@ func TestDefaultCapRefusesPast25MiB(t *testing.T) {
 	at := f.s.StageUpload(f.w.ID, "at.bin", "", bytes.Repeat([]byte("a"), 25<<20))
 	over := f.s.StageUpload(f.w.ID, "over.bin", "", bytes.Repeat([]byte("o"), 25<<20+1))
 	start := time.Now()
-	got := f.cache.Fetch(context.Background(), f.message(attachment(at), attachment(over)))
+	got, _ := f.cache.Fetch(context.Background(), f.message(attachment(at), attachment(over)))
 	took := time.Since(start)
 	if got[0].Error != "" || got[0].Size != 25<<20 {
 		t.Fatalf("25 MiB: %+v, want held", got[0])
