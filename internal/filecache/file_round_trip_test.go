@@ -85,8 +85,8 @@ func TestFileRoundTrip(t *testing.T) {
 
 // TestAnswerFileUploadedOnceUnderRetries: the same answer's file uploaded
 // again (a retry after a crash past the upload) reuses the recorded URI;
-// a changed file is a new upload; a missing or oversized file is a
-// permanent error naming it.
+// a changed file is a new upload; a missing or oversized file, or one
+// holding the workspace token, is a permanent error naming it.
 func TestAnswerFileUploadedOnceUnderRetries(t *testing.T) {
 	w := pipelinetest.New(t, pipelinetest.Options{})
 	w.RegisterPoll(w.Agent)
@@ -114,7 +114,10 @@ func TestAnswerFileUploadedOnceUnderRetries(t *testing.T) {
 	}
 	big := filepath.Join(dir, "big.bin")
 	_ = os.WriteFile(big, make([]byte, 1<<20+1), 0o600)
-	for _, p := range []string{filepath.Join(dir, "missing.txt"), big} {
+	env := filepath.Join(dir, ".env")
+	_ = os.WriteFile(env, []byte("MOLECULE_WORKSPACE_TOKEN="+w.Agent.Token+"\n"), 0o600)
+	u.Secrets = []string{w.Agent.Token}
+	for _, p := range []string{filepath.Join(dir, "missing.txt"), big, env} {
 		if _, err := u.Upload(ctx, w.Agent.ID, "act-2", []events.Attachment{{URI: p}}); !errors.Is(err, handler.ErrPermanent) || !strings.Contains(err.Error(), p) {
 			t.Errorf("%s: %v, want a permanent error naming it", p, err)
 		}

@@ -9,6 +9,7 @@ package filecache
 // URI instead of uploading again (docs/files.md).
 
 import (
+	"bytes"
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
@@ -36,6 +37,10 @@ type Uploader struct {
 	Records jetstream.KeyValue
 	// MaxBytes caps one file; if not set, DefaultMaxBytes.
 	MaxBytes int64
+	// Secrets are the workspace tokens: a file that holds one (a token
+	// file, a .env) is refused, so no answer posts the relay's credentials
+	// to the chat.
+	Secrets []string
 }
 
 // LocalPath is the path a local attachment names (file:///x or /x).
@@ -82,6 +87,9 @@ func (u *Uploader) uploadOne(ctx context.Context, ws, answer, path string, a eve
 		return events.Attachment{}, fmt.Errorf("%w: attachment %s: this process has no token for workspace %s", handler.ErrPermanent, path, ws)
 	}
 	content, err := readLocal(path, u.maxBytes())
+	if err == nil && u.holdsSecret(content) {
+		err = errors.New("it holds a workspace token; it is not uploaded")
+	}
 	if err != nil {
 		return events.Attachment{}, fmt.Errorf("%w: attachment %s: %v", handler.ErrPermanent, path, err)
 	}
@@ -144,6 +152,15 @@ func readLocal(path string, max int64) ([]byte, error) {
 		return nil, fmt.Errorf("larger than the cap of %d bytes (MOLECULE_FILES_MAX_BYTES)", max)
 	}
 	return b, err
+}
+
+func (u *Uploader) holdsSecret(content []byte) bool {
+	for _, s := range u.Secrets {
+		if len(s) >= 8 && bytes.Contains(content, []byte(s)) {
+			return true
+		}
+	}
+	return false
 }
 
 func (u *Uploader) maxBytes() int64 {

@@ -53,5 +53,9 @@ func (rt *Runtime) uploader() dispatcher.Uploads {
 // Uploader uploads local files to the platform, each once per answer (the
 // dispatcher's and the MCP tools').
 func (rt *Runtime) Uploader() *filecache.Uploader {
-	return &filecache.Uploader{Clients: rt.ClientMap(), Records: rt.Topo.Handled, MaxBytes: rt.Cfg.FilesMaxBytes}
+	var secrets []string
+	for _, w := range rt.Cfg.Workspaces() {
+		secrets = append(secrets, w.Token)
+	}
+	return &filecache.Uploader{Clients: rt.ClientMap(), Records: rt.Topo.Handled, MaxBytes: rt.Cfg.FilesMaxBytes, Secrets: secrets}
 }
