@@ -24,15 +24,24 @@ func uploadsOf(w *pipelinetest.World) int {
 	return w.Requests("POST", "/workspaces/"+w.Agent.ID+"/chat/uploads", 0)
 }
 
-// TestFileRoundTrip: a canvas user's upload reaches an exec: program as a
-// local path (and is acked), the program writes a file and answers with
+// TestFileRoundTrip: a canvas user's upload (multipart, through the
+// double's /chat/uploads) reaches an exec: program as a local path (and is
+// acked), the program writes a file and answers with
 // it attached by path (a structured answer), and the canvas gets a notify
 // whose attachment is the platform's upload of that file, read back
 // byte for byte.
 func TestFileRoundTrip(t *testing.T) {
 	w := pipelinetest.New(t, pipelinetest.Options{})
 	in := bytes.Repeat([]byte("in\x00"), 1<<20) // 3 MiB
-	up := w.Plat.StageUpload(w.Agent.ID, "input.bin", "application/octet-stream", in)
+	// The canvas's multipart POST /chat/uploads (here with the workspace's
+	// token), which stages the file for a poll-mode workspace.
+	w.RegisterPoll(w.Agent)
+	staged, err := w.Client(w.Agent).UploadChatFiles(pipelinetest.Ctx(t), []molecule.LocalFile{{Name: "input.bin", MimeType: "application/octet-stream", Content: in}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, inID, _ := molecule.ParsePendingURI(staged[0].URI)
+	up, _ := w.Plat.StagedUpload(inID)
 	dir := t.TempDir()
 	outFile := filepath.Join(dir, "answer.txt")
 	prog := filepath.Join(dir, "agent.sh")
@@ -77,8 +86,8 @@ func TestFileRoundTrip(t *testing.T) {
 	if !bytes.Equal(got, want) || !strings.HasPrefix(string(got), "3145728\n") {
 		t.Fatalf("answer file on the platform %q, want %q (the program saw 3145728 bytes)", got, want)
 	}
-	if u := uploadsOf(w); u != 1 {
-		t.Fatalf("%d uploads, want 1", u)
+	if u := uploadsOf(w); u != 2 {
+		t.Fatalf("%d uploads, want 2 (the canvas's, the answer's)", u)
 	}
 	t.Logf("round trip: %d bytes in, %d bytes out, canvas send to notify with the file in %v", len(in), len(got), took)
 }
