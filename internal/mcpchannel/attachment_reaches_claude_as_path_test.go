@@ -80,6 +80,10 @@ func TestCanvasUploadReachesClaudeAsLocalPath(t *testing.T) {
 	if st, _ := w.Plat.StagedUpload(up.FileID); !st.Acked {
 		t.Fatal("the upload was not acked")
 	}
+	// A pull client sees the same keys (wait_for_message).
+	if text, isErr := cl.call(mcpchannel.ToolWaitForMessage, map[string]any{"timeout_secs": 5}); isErr || !strings.Contains(text, `"attachment_path": "`+p+`"`) {
+		t.Fatalf("wait_for_message: %s (error %v), want attachment_path %s", text, isErr, p)
+	}
 	other := w.Plat.StageUpload(w.Agent.ID, "notes.txt", "text/plain", []byte("later"))
 	text, isErr := cl.call(mcpchannel.ToolDownloadAttachment, map[string]any{"uri": other.URI})
 	var f handler.File

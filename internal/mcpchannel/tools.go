@@ -153,6 +153,7 @@ func (s *Server) addTools() {
 		asWorkspace,
 	)...), s.toolRecallMemory)
 	s.addFileTools(add)
+	s.addPullTools(add) // pull.go: for clients that ignore channel events
 }
 
 func toolError(format string, args ...any) *mcp.CallToolResult {

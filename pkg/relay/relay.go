@@ -311,6 +311,7 @@ func NewHandler(cfg *config.Config) (handler.Handler, error) {
 		OpenAIModel:        cfg.OpenAIModel,
 		OpenAISystemPrompt: cfg.SystemPrompt,
 		AnswerJSON:         cfg.HandlerAnswer == "json",
+		Env:                cfg.HandlerEnviron,
 	})
 }
 
