@@ -96,10 +96,17 @@ func (c *Cache) fetch(ctx context.Context, ws string, a events.Attachment) (hand
 	err := c.fetchOne(ctx, ws, &f)
 	if err != nil {
 		f.Path, f.SHA256, f.Error = "", "", err.Error()
-		c.logger().WarnContext(ctx, "filecache: attachment not fetched", "workspace", ws, "error", err)
+		level := slog.LevelWarn
+		if errors.Is(err, errLink) {
+			level = slog.LevelDebug // a link is the handler's to open
+		}
+		c.logger().Log(ctx, level, "filecache: attachment not fetched", "workspace", ws, "error", err)
 	}
 	return f, err
 }
+
+// errLink: the attachment is a URI the relay does not fetch.
+var errLink = errors.New("not fetched: the relay fetches platform-pending: and workspace: files; open this URI yourself")
 
 func isTransient(err error) bool {
 	return errors.Is(err, molecule.ErrPlatformUnavailable) || errors.Is(err, molecule.ErrRateLimited)
@@ -167,7 +174,7 @@ func (c *Cache) sourceOf(ws, uri string) (source, error) {
 			},
 		}, nil
 	default:
-		return source{}, errors.New("not fetched: the relay fetches platform-pending: and workspace: files; open this URI yourself")
+		return source{}, errLink
 	}
 }
 
