@@ -180,7 +180,9 @@ func downloadPathError(p string) string {
 // handleChatDownload is Download (chat_files.go 458-500): the path is
 // checked first (400), then the workspace must have a callback URL: a
 // poll-mode workspace has none (422); a push-mode one is forwarded to
-// <url>/internal/file/read?path= and its answer streamed back.
+// <url>/internal/file/read?path= with its inbound secret as the bearer, and
+// the answer (status, Content-Type, -Length, -Disposition, body) streamed
+// back (streamWorkspaceResponse, 509-537).
 func (s *Server) handleChatDownload(w http.ResponseWriter, r *http.Request, id string) {
 	p := r.URL.Query().Get("path")
 	if p == "" {
@@ -193,9 +195,9 @@ func (s *Server) handleChatDownload(w http.ResponseWriter, r *http.Request, id s
 	}
 	s.mu.RLock()
 	ws := s.workspaces[id]
-	var wsURL, mode string
+	var wsURL, mode, secret string
 	if ws != nil {
-		wsURL, mode = ws.url, ws.deliveryMode
+		wsURL, mode, secret = ws.url, ws.deliveryMode, ws.secret
 	}
 	s.mu.RUnlock()
 	if wsURL == "" {
@@ -211,6 +213,7 @@ func (s *Server) handleChatDownload(w http.ResponseWriter, r *http.Request, id s
 		writeError(w, http.StatusInternalServerError, "failed to construct forward request")
 		return
 	}
+	req.Header.Set("Authorization", "Bearer "+secret) // platform_inbound_secret (chat_files.go 495)
 	resp, err := http.DefaultClient.Do(req)
 	if err != nil {
 		writeError(w, http.StatusBadGateway, "workspace unreachable")
