@@ -2,7 +2,7 @@ package filecache
 
 // Outbound files: a handler's answer (or send_message_to_user) may attach
 // a local file; it is uploaded with POST /workspaces/:id/chat/uploads
-// (enteros-core aeec8e47 handlers/chat_files.go 637-829) where the file
+// (enteros-core aeec8e47 handlers/chat_files.go 638-826) where the file
 // is, and the platform's URI replaces the path. The upload is not
 // idempotent on the platform, so its answer is recorded in NATS KV before
 // the reply is posted: a retry of the same answer reuses the recorded

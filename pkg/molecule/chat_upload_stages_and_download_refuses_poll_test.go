@@ -18,8 +18,8 @@ import (
 // mimeType, size}]} with a platform-pending URI per file, the name
 // sanitised and the MIME type cut to type/subtype, and the bytes are
 // readable as a staged upload (enteros-core aeec8e47
-// workspace-server/internal/handlers/chat_files.go 637-829, 567-599,
-// 845-870).
+// workspace-server/internal/handlers/chat_files.go 638-826, 582-602,
+// 840-863).
 func TestChatUploadToPollWorkspaceStagesPendingUploads(t *testing.T) {
 	s := platform(t)
 	w, c := registered(t, s, "up")
@@ -53,8 +53,8 @@ func TestChatUploadToPollWorkspaceStagesPendingUploads(t *testing.T) {
 }
 
 // TestChatUploadRefusals: a file past the per-file cap is 413 and stages
-// nothing (pre-validation, chat_files.go 700-712); a request without a
-// "files" part is 400 (686).
+// nothing (pre-validation, chat_files.go 690-720); a request without a
+// "files" part is 400 (655).
 func TestChatUploadRefusals(t *testing.T) {
 	s := platform(t, moleculetest.WithGeneration(moleculetest.Gen2026_05)) // 25 MiB per file (eaf7dbb storage.go 47)
 	w, c := registered(t, s, "up")
@@ -82,9 +82,9 @@ func TestChatUploadRefusals(t *testing.T) {
 
 // TestChatDownloadOfPollWorkspaceIs422: GET /chat/download checks the
 // path first (400 for a relative, unrooted or non-canonical one,
-// chat_files.go 417-442), then forwards to the workspace's own URL,
+// chat_files.go 418-442), then forwards to the workspace's own URL,
 // which a poll-mode workspace has none of: 422
-// (resolveWorkspaceForwardCreds, 244-261).
+// (resolveWorkspaceForwardCreds, 224-231).
 func TestChatDownloadOfPollWorkspaceIs422(t *testing.T) {
 	s := platform(t)
 	_, c := registered(t, s, "dl")

@@ -159,7 +159,7 @@ func (c *Client) UploadChatFiles(ctx context.Context, files []LocalFile) ([]Atta
 }
 
 // DownloadWorkspaceFile opens a file of this workspace's container with
-// GET /workspaces/:id/chat/download?path= (chat_files.go 458), capped at
+// GET /workspaces/:id/chat/download?path= (chat_files.go 459), capped at
 // max bytes. A poll-mode workspace has no container the platform can
 // reach: the platform answers 422.
 func (c *Client) DownloadWorkspaceFile(ctx context.Context, path string, max int64) (*Upload, error) {

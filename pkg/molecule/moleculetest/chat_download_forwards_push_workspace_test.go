@@ -12,7 +12,7 @@ import (
 // push-mode workspace is forwarded to its own /internal/file/read?path=
 // with its platform_inbound_secret as the bearer, and the workspace's
 // answer comes back with its Content-Type (enteros-core aeec8e47
-// workspace-server/internal/handlers/chat_files.go 458-500, 509-537).
+// workspace-server/internal/handlers/chat_files.go 459-498, 508-533).
 func TestChatDownloadForwardsToPushWorkspace(t *testing.T) {
 	s := newServer(t)
 	var gotPath, gotAuth string

@@ -3,10 +3,10 @@ package moleculetest
 // POST /workspaces/:id/chat/uploads and GET /workspaces/:id/chat/download,
 // as enteros-core aeec8e47 workspace-server/internal/handlers/chat_files.go
 // serves them (router.go 1011). Upload to a poll-mode workspace stages
-// each file as a pending upload (uploadPollMode, 637-829) and answers
+// each file as a pending upload (uploadPollMode, 638-826) and answers
 // {"files":[{uri,name,mimeType,size}]}; a push-mode workspace's upload
 // and every download are forwarded to the workspace's own URL, which a
-// poll-mode workspace has none of: 422 (resolveWorkspaceForwardCreds 209).
+// poll-mode workspace has none of: 422 (resolveWorkspaceForwardCreds 224-231).
 
 import (
 	"io"
@@ -18,7 +18,7 @@ import (
 	"strings"
 )
 
-// uploadRequestCap is the multipart body's cap (chat_files.go 161,
+// uploadRequestCap is the multipart body's cap (chat_files.go 162,
 // uploads/limits.go 98: 100 MB at aeec8e47; 50 MiB at eaf7dbb
 // chat_files.go 113).
 func (s *Server) uploadRequestCap() int64 {
@@ -44,7 +44,7 @@ func isChatUploadPath(p string) bool {
 }
 
 // unsafeFilenameChars and sanitizeFilename are SanitizeFilename
-// (chat_files.go 567-599).
+// (chat_files.go 582-602).
 var unsafeFilenameChars = regexp.MustCompile(`[^a-zA-Z0-9._\-]`)
 
 func sanitizeFilename(name string) string {
@@ -64,7 +64,7 @@ func sanitizeFilename(name string) string {
 	return base
 }
 
-// safeMimetype is chat_files.go 845-870: parameters cut, anything not
+// safeMimetype is chat_files.go 840-863: parameters cut, anything not
 // type/subtype becomes application/octet-stream, empty stays empty.
 func safeMimetype(raw string) string {
 	raw, _, _ = strings.Cut(raw, ";")
@@ -83,10 +83,10 @@ func safeMimetype(raw string) string {
 	return raw
 }
 
-// handleChatUpload: the body is capped (MaxBytesReader, 351), a body past
-// the cap fails the multipart parse (400, 680), no "files" part is 400,
+// handleChatUpload: the body is capped (MaxBytesReader, 352), a body past
+// the cap fails the multipart parse (400, 650), no "files" part is 400,
 // more than 64 files 400, one file past the per-file cap 413 with its
-// name, size and max (700-712), and nothing is staged unless all are.
+// name, size and max (690-720), and nothing is staged unless all are.
 func (s *Server) handleChatUpload(w http.ResponseWriter, r *http.Request, id string) {
 	if s.deliveryModeOf(id) != "poll" {
 		writeJSON(w, http.StatusUnprocessableEntity, map[string]string{"error": "workspace has no callback URL — upload requires push-mode + a public URL"})
@@ -157,7 +157,7 @@ func readPart(fh *multipart.FileHeader, max int64) ([]byte, error) {
 // allowedDownloadRoots is templates.go 30-36 (allowedRoots).
 var allowedDownloadRoots = []string{"/configs", "/workspace", "/home", "/plugins", "/agent-home"}
 
-// downloadPathError is containerDownloadPathError (chat_files.go 417-442).
+// downloadPathError is containerDownloadPathError (chat_files.go 418-442).
 func downloadPathError(p string) string {
 	if !strings.HasPrefix(p, "/") {
 		return "path must be absolute"
@@ -177,12 +177,12 @@ func downloadPathError(p string) string {
 	return ""
 }
 
-// handleChatDownload is Download (chat_files.go 458-500): the path is
+// handleChatDownload is Download (chat_files.go 459-498): the path is
 // checked first (400), then the workspace must have a callback URL: a
 // poll-mode workspace has none (422); a push-mode one is forwarded to
 // <url>/internal/file/read?path= with its inbound secret as the bearer, and
 // the answer (status, Content-Type, -Length, -Disposition, body) streamed
-// back (streamWorkspaceResponse, 509-537).
+// back (streamWorkspaceResponse, 508-533).
 func (s *Server) handleChatDownload(w http.ResponseWriter, r *http.Request, id string) {
 	p := r.URL.Query().Get("path")
 	if p == "" {
@@ -213,7 +213,7 @@ func (s *Server) handleChatDownload(w http.ResponseWriter, r *http.Request, id s
 		writeError(w, http.StatusInternalServerError, "failed to construct forward request")
 		return
 	}
-	req.Header.Set("Authorization", "Bearer "+secret) // platform_inbound_secret (chat_files.go 495)
+	req.Header.Set("Authorization", "Bearer "+secret) // platform_inbound_secret (chat_files.go 494)
 	resp, err := http.DefaultClient.Do(req)
 	if err != nil {
 		writeError(w, http.StatusBadGateway, "workspace unreachable")
@@ -229,7 +229,7 @@ func (s *Server) handleChatDownload(w http.ResponseWriter, r *http.Request, id s
 	_, _ = io.Copy(w, resp.Body)
 }
 
-// deliveryModeOf is lookupUploadDeliveryMode (chat_files.go 521-541):
+// deliveryModeOf is lookupUploadDeliveryMode (chat_files.go 549-567):
 // an unset mode is push.
 func (s *Server) deliveryModeOf(id string) string {
 	s.mu.RLock()
