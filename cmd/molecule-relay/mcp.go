@@ -95,6 +95,8 @@ func mcpEnviron(environ []string) []string {
 		// session shares it, so they see each other (one holds the
 		// channel, the next takes over) and messages wait in one place.
 		add("NATS_STORE_DIR", filepath.Join(stateDir, "nats"))
+		// Attachments where the TypeScript channel puts them.
+		add("MOLECULE_FILES_DIR", filepath.Join(stateDir, "inbox"))
 	}
 	add("MOLECULE_AGENT_NAME", mcpAgentName)
 	// Read here, and by no other command: not handed on.

@@ -9,6 +9,7 @@ import (
 	"github.com/molecule-ai/molecule-relay/internal/config"
 	"github.com/molecule-ai/molecule-relay/internal/configerr"
 	"github.com/molecule-ai/molecule-relay/internal/events"
+	"github.com/molecule-ai/molecule-relay/internal/filecache"
 	"github.com/molecule-ai/molecule-relay/pkg/molecule"
 )
 
@@ -52,6 +53,10 @@ type Config struct {
 	// MaxFileBytes caps a file read through GET /v1/files. If not set (or
 	// above it), the platform's own cap, molecule.MaxUploadBytes (25 MiB).
 	MaxFileBytes int64
+	// Files, when set, is the dispatcher's attachment cache: GET /v1/files
+	// serves a file it holds from disk (the platform may have dropped it
+	// once acked) and asks the platform only for one it does not.
+	Files *filecache.Cache
 	// PeersTTL is how long a peer list is reused. If not set,
 	// DefaultPeersTTL.
 	PeersTTL time.Duration

@@ -1,8 +1,10 @@
 package agentapi
 
 // GET /v1/files?uri=…: the bytes of one of the handled message's file
-// parts. Only a platform-pending: upload of the message's own workspace can
-// be read (docs/agentapi.md "Files"); the relay never acks it.
+// parts: the attachment cache's copy when it holds one, else a
+// platform-pending: upload of the message's own workspace or a workspace:
+// file through /chat/download (docs/agentapi.md "Files"). This endpoint
+// never acks; the cache acks what it holds (docs/files.md).
 
 import (
 	"context"
@@ -26,8 +28,8 @@ var (
 	ErrFileGone = errors.New("agentapi: the platform no longer has this upload (staged uploads expire 24 h after the upload, or it was acked)")
 )
 
-// File opens an attachment of the handled message: a NEW platform's staged
-// upload (platform-pending:<ws>/<file_id>), capped at MaxFileBytes. It
+// File opens an attachment of the handled message (see openFile), capped
+// at MaxFileBytes. It
 // implements handler.Agent.File; close the body.
 func (s *Session) File(ctx context.Context, uri string) (io.ReadCloser, string, error) {
 	ctx, cancel, err := s.scoped(ctx)
@@ -46,8 +48,26 @@ func (s *Session) openFile(ctx context.Context, uri string) (io.ReadCloser, stri
 	if !s.hasAttachment(uri) {
 		return nil, "", ErrNotAttachment
 	}
+	if fc := s.srv.cfg.Files; fc != nil {
+		if f, mime, ok := fc.Held(s.in.WorkspaceID, uri); ok {
+			return f, mime, nil
+		}
+	}
+	c, err := s.client()
+	if err != nil {
+		return nil, "", err
+	}
+	if p, ok := strings.CutPrefix(uri, molecule.WorkspaceScheme); ok {
+		// A push-mode workspace's container file, which the platform reads
+		// for us; for a poll-mode workspace it answers 422.
+		up, err := c.DownloadWorkspaceFile(ctx, p, s.srv.cfg.MaxFileBytes)
+		if err != nil {
+			return nil, "", fmt.Errorf("%w: %v", ErrFileScheme, err)
+		}
+		return up.Body, up.MimeType, nil
+	}
 	if !strings.HasPrefix(uri, molecule.PendingScheme) {
-		return nil, "", fmt.Errorf("%w: only %s uploads of a NEW poll-mode platform are fetched; a workspace: file lives in the workspace container, which a relay does not have", ErrFileScheme, molecule.PendingScheme)
+		return nil, "", fmt.Errorf("%w: only %s uploads and %s files are fetched", ErrFileScheme, molecule.PendingScheme, molecule.WorkspaceScheme)
 	}
 	ws, fid, err := molecule.ParsePendingURI(uri)
 	if err != nil {
@@ -55,10 +75,6 @@ func (s *Session) openFile(ctx context.Context, uri string) (io.ReadCloser, stri
 	}
 	if ws != s.in.WorkspaceID {
 		return nil, "", fmt.Errorf("%w: the upload names workspace %s, not the message's", ErrNotAttachment, ws)
-	}
-	c, err := s.client()
-	if err != nil {
-		return nil, "", err
 	}
 	up, err := c.FetchUpload(ctx, fid, s.srv.cfg.MaxFileBytes)
 	if errors.Is(err, molecule.ErrNotFound) {

@@ -157,7 +157,7 @@ func errString(err error) string {
 
 // TestFileOverTheCapOrGoneIsRefused: an upload larger than MaxFileBytes is
 // 502 (nothing passed on), and one the platform no longer serves (here
-// acked by someone else) is 404 saying so.
+// expired) is 404 saying so.
 func TestFileOverTheCapOrGoneIsRefused(t *testing.T) {
 	w := pipelinetest.New(t, pipelinetest.Options{})
 	srv := startAPI(t, w, agentapi.Config{MaxFileBytes: 4})
@@ -178,10 +178,8 @@ func TestFileOverTheCapOrGoneIsRefused(t *testing.T) {
 	if st, b := get(big.URI); st != http.StatusBadGateway || !strings.Contains(b, "cap 4") {
 		t.Fatalf("over the cap: %d %s, want 502 naming the cap", st, b)
 	}
-	if err := w.Client(w.Agent).AckUpload(pipelinetest.Ctx(t), gone.FileID); err != nil {
-		t.Fatal(err)
-	}
+	w.Plat.ExpireUpload(gone.FileID)
 	if st, b := get(gone.URI); st != http.StatusNotFound || !strings.Contains(b, "24 h") {
-		t.Fatalf("after ack: %d %s, want 404 saying the platform dropped it", st, b)
+		t.Fatalf("after expiry: %d %s, want 404 saying the platform dropped it", st, b)
 	}
 }

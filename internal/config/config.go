@@ -234,6 +234,16 @@ type Config struct {
 	// MaxAge): a conversation silent that long is gone whole. Default 168h
 	// (7 days).
 	HistoryTTL Seconds `env:"MOLECULE_HISTORY_TTL" envDefault:"168h"`
+	// FilesDir is where the dispatcher holds the attachments it hands its
+	// handler (internal/filecache, docs/files.md): "off" hands over the
+	// URIs only. If not set, the user's cache directory's
+	// molecule-relay/files (mcp: the state directory's inbox, as the
+	// TypeScript channel).
+	FilesDir string `env:"MOLECULE_FILES_DIR"`
+	// FilesMaxBytes caps one attachment; a larger one reaches the handler
+	// with the reason. Default 26214400 (25 MiB, the TypeScript channel's
+	// cap); the platform itself takes up to 100 MB.
+	FilesMaxBytes int64 `env:"MOLECULE_FILES_MAX_BYTES" envDefault:"26214400"`
 	// OpenAI handler settings.
 	OpenAIAPIKey string `env:"OPENAI_API_KEY"`
 	OpenAIModel  string `env:"MOLECULE_OPENAI_MODEL"`
@@ -484,6 +494,8 @@ func (c *Config) validateLimits() error {
 		return bad("MOLECULE_MAX_HOPS", "%d; must be at least 1", c.MaxHops)
 	case c.HistoryTurns < 0 || c.HistoryTurns > 1000:
 		return bad("MOLECULE_HISTORY_TURNS", "%d is outside 0..1000 (0 turns memory off)", c.HistoryTurns)
+	case c.FilesMaxBytes < 0 || c.FilesMaxBytes > 100<<20:
+		return bad("MOLECULE_FILES_MAX_BYTES", "%d is outside 0..104857600 (the platform's cap; 0 is the default)", c.FilesMaxBytes)
 	case c.HistoryMaxBytes != 0 && (c.HistoryMaxBytes < 1024 || c.HistoryMaxBytes > 512<<10):
 		return bad("MOLECULE_HISTORY_MAX_BYTES", "%d is outside 1024..524288 (a NATS message holds 1 MB)", c.HistoryMaxBytes)
 	case c.HistoryTTL.D() != 0 && c.HistoryTTL.D() < time.Minute:

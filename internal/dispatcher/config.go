@@ -73,6 +73,29 @@ type Config struct {
 	// history and replies carry what the replier records. If nil, memory
 	// is off and its bucket is never touched.
 	Memory *memory.Store
+	// Files, when set, fetches each message's attachments before its
+	// handler runs (internal/filecache: in this process, so the paths are
+	// the handler's). If nil, handlers get the URIs only.
+	Files Files
+	// Uploads, when set, uploads the local files an answer to a canvas
+	// user attaches (a path or file:// URI) and replaces them with the
+	// platform's URIs, once per answer and file (filecache.Uploader). If
+	// nil, or for an answer to a peer (which cannot read this workspace's
+	// uploads), such an attachment is a permanent error saying so.
+	Uploads Uploads
+}
+
+// Uploads uploads an answer's local files (filecache.Uploader).
+type Uploads interface {
+	Upload(ctx context.Context, ws, answer string, atts []events.Attachment) ([]events.Attachment, error)
+}
+
+// Files holds a message's attachments locally (filecache.Cache).
+type Files interface {
+	// Fetch returns the message's files; an error says one failed for a
+	// reason that may pass (the message is tried again, but on its last
+	// delivery the handler gets the files with the reasons).
+	Fetch(ctx context.Context, in *events.Inbound) ([]handler.File, error)
 }
 
 // DirectPoster posts a reply without the reply stream

@@ -220,10 +220,27 @@ func (d *Dispatcher) runHandler(runCtx context.Context, msg *message) (a handler
 type handlerFunc func(ctx context.Context, req *handler.Request) (handler.Answer, error)
 
 // handlerCall is how the handler is called, in the order a request meets
-// it: its conversation's history from memory, then an agent API session
-// for this message alone, then the handler itself.
+// it: its conversation's history from memory, its attachments held
+// locally, then an agent API session for this message alone, then the
+// handler itself.
 func (d *Dispatcher) handlerCall() handlerFunc {
-	return d.withHistory(d.withAgentAPI(d.invoke))
+	return d.withHistory(d.withFiles(d.withAgentAPI(d.invoke)))
+}
+
+// withFiles hands the handler the message's attachments as local files,
+// if the dispatcher fetches them.
+func (d *Dispatcher) withFiles(next handlerFunc) handlerFunc {
+	if d.cfg.Files == nil {
+		return next
+	}
+	return func(ctx context.Context, req *handler.Request) (handler.Answer, error) {
+		files, err := d.cfg.Files.Fetch(ctx, req.Message)
+		if max := d.run.MaxDeliver(); err != nil && (max == 0 || req.Delivery < uint64(max)) {
+			return handler.Answer{}, err // tried again after the retry delay
+		}
+		req.Files = files
+		return next(ctx, req)
+	}
 }
 
 // withAgentAPI opens the handler's agent API session (internal/agentapi), if
@@ -332,8 +349,12 @@ func (d *Dispatcher) complete(runCtx context.Context, m *message, a handler.Answ
 		rec.Outcome = events.OutcomeSuppressed
 		log.InfoContext(runCtx, "dispatcher: reply dropped by the loop guard", "why", why, "hops", in.Hops, "in_reply_to", in.InReplyTo)
 	} else {
+		atts, err := d.uploadLocal(runCtx, in, a.Attachments)
+		if err != nil {
+			return d.handlerFailed(runCtx, m, err)
+		}
 		reply := d.withMemory(BuildReply(in, a.Text, now), in)
-		reply.Attachments = a.Attachments
+		reply.Attachments = atts
 		data, err := reply.Marshal()
 		if err != nil {
 			return d.handlerFailed(runCtx, m, fmt.Errorf("%w: encode reply: %v", handler.ErrPermanent, err))

@@ -102,7 +102,7 @@ func (c *Channel) Answer(ctx context.Context, req *handler.Request) (handler.Ans
 		return handler.Answer{}, err
 	}
 	defer c.finish(p)
-	if err := cl.notify(ctx, NewNotification(c.names.enrich(ctx, req.Message))); err != nil {
+	if err := cl.notify(ctx, NewNotificationWithFiles(c.names.enrich(ctx, req.Message), req.Files)); err != nil {
 		return handler.Answer{}, fmt.Errorf("%w: notification not sent: %v", ErrClientGone, err)
 	}
 	// The stage keeps the message alive while this waits (stage.KeepAlive).

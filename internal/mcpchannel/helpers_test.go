@@ -32,6 +32,7 @@ func newRelayLogged(t *testing.T, w *pipelinetest.World, lease mcpchannel.LeaseC
 		"MOLECULE_PLATFORM_URL=" + w.Plat.URL(), "MOLECULE_WORKSPACE_ID=" + w.Agent.ID,
 		"MOLECULE_WORKSPACE_TOKEN=" + w.Agent.Token, "MOLECULE_POLL_INTERVAL=100ms",
 		"MOLECULE_MCP_ANSWER_TIMEOUT=2m", "NATS_URL=" + w.NATSURL(),
+		"MOLECULE_FILES_DIR=" + t.TempDir(),
 	})
 	if err == nil {
 		err = cfg.Validate(config.NeedPlatform)

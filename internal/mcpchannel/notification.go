@@ -1,12 +1,12 @@
 package mcpchannel
 
 import (
-	"fmt"
 	"strings"
 	"time"
 	"unicode"
 
 	"github.com/molecule-ai/molecule-relay/internal/events"
+	"github.com/molecule-ai/molecule-relay/pkg/handler"
 )
 
 // Method is the MCP notification Claude Code turns into a conversation
@@ -34,7 +34,12 @@ type Notification struct {
 // the sender, the text, and a line with the exact reply call. Peer-supplied
 // names pass through Sanitize, so they cannot start a line of their own or
 // close the header's brackets.
-func NewNotification(in *events.Inbound) Notification {
+func NewNotification(in *events.Inbound) Notification { return NewNotificationWithFiles(in, nil) }
+
+// NewNotificationWithFiles is NewNotification with the message's
+// attachments as the relay holds them (attachments.go): their local paths
+// in the meta keys the TypeScript channel uses and in the content.
+func NewNotificationWithFiles(in *events.Inbound, files []handler.File) Notification {
 	kind := string(events.SourceCanvasUser)
 	peerID := ""
 	if in.Source == events.SourcePeerAgent {
@@ -67,9 +72,7 @@ func NewNotification(in *events.Inbound) Notification {
 	b.WriteString(header(in.WorkspaceID, peerID, name, role))
 	b.WriteByte('\n')
 	b.WriteString(in.Text)
-	for _, a := range in.Attachments {
-		fmt.Fprintf(&b, "\n[attachment %s · %s · %s]", Sanitize(a.Name), Sanitize(a.MimeType), Sanitize(a.URI))
-	}
+	addAttachments(&b, meta, in.Attachments, files)
 	b.WriteByte('\n')
 	if in.Kind == events.KindBroadcast {
 		b.WriteString(broadcastHint(in.ActivityID))

@@ -93,8 +93,8 @@ func TestSendMessageToUserPostsOncePerKey(t *testing.T) {
 			t.Fatalf("send: %s", txt)
 		}
 	}
-	if txt, isErr := cl.call(mcpchannel.ToolSendToUser, map[string]any{"message": "x", "attachments": []string{"/tmp/local.zip"}}); !isErr {
-		t.Fatalf("a local path was accepted: %s", txt)
+	if txt, isErr := cl.call(mcpchannel.ToolSendToUser, map[string]any{"message": "x", "attachments": []string{"/nonexistent/local.zip"}}); !isErr || !strings.Contains(txt, "/nonexistent/local.zip") {
+		t.Fatalf("a missing local file was accepted: %s", txt)
 	}
 	pipelinetest.Eventually(t, 20*time.Second, "two canvas posts", func() bool { return len(w.Plat.Notifications(w.Agent.ID)) >= 2 })
 	got := map[string]int{}

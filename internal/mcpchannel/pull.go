@@ -123,7 +123,7 @@ func (s *Server) addPullTools(add func(mcp.Tool, server.ToolHandlerFunc)) {
 // keys (text, created_at, arrival_workspace_id), and the event's content.
 func (s *Server) pulled(ctx context.Context, p *pending) map[string]string {
 	in := s.cfg.Channel.names.enrich(ctx, p.req.Message)
-	n := NewNotification(in)
+	n := NewNotificationWithFiles(in, p.req.Files)
 	m := make(map[string]string, len(n.Meta)+4)
 	for k, v := range n.Meta {
 		m[k] = v

@@ -152,6 +152,7 @@ func (s *Server) addTools() {
 		mcp.WithString("scope", mcp.Enum("LOCAL", "TEAM", "GLOBAL", ""), mcp.Description("only this scope (empty: all)")),
 		asWorkspace,
 	)...), s.toolRecallMemory)
+	s.addFileTools(add)
 	s.addPullTools(add) // pull.go: for clients that ignore channel events
 }
 

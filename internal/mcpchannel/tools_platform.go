@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"net/url"
 	"path"
+	"path/filepath"
 	"sort"
 	"strings"
 	"time"
@@ -19,6 +20,7 @@ import (
 
 	"github.com/molecule-ai/molecule-relay/internal/delegate"
 	"github.com/molecule-ai/molecule-relay/internal/events"
+	"github.com/molecule-ai/molecule-relay/internal/filecache"
 	"github.com/molecule-ai/molecule-relay/internal/stage"
 	"github.com/molecule-ai/molecule-relay/internal/uuid"
 	"github.com/molecule-ai/molecule-relay/pkg/handler"
@@ -290,9 +292,13 @@ func (s *Server) toolSendToUser(ctx context.Context, req mcp.CallToolRequest) (*
 	}
 	var atts []events.Attachment
 	for _, a := range req.GetStringSlice("attachments", nil) {
+		if p, local := filecache.LocalPath(a); local {
+			atts = append(atts, events.Attachment{URI: a, Name: filepath.Base(p)})
+			continue
+		}
 		u, err := url.Parse(a)
 		if err != nil || (u.Scheme != "http" && u.Scheme != "https") {
-			return toolError("attachment %q: only http(s) URLs can be attached; this channel does not upload local files", a), nil
+			return toolError("attachment %q: attach an absolute local path (uploaded) or an http(s) URL", a), nil
 		}
 		atts = append(atts, events.Attachment{URI: a, Name: path.Base(u.Path)})
 	}
@@ -312,6 +318,9 @@ func (s *Server) toolSendToUser(ctx context.Context, req mcp.CallToolRequest) (*
 			b.WriteString(a.URI + "\n")
 		}
 		key = digest(text, b.String(), time.Now().UTC().Truncate(sendWindow).Format(time.RFC3339))
+	}
+	if atts, err = uploadLocal(ctx, be, ws, key, atts); err != nil {
+		return toolError("send_message_to_user: %v", err), nil
 	}
 	o, err := s.postToUser(ctx, be, ws, text, atts, key)
 	if err != nil {

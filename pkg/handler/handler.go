@@ -57,4 +57,8 @@ type Request struct {
 	// Request's Interim, AskPeer, Peers, Discover and Secrets methods; nil
 	// when the relay offers none.
 	Agent Agent
+	// Files are the message's attachments as the relay fetched them, one
+	// per Message.Attachments entry in its order: a local path, or the
+	// reason it could not be fetched. Empty when the relay fetches none.
+	Files []File
 }

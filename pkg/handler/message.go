@@ -15,3 +15,18 @@ type Attachment = events.Attachment
 
 // AttachmentJSON is an attachment as a structured answer carries it.
 type AttachmentJSON = events.AttachmentJSON
+
+// File is an attachment of the message as the relay holds it: the
+// attachment's URI, name and MIME type, and either Path, a local copy
+// (read it, do not move it: the relay keeps it for a redelivery) with its
+// size and SHA-256, or Error, why the relay has none (too large, gone
+// from the platform, another workspace's, a scheme it does not fetch).
+type File struct {
+	URI      string `json:"uri"`
+	Name     string `json:"name"`
+	MimeType string `json:"mime_type,omitempty"`
+	Size     int64  `json:"size,omitempty"`
+	Path     string `json:"path,omitempty"`
+	SHA256   string `json:"sha256,omitempty"`
+	Error    string `json:"error,omitempty"`
+}

@@ -28,12 +28,15 @@ type Payload struct {
 	// Request.History: the conversation's earlier turns, oldest first.
 	Conversation string `json:"conversation,omitempty"`
 	History      []Turn `json:"history,omitempty"`
+	// Files are Request.Files: each attachment's local path, or why the
+	// relay could not fetch it.
+	Files []File `json:"files,omitempty"`
 }
 
 // NewPayload builds the Payload of req.
 func NewPayload(req *Request) Payload {
 	return Payload{Message: req.Message, Delivery: req.Delivery, Deadline: req.Deadline, AgentAPI: agentRef(req),
-		Conversation: req.Conversation, History: req.History}
+		Conversation: req.Conversation, History: req.History, Files: req.Files}
 }
 
 func marshalPayload(req *Request) ([]byte, error) {

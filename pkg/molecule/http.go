@@ -134,7 +134,7 @@ func (c *Client) newRequest(ctx context.Context, r request) (*http.Request, erro
 	if err != nil {
 		return nil, fmt.Errorf("%w: %s %s: %w", ErrInvalidArgument, r.method, r.path, err)
 	}
-	if body != nil {
+	if body != nil && r.header.Get("Content-Type") == "" {
 		req.Header.Set("Content-Type", "application/json")
 	}
 	if r.accept != "" {

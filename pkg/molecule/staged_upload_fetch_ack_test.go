@@ -9,14 +9,16 @@ import (
 	"testing"
 
 	"github.com/molecule-ai/molecule-relay/pkg/molecule"
+	"github.com/molecule-ai/molecule-relay/pkg/molecule/moleculetest"
 )
 
 // TestStagedUploadFetchThenAckThenGone finds a staged upload's manifest row
 // on the feed, fetches its bytes with
 // the platform's content type, acks it, and then finds it gone (404) for a
-// fetch and a second ack, as the platform's handler does.
+// fetch and a second ack, as the platform's handler does at eaf7dbb
+// (pendinguploads/storage.go 313: Get skips acked rows).
 func TestStagedUploadFetchThenAckThenGone(t *testing.T) {
-	s := platform(t)
+	s := platform(t, moleculetest.WithGeneration(moleculetest.Gen2026_05))
 	w, c := registered(t, s, "files")
 	content := []byte("%PDF-1.7 not really\x00\x01")
 	u := s.StageUpload(w.ID, "report.pdf", "application/pdf", content)
@@ -83,5 +85,34 @@ func TestStagedUploadRefusals(t *testing.T) {
 		if _, _, err := molecule.ParsePendingURI(uri); !errors.Is(err, molecule.ErrInvalidArgument) {
 			t.Errorf("ParsePendingURI(%q): %v, want ErrInvalidArgument", uri, err)
 		}
+	}
+}
+
+// TestStagedUploadStaysReadableAfterAck2026_08: at aeec8e47 an acked
+// upload is still served (the canvas previews it after a refresh) and a
+// second ack is 200, idempotent (enteros-core aeec8e47
+// workspace-server/internal/pendinguploads/storage.go 322-336, 373-419;
+// handlers/pending_uploads.go 66-70).
+func TestStagedUploadStaysReadableAfterAck2026_08(t *testing.T) {
+	s := platform(t)
+	w, c := registered(t, s, "files")
+	u := s.StageUpload(w.ID, "a.txt", "text/plain", []byte("kept"))
+	ctx := context.Background()
+	for i := range 2 {
+		if err := c.AckUpload(ctx, u.FileID); err != nil {
+			t.Fatalf("ack %d: %v, want 200", i+1, err)
+		}
+	}
+	up, err := c.FetchUpload(ctx, u.FileID, 0)
+	if err != nil {
+		t.Fatalf("fetch after ack: %v, want the bytes", err)
+	}
+	b, _ := io.ReadAll(up.Body)
+	up.Body.Close()
+	if string(b) != "kept" {
+		t.Fatalf("fetched %q after ack", b)
+	}
+	if got, _ := s.StagedUpload(u.FileID); !got.Acked {
+		t.Fatal("the double does not record the ack")
 	}
 }

@@ -20,6 +20,7 @@ func (rt *Runtime) agentAPI() (dispatcher.AgentAPI, error) {
 		srv, err := agentapi.New(agentapi.Config{
 			Listen:  rt.Cfg.AgentAPIListen,
 			Clients: rt.ClientMap(),
+			Files:   rt.FileCache(),
 			Records: rt.Topo.Handled,
 			Secrets: rt.Cfg.AgentAPISecrets,
 			Asker:   rt.agentAsker(), // internal/delegate, through asker.go

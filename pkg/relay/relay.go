@@ -22,6 +22,7 @@ import (
 	"github.com/molecule-ai/molecule-relay/internal/config"
 	"github.com/molecule-ai/molecule-relay/internal/dispatcher"
 	"github.com/molecule-ai/molecule-relay/internal/events"
+	"github.com/molecule-ai/molecule-relay/internal/filecache"
 	"github.com/molecule-ai/molecule-relay/internal/poller"
 	"github.com/molecule-ai/molecule-relay/internal/replier"
 	"github.com/molecule-ai/molecule-relay/internal/stage"
@@ -63,6 +64,9 @@ type Runtime struct {
 	// agentSrv is the agent API, started by the first Dispatcher (agentapi.go).
 	agentMu  sync.Mutex
 	agentSrv *agentapi.Server
+	// files is the attachment cache (files.go).
+	filesOnce sync.Once
+	files     *filecache.Cache
 }
 
 // shareLedger gives the poller and the replier of s one NotifyLedger when
@@ -421,6 +425,8 @@ func (rt *Runtime) dispatcher(h handler.Handler, direct dispatcher.DirectPoster)
 		OnReply:        rt.Hooks.OnReply,
 		Memory:         mem,
 		Direct:         direct,
+		Files:          rt.fileCache(),
+		Uploads:        rt.uploader(),
 	})
 	if err == nil {
 		rt.tasks.d.Store(d)

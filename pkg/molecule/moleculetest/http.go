@@ -81,7 +81,7 @@ func (s *Server) record(r *http.Request, body []byte) *RecordedRequest {
 
 func (s *Server) serveHTTP(rw http.ResponseWriter, r *http.Request) {
 	var body []byte
-	if r.Body != nil {
+	if r.Body != nil && !isChatUploadPath(r.URL.Path) {
 		body, _ = io.ReadAll(io.LimitReader(r.Body, maxBody))
 	}
 	w := &recorder{ResponseWriter: rw, s: s}
@@ -384,7 +384,9 @@ func (s *Server) routeWorkspace(w http.ResponseWriter, r *http.Request, body []b
 		sub == "events/stream" && m == http.MethodGet,
 		sub == "tokens" && m == http.MethodPost,
 		sub == "memories" && (m == http.MethodGet || m == http.MethodPost),
-		isUploadRoute(rest, m):
+		isUploadRoute(rest, m),
+		sub == "chat/uploads" && m == http.MethodPost,
+		sub == "chat/download" && m == http.MethodGet:
 		known = true
 	case (sub == "broadcast" || sub == "chat-session/new") && m == http.MethodPost:
 		known = s.gen >= Gen2026_08
@@ -434,6 +436,10 @@ func (s *Server) routeWorkspace(w http.ResponseWriter, r *http.Request, body []b
 		s.handleBroadcast(w, id, body)
 	case sub == "chat-session/new":
 		s.handleNewChatSession(w, id)
+	case sub == "chat/uploads":
+		s.handleChatUpload(w, r, id)
+	case sub == "chat/download":
+		s.handleChatDownload(w, r, id)
 	case isUploadRoute(rest, m) && rest[2] == "content":
 		s.handleUploadContent(w, id, rest[1])
 	default:

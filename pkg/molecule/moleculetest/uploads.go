@@ -25,6 +25,9 @@ type Upload struct {
 	URI     string
 	Fetches int
 	Acked   bool
+	// Expired is set by ExpireUpload: past the 24 h expires_at, every
+	// generation answers 404.
+	Expired bool
 }
 
 type uploadStore struct {
@@ -73,6 +76,16 @@ func (s *Server) StagedUpload(fileID string) (Upload, bool) {
 	return *u, true
 }
 
+// ExpireUpload moves the upload past its expires_at (created_at + 24 h,
+// pendinguploads/storage.go 26): content and ack answer 404.
+func (s *Server) ExpireUpload(fileID string) {
+	s.uploads.mu.Lock()
+	if u := s.uploads.byID[fileID]; u != nil {
+		u.Expired = true
+	}
+	s.uploads.mu.Unlock()
+}
+
 // lookupUpload is storage.Get then the handler's workspace check: an
 // unknown, acked or other workspace's row is 404 alike. Holds mu on true.
 func (s *Server) lookupUpload(w http.ResponseWriter, id, fileID string) (*Upload, bool) {
@@ -82,7 +95,7 @@ func (s *Server) lookupUpload(w http.ResponseWriter, id, fileID string) (*Upload
 	}
 	s.uploads.mu.Lock()
 	u := s.uploads.byID[fileID]
-	if u == nil || u.Acked {
+	if u == nil || u.Expired || u.Acked && s.gen < Gen2026_08 {
 		s.uploads.mu.Unlock()
 		writeError(w, http.StatusNotFound, "pending upload not found, expired, or already acked")
 		return nil, false
@@ -113,9 +126,9 @@ func (s *Server) handleUploadContent(w http.ResponseWriter, id, fileID string) {
 	_, _ = w.Write(content)
 }
 
-// handleUploadAck: the handler looks the row up before acking, and the
-// lookup skips acked rows, so a repeated ack is 404 (not the idempotent
-// 200 the storage layer alone would give).
+// handleUploadAck: the handler looks the row up before acking; at eaf7dbb
+// the lookup skips acked rows, so a repeated ack is 404; at aeec8e47 it
+// finds them and the storage's ack is idempotent: 200.
 func (s *Server) handleUploadAck(w http.ResponseWriter, id, fileID string) {
 	u, ok := s.lookupUpload(w, id, fileID)
 	if !ok {
