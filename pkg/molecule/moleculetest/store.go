@@ -18,6 +18,7 @@ import (
 // lock.
 type workspace struct {
 	id, name, parentID string
+	role               string // "" = null
 	runtime            string
 	tier               int
 	status             string
@@ -38,6 +39,7 @@ type workspace struct {
 	idleTimeout   time.Duration
 
 	liveTokens int
+	ackedSeq   int64 // inbox_delivery_state.last_acked_seq (2026-08)
 	secrets    map[string]string
 	queue      map[string]string // push queue: messageId -> queue id
 

@@ -181,7 +181,7 @@ func (s *Server) encodeRow(r *row) []byte {
 	if s.gen == Gen2026_04 {
 		return encodeRowOld(r)
 	}
-	return encodeRowNew(r)
+	return encodeRowNew(r, s.gen >= Gen2026_08, nil)
 }
 
 func (s *Server) bodyOrder() keyOrder {
@@ -311,6 +311,11 @@ func (s *Server) handleActivity(w http.ResponseWriter, r *http.Request, id strin
 			q.sinceID = strings.ToLower(v)
 		}
 	}
+	if s.gen >= Gen2026_08 {
+		// activity.go:318-319 (include, since 2026-05-21) and 528 (the
+		// (created_at, seq) cursor) at enteros-core aeec8e47.
+		q.tuple, q.peerInfo = true, includeFlagSet(qs.Get("include"), "peer_info")
+	}
 	f := s.feedOf(id)
 	if f == nil {
 		if q.sinceID != "" {
@@ -320,10 +325,21 @@ func (s *Server) handleActivity(w http.ResponseWriter, r *http.Request, id strin
 		writeRaw(w, http.StatusOK, []byte("[]"))
 		return
 	}
-	rows, ok := f.query(&q)
+	var rows [][]byte
+	var copies []row
+	ok := f.query(&q, func(r *row) {
+		if q.peerInfo {
+			copies = append(copies, *r)
+		} else {
+			rows = append(rows, r.json)
+		}
+	})
 	if !ok {
 		writeRaw(w, http.StatusGone, []byte(cursorGone))
 		return
+	}
+	if q.peerInfo {
+		rows = s.withPeerInfo(r, copies)
 	}
 	if q.sinceID != "" {
 		s.cursorRows.Add(int64(len(rows)))
