@@ -7,7 +7,7 @@ import (
 )
 
 // The 2026-08 feed's include=peer_info (enteros-core aeec8e47
-// workspace-server/internal/handlers/activity.go:318-319, 417-420 and
+// workspace-server/internal/handlers/activity.go:318-319, 458-461 and
 // 635-652): a LEFT JOIN of the row's source_id on workspaces adds
 // peer_name and peer_role, agent_card_url is built from the platform's
 // external URL and source_id, and attachments[] flattens the request
