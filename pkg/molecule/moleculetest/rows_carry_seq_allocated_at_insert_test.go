@@ -40,7 +40,9 @@ func TestRowsCarrySeqAllocatedAtInsert(t *testing.T) {
 		t.Fatalf("%d rows visible before the late commit, want 2", len(visible))
 	}
 	third, first := visible[0], visible[1]
-	waitFor(t, "the late row", 5*time.Second, func() bool { return len(s.Rows(a.ID)) == 3 && len(call(t, s, "GET", p, bearerH(a.Token), "").array(t)) == 3 })
+	waitFor(t, "the late row", 5*time.Second, func() bool {
+		return len(s.Rows(a.ID)) == 3 && len(call(t, s, "GET", p, bearerH(a.Token), "").array(t)) == 3
+	})
 	all := call(t, s, "GET", p, bearerH(a.Token), "").array(t)
 	late := all[1]
 	if !(seqOf(t, first) < seqOf(t, late) && seqOf(t, late) < seqOf(t, third)) {
