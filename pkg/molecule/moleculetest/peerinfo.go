@@ -163,3 +163,11 @@ func attachment(kind, uri, mime, name string) map[string]any {
 	}
 	return a
 }
+
+// nullIfEmpty is a nullable text column: nil for "".
+func nullIfEmpty(v string) any {
+	if v == "" {
+		return nil
+	}
+	return v
+}

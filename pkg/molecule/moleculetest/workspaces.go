@@ -93,7 +93,7 @@ func (s *Server) handleGetWorkspace(w http.ResponseWriter, r *http.Request, id s
 	out := map[string]any{
 		"active_tasks": ws.activeTasks, "agent_card": card, "collapsed": false, "id": ws.id,
 		"last_error_rate": ws.errorRate, "last_outbound_at": nil, "max_concurrent_tasks": 1,
-		"name": ws.name, "parent_id": parent, "role": nil, "runtime": ws.runtime, "status": status,
+		"name": ws.name, "parent_id": parent, "role": nullIfEmpty(ws.role), "runtime": ws.runtime, "status": status,
 		"tier": ws.tier, "uptime_seconds": ws.uptime, "url": ws.url, "x": 0, "y": 0,
 	}
 	s.mu.RUnlock()
