@@ -1,0 +1,144 @@
+package poller
+
+import (
+	"context"
+	"errors"
+	"sync"
+	"time"
+
+	"github.com/molecule-ai/molecule-relay/pkg/molecule"
+)
+
+// Acks (docs/protocol.md, "The 2026-08 feed"; docs/guarantees.md). A
+// 2026-08 platform prunes a row 7 days after it was created once the
+// workspace has acked its seq, else after 30 days. An ack of seq S covers
+// every row with a seq up to S, and seq is taken when a row is inserted,
+// not when it commits: a row committed late carries a lower seq than rows
+// already read. So the poller acks S only when
+//
+//   - every row it has seen with a seq up to S is settled: its deliver
+//     succeeded (published to the inbound stream, dead-lettered, or
+//     skipped on purpose), and
+//   - S's row was created more than ackHorizon before the fetch that acks
+//     began: the overlap re-reads that could still find a row committed
+//     behind it (they reach OverlapWindow back) all ran before, and the
+//     second OverlapWindow covers the platform's clock against ours and a
+//     long transaction;
+//   - the fetch read the feed to its end (not a batch with rows left).
+//
+// At most one ack per ackEvery and workspace, never out of the heartbeat's
+// reserve of the rate budget. A platform without the endpoint (404) is
+// not asked again by this process. A one-shot runner that resumes from
+// the checkpoint on the feed (ResumeFromCheckpoint) never acks: the feed is
+// its only store, and its checkpoint rows must outlive 7 days.
+
+// ackState is what a workspace's poller knows to ack.
+type ackState struct {
+	mu        sync.Mutex
+	settled   map[int64]time.Time // seq → created_at, above acked
+	unsettled map[int64]bool      // seen in a deliver that failed
+	acked     int64               // the platform's last_acked_seq, as it last answered
+	sentAt    time.Time           // the last ack request
+	off       bool                // the platform answered 404
+}
+
+// note records the rows of one deliver: settled when it succeeded. Rows
+// without a seq (platforms before 2026-08) are not tracked.
+func (a *ackState) note(rows []molecule.ActivityRow, ok bool) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	for _, r := range rows {
+		if r.Seq <= a.acked {
+			continue
+		}
+		if !ok {
+			if _, done := a.settled[r.Seq]; !done {
+				if a.unsettled == nil {
+					a.unsettled = map[int64]bool{}
+				}
+				a.unsettled[r.Seq] = true
+			}
+			continue
+		}
+		if a.settled == nil {
+			a.settled = map[int64]time.Time{}
+		}
+		a.settled[r.Seq] = r.CreatedAt
+		delete(a.unsettled, r.Seq)
+	}
+}
+
+// candidate is the highest seq the rule lets an ack cover, created before
+// cutoff; 0 when none is above acked (settled holds only those).
+func (a *ackState) candidate(cutoff time.Time) int64 {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	var floor int64 // the lowest unsettled seq, 0 for none
+	for s := range a.unsettled {
+		if floor == 0 || s < floor {
+			floor = s
+		}
+	}
+	var best int64
+	for s, created := range a.settled {
+		if s > best && created.Before(cutoff) && (floor == 0 || s < floor) {
+			best = s
+		}
+	}
+	return best
+}
+
+// acknowledged records the platform's answer: nothing up to it is tracked
+// any more.
+func (a *ackState) acknowledged(stored int64) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	a.acked = max(a.acked, stored)
+	for s := range a.settled {
+		if s <= a.acked {
+			delete(a.settled, s)
+		}
+	}
+	for s := range a.unsettled {
+		if s <= a.acked {
+			delete(a.unsettled, s)
+		}
+	}
+}
+
+// ackSpan is the overlap re-read's reach: ackEvery, and half of
+// ackHorizon.
+func (p *Poller) ackSpan() time.Duration {
+	if p.cfg.OverlapWindow > 0 {
+		return p.cfg.OverlapWindow
+	}
+	return DefaultOverlapWindow
+}
+
+// ack sends the workspace's ack when the rule allows one (see above);
+// fetchStarted is when the fetch that read the feed to its end began. A
+// failure costs nothing but the ack: it is tried again after ackEvery.
+func (p *Poller) ack(ctx context.Context, w *workspace, fetchStarted time.Time, res *WorkspaceResult) {
+	a := &w.acks
+	if p.cfg.ResumeFromCheckpoint || a.off || time.Since(a.sentAt) < p.ackSpan() {
+		return
+	}
+	seq := a.candidate(fetchStarted.Add(-2 * p.ackSpan()))
+	if seq == 0 || w.c.TakeBudget(p.cfg.RateReserve) > 0 {
+		return // nothing new, or only the heartbeat's reserve is left
+	}
+	a.sentAt = time.Now()
+	stored, err := w.c.AckActivity(ctx, seq)
+	switch {
+	case errors.Is(err, molecule.ErrNotFound):
+		a.off = true
+		w.log.DebugContext(ctx, "poller: the platform has no activity ack (404); not acking", "error", err)
+	case p.noteRateLimited(ctx, w, err, res):
+	case err != nil:
+		w.log.DebugContext(ctx, "poller: activity ack failed; trying again later", "acked_seq", seq, "error", err)
+	default:
+		a.acknowledged(stored)
+		res.AckedSeq = seq
+		w.log.DebugContext(ctx, "poller: acked the feed", "acked_seq", seq, "last_acked_seq", stored)
+	}
+}
