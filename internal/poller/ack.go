@@ -26,11 +26,13 @@ import (
 //     long transaction;
 //   - the fetch read the feed to its end (not a batch with rows left).
 //
-// At most one ack per ackEvery and workspace, never out of the heartbeat's
-// reserve of the rate budget. A platform without the endpoint (404) is
-// not asked again by this process. A one-shot runner that resumes from
-// the checkpoint on the feed (ResumeFromCheckpoint) never acks: the feed is
-// its only store, and its checkpoint rows must outlive 7 days.
+// An ack never covers the newest checkpoint row this process wrote or
+// restored (checkpoint.go): a fresh runner resumes from it, so it must
+// outlive 7 days; a newer checkpoint lifts the ceiling to its own seq.
+//
+// At most one ack per overlap window and workspace, never out of the
+// heartbeat's reserve of the rate budget. A platform without the
+// endpoint (404) is not asked again by this process.
 
 // ackState is what a workspace's poller knows to ack.
 type ackState struct {
@@ -38,6 +40,7 @@ type ackState struct {
 	settled   map[int64]time.Time // seq → created_at, above acked
 	unsettled map[int64]bool      // seen in a deliver that failed
 	acked     int64               // the platform's last_acked_seq, as it last answered
+	ceiling   int64               // the newest checkpoint row's seq: acks stay below it (0: none)
 	sentAt    time.Time           // the last ack request
 	off       bool                // the platform answered 404
 }
@@ -68,12 +71,20 @@ func (a *ackState) note(rows []molecule.ActivityRow, ok bool) {
 	}
 }
 
+// protect keeps acks below seq, a checkpoint row's, when it is newer than
+// the one protected so far.
+func (a *ackState) protect(seq int64) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	a.ceiling = max(a.ceiling, seq)
+}
+
 // candidate is the highest seq the rule lets an ack cover, created before
 // cutoff; 0 when none is above acked (settled holds only those).
 func (a *ackState) candidate(cutoff time.Time) int64 {
 	a.mu.Lock()
 	defer a.mu.Unlock()
-	var floor int64 // the lowest unsettled seq, 0 for none
+	floor := a.ceiling // the lowest seq not to cover, 0 for none
 	for s := range a.unsettled {
 		if floor == 0 || s < floor {
 			floor = s
@@ -120,7 +131,7 @@ func (p *Poller) ackSpan() time.Duration {
 // failure costs nothing but the ack: it is tried again after ackEvery.
 func (p *Poller) ack(ctx context.Context, w *workspace, fetchStarted time.Time, res *WorkspaceResult) {
 	a := &w.acks
-	if p.cfg.ResumeFromCheckpoint || a.off || time.Since(a.sentAt) < p.ackSpan() {
+	if a.off || time.Since(a.sentAt) < p.ackSpan() {
 		return
 	}
 	seq := a.candidate(fetchStarted.Add(-2 * p.ackSpan()))

@@ -6,7 +6,10 @@ import (
 	"testing"
 	"time"
 
+	"github.com/molecule-ai/molecule-relay/internal/events"
 	"github.com/molecule-ai/molecule-relay/internal/poller"
+	"github.com/molecule-ai/molecule-relay/internal/testkit/natstest"
+	"github.com/molecule-ai/molecule-relay/pkg/molecule"
 	"github.com/molecule-ai/molecule-relay/pkg/molecule/moleculetest"
 )
 
@@ -123,8 +126,7 @@ func TestAckWaitsForLateRows(t *testing.T) {
 
 // TestAckNotSentWhereThePlatformHasNone: a 2026-05 feed carries no seq, so
 // the poller never asks; a 2026-08 platform answering the ack 404 is asked
-// once, then not again; a runner resuming from the feed's checkpoint
-// (ResumeFromCheckpoint) never acks.
+// once, then not again.
 func TestAckNotSentWhereThePlatformHasNone(t *testing.T) {
 	for _, tc := range []struct {
 		name  string
@@ -135,7 +137,6 @@ func TestAckNotSentWhereThePlatformHasNone(t *testing.T) {
 	}{
 		{"2026-05", moleculetest.Gen2026_05, false, nil, 0},
 		{"404", moleculetest.Gen2026_08, true, nil, 1},
-		{"checkpoint runner", moleculetest.Gen2026_08, false, func(c *poller.Config) { c.ResumeFromCheckpoint = true }, 0},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			e := newEnv(t, moleculetest.WithGeneration(tc.gen))
@@ -165,5 +166,76 @@ func TestAckNotSentWhereThePlatformHasNone(t *testing.T) {
 				t.Errorf("%d ack requests, want %d", n, tc.want)
 			}
 		})
+	}
+}
+
+// TestAckNeverCoversTheNewestCheckpoint: a fresh runner resumes from the
+// newest checkpoint row on the feed (checkpoint.go), so an ack must leave
+// it to the 30-day sweep: a runner that restored it acks nothing at or
+// above its seq until it has written a newer one, and then not that one.
+func TestAckNeverCoversTheNewestCheckpoint(t *testing.T) {
+	e := newEnv(t)
+	cfg := poller.Config{OverlapWindow: 50 * time.Millisecond, OverlapEvery: 10 * time.Millisecond, ResumeFromCheckpoint: true}
+	first := e.poller(cfg)
+	e.runOnce(first)
+	e.sendCanvas(e.ws.ID, "before the checkpoint")
+	e.runOnce(first)
+	if err := first.WriteCheckpoints(ctx(t), []string{e.ws.ID}); err != nil {
+		t.Fatal(err)
+	}
+	checkpointSeq := func() (newest int64) {
+		for _, raw := range e.plat.Rows(e.ws.ID) {
+			var r struct {
+				Method string `json:"method"`
+				Seq    int64  `json:"seq"`
+			}
+			if err := json.Unmarshal(raw, &r); err != nil {
+				t.Fatal(err)
+			}
+			if r.Method == "molecule-relay/checkpoint" {
+				newest = max(newest, r.Seq)
+			}
+		}
+		return newest
+	}
+	cp1 := checkpointSeq()
+
+	// A fresh runner: an empty NATS store, the same platform.
+	ns := natstest.Start(t)
+	_, js := natstest.Connect(t, ns.ClientURL())
+	topo, err := events.EnsureTopology(ctx(t), js, events.TopologyConfig{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg.Workspaces, cfg.PollInterval, cfg.Logger = []*molecule.Client{e.client(e.ws)}, 20*time.Millisecond, quietLogger()
+	fresh, err := poller.New(js, topo, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	e.runOnce(fresh) // restores the checkpoint
+	for i := range 3 {
+		e.sendCanvas(e.ws.ID, fmt.Sprint("after ", i))
+	}
+	settle := func(p *poller.Poller) {
+		for end := time.Now().Add(300 * time.Millisecond); time.Now().Before(end); {
+			if _, err := p.RunOnce(ctx(t)); err != nil {
+				t.Fatal(err)
+			}
+			tick := time.NewTimer(10 * time.Millisecond)
+			<-tick.C
+		}
+	}
+	settle(fresh)
+	if got := e.plat.AckedSeq(e.ws.ID); got >= cp1 {
+		t.Fatalf("acked %d, at or above the restored checkpoint's seq %d", got, cp1)
+	}
+	if err := fresh.WriteCheckpoints(ctx(t), []string{e.ws.ID}); err != nil {
+		t.Fatal(err)
+	}
+	cp2 := checkpointSeq()
+	settle(fresh)
+	got := e.plat.AckedSeq(e.ws.ID)
+	if got <= cp1 || got >= cp2 {
+		t.Errorf("acked %d after the second checkpoint, want above the first (%d) and below it (%d)", got, cp1, cp2)
 	}
 }
