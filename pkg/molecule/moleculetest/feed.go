@@ -34,7 +34,10 @@ type row struct {
 	// messageID is activity_logs.message_id, the key of the 2026-08
 	// upsert ("" = none: always a new row).
 	messageID string
-	json      []byte // the row as the activity endpoint returns it
+	// attachments is include=peer_info's attachments[] (2026-08), nil for
+	// none: written with json.
+	attachments []byte
+	json        []byte // the row as the activity endpoint returns it
 }
 
 // seqs is the identity sequence of activity_logs.seq: one for every

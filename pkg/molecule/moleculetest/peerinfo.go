@@ -51,7 +51,7 @@ func (s *Server) withPeerInfo(req *http.Request, rows []row) [][]byte {
 	s.mu.RUnlock()
 	out := make([][]byte, len(rows))
 	for i := range rows {
-		infos[i].attachments = requestAttachments(rows[i].requestBody)
+		infos[i].attachments = rows[i].attachments
 		out[i] = encodeRowNew(&rows[i], true, &infos[i])
 	}
 	return out

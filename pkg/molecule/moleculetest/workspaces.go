@@ -181,6 +181,9 @@ func (s *Server) encodeRow(r *row) []byte {
 	if s.gen == Gen2026_04 {
 		return encodeRowOld(r)
 	}
+	if s.gen >= Gen2026_08 {
+		r.attachments = requestAttachments(r.requestBody) // include=peer_info's, once per write
+	}
 	return encodeRowNew(r, s.gen >= Gen2026_08, nil)
 }
 
