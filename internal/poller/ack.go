@@ -3,6 +3,8 @@ package poller
 import (
 	"context"
 	"errors"
+	"maps"
+	"slices"
 	"sync"
 	"time"
 
@@ -42,7 +44,7 @@ type ackState struct {
 	acked     int64               // the platform's last_acked_seq, as it last answered
 	ceiling   int64               // the newest checkpoint row's seq: acks stay below it (0: none)
 	sentAt    time.Time           // the last ack request
-	off       bool                // the platform answered 404
+	off       bool                // the platform answered 404 (read by note)
 }
 
 // note records the rows of one deliver: settled when it succeeded. Rows
@@ -50,6 +52,10 @@ type ackState struct {
 func (a *ackState) note(rows []molecule.ActivityRow, ok bool) {
 	a.mu.Lock()
 	defer a.mu.Unlock()
+	if a.off {
+		return
+	}
+	defer a.bound()
 	for _, r := range rows {
 		if r.Seq <= a.acked {
 			continue
@@ -68,6 +74,23 @@ func (a *ackState) note(rows []molecule.ActivityRow, ok bool) {
 		}
 		a.settled[r.Seq] = r.CreatedAt
 		delete(a.unsettled, r.Seq)
+	}
+}
+
+// maxSettled bounds the settled rows kept while none can be acked (a
+// checkpoint's ceiling below them, or a failing ack).
+const maxSettled = 20000
+
+// bound drops the lower half of the settled rows past maxSettled. That is
+// safe: an ack covers what lies below its seq whether or not it is listed;
+// only the unsettled rows must never be forgotten.
+func (a *ackState) bound() {
+	if len(a.settled) <= maxSettled {
+		return
+	}
+	seqs := slices.Sorted(maps.Keys(a.settled))
+	for _, s := range seqs[:len(seqs)/2] {
+		delete(a.settled, s)
 	}
 }
 
@@ -142,7 +165,9 @@ func (p *Poller) ack(ctx context.Context, w *workspace, fetchStarted time.Time, 
 	stored, err := w.c.AckActivity(ctx, seq)
 	switch {
 	case errors.Is(err, molecule.ErrNotFound):
-		a.off = true
+		a.mu.Lock()
+		a.off, a.settled, a.unsettled = true, nil, nil
+		a.mu.Unlock()
 		w.log.DebugContext(ctx, "poller: the platform has no activity ack (404); not acking", "error", err)
 	case p.noteRateLimited(ctx, w, err, res):
 	case err != nil:
