@@ -52,6 +52,8 @@ type feed struct {
 	byMsg   map[string]*row // visible and pending rows by messageID
 	pending map[*row]struct{}
 	last    time.Time // last created_at handed out
+	stamped int       // rows stamped
+	ties    bool      // WithTimestampTies
 }
 
 func newFeed() *feed {
@@ -62,7 +64,11 @@ func newFeed() *feed {
 // and indexes the row by its messageID.
 func (f *feed) stampLocked(r *row) {
 	t := nowMicro()
-	if !t.After(f.last) {
+	f.stamped++
+	switch {
+	case f.ties && f.stamped%2 == 0 && !f.last.IsZero():
+		t = f.last // WithTimestampTies: the microsecond of the row before
+	case !t.After(f.last):
 		t = f.last.Add(time.Microsecond)
 	}
 	f.last = t

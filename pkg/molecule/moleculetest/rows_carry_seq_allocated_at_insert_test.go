@@ -92,3 +92,35 @@ func TestQueuedRowShape2026_08(t *testing.T) {
 		t.Errorf("summary %v, status %v", row["summary"], row["status"])
 	}
 }
+
+// TestCursorBreaksTimestampTiesBySeq: two rows written in one microsecond
+// (moleculetest.WithTimestampTies). On 2026-08 "after the cursor" is
+// created_at > $t OR (created_at = $t AND seq > $s) (activity.go:528), so
+// a since_id of the first returns the second; on 2026-05 it compared
+// created_at alone and skips it (the migration's "second, related bug",
+// 20260604000000_activity_logs_seq.up.sql).
+func TestCursorBreaksTimestampTiesBySeq(t *testing.T) {
+	for _, tc := range []struct {
+		gen  moleculetest.Generation
+		want int
+	}{{moleculetest.Gen2026_08, 1}, {moleculetest.Gen2026_05, 0}} {
+		t.Run(tc.gen.String(), func(t *testing.T) {
+			s := newServer(t, moleculetest.WithGeneration(tc.gen), moleculetest.WithTimestampTies())
+			a := s.CreateWorkspace("ext-A")
+			registerPoll(t, s, a)
+			for _, text := range []string{"one", "two"} {
+				if code, _, err := s.SendCanvas(context.Background(), a.ID, text); err != nil || code != 200 {
+					t.Fatal(code, err)
+				}
+			}
+			rows := call(t, s, "GET", "/workspaces/"+a.ID+"/activity", bearerH(a.Token), "").array(t) // newest first
+			if len(rows) != 2 || rows[0]["created_at"] != rows[1]["created_at"] {
+				t.Fatalf("rows %v: want two in one microsecond", rows)
+			}
+			after := call(t, s, "GET", "/workspaces/"+a.ID+"/activity?since_id="+rows[1]["id"].(string), bearerH(a.Token), "").array(t)
+			if len(after) != tc.want {
+				t.Errorf("since_id of the first of two tied rows: %d rows, want %d", len(after), tc.want)
+			}
+		})
+	}
+}

@@ -79,6 +79,7 @@ func (s *Server) newWorkspaceLocked(id, name, parent string) *workspace {
 		queue:        map[string]string{},
 		feed:         newFeed(),
 	}
+	w.feed.ties = s.ties
 	if s.gen >= Gen2026_05 {
 		w.status = "awaiting_agent"
 	} else {
