@@ -7,9 +7,10 @@
 // tests reproducible, a workspace's rows get created_at = max(now, last+1µs),
 // so two ordinary rows of one feed never tie (unless WithTimestampTies);
 // the since_id cursor means "created_at strictly greater than the cursor
-// row's" on 2026-05 and "(created_at, seq) greater" on 2026-08. Rows delayed by WithLateCommit keep the created_at
-// they were given when accepted and become visible behind newer rows, which
-// is how the real platform loses rows under a tight since_id poller.
+// row's" on 2026-05 and "(created_at, seq) greater" on 2026-08. Rows
+// delayed by WithLateCommit keep the created_at (and seq) they were given
+// when accepted and become visible behind newer rows, which is how the real
+// platform loses rows under a tight since_id poller.
 // created_at (and removed_at) are rendered as the platform's Go encoder
 // renders a microsecond timestamp: RFC 3339 in UTC with trailing zeros of
 // the fraction trimmed ("…:36.7457Z", or "…:36Z" on a whole second).
