@@ -28,6 +28,11 @@ import (
 //     long transaction;
 //   - the fetch read the feed to its end (not a batch with rows left).
 //
+// Besides the rows this process saw, the stored cursor's row qualifies
+// under the same rule: every row before it was settled before the cursor
+// moved past it, so a later run (connect --once, a Lambda invocation,
+// a restart) acks what an earlier one handled.
+//
 // An ack never covers the newest checkpoint row this process wrote or
 // restored (checkpoint.go): a fresh runner resumes from it, so it must
 // outlive 7 days; a newer checkpoint lifts the ceiling to its own seq.
@@ -103,8 +108,9 @@ func (a *ackState) protect(seq int64) {
 }
 
 // candidate is the highest seq the rule lets an ack cover, created before
-// cutoff; 0 when none is above acked (settled holds only those).
-func (a *ackState) candidate(cutoff time.Time) int64 {
+// cutoff, among the settled rows and the stored cursor's row; 0 when none
+// is above acked.
+func (a *ackState) candidate(cutoff time.Time, cursor *cursorValue) int64 {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	floor := a.ceiling // the lowest seq not to cover, 0 for none
@@ -114,10 +120,16 @@ func (a *ackState) candidate(cutoff time.Time) int64 {
 		}
 	}
 	var best int64
-	for s, created := range a.settled {
-		if s > best && created.Before(cutoff) && (floor == 0 || s < floor) {
+	consider := func(s int64, created time.Time) {
+		if s > best && s > a.acked && created.Before(cutoff) && (floor == 0 || s < floor) {
 			best = s
 		}
+	}
+	for s, created := range a.settled {
+		consider(s, created)
+	}
+	if cursor != nil && cursor.Seq > 0 && !cursor.CreatedAt.IsZero() {
+		consider(cursor.Seq, cursor.CreatedAt)
 	}
 	return best
 }
@@ -157,7 +169,11 @@ func (p *Poller) ack(ctx context.Context, w *workspace, fetchStarted time.Time, 
 	if a.off || time.Since(a.sentAt) < p.ackSpan() {
 		return
 	}
-	seq := a.candidate(fetchStarted.Add(-2 * p.ackSpan()))
+	var cursor *cursorValue
+	if cur, err := p.loadCursor(ctx, w.id); err == nil {
+		cursor = &cur.cursorValue
+	}
+	seq := a.candidate(fetchStarted.Add(-2*p.ackSpan()), cursor)
 	if seq == 0 || w.c.TakeBudget(p.cfg.RateReserve) > 0 {
 		return // nothing new, or only the heartbeat's reserve is left
 	}

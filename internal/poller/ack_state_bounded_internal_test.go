@@ -22,12 +22,12 @@ func TestAckStateStaysBoundedWhileNothingCanBeAcked(t *testing.T) {
 	if len(a.settled) > maxSettled || !a.unsettled[2] {
 		t.Fatalf("%d settled kept (max %d), unsettled %v", len(a.settled), maxSettled, a.unsettled)
 	}
-	if got := a.candidate(time.Now()); got != 0 {
+	if got := a.candidate(time.Now(), nil); got != 0 {
 		t.Errorf("candidate %d under the ceiling and an unsettled row", got)
 	}
 	a.note([]molecule.ActivityRow{{Seq: 2, CreatedAt: old}}, true)
 	a.protect(1 << 40)
-	if got, want := a.candidate(time.Now()), int64(10+3*maxSettled-1); got != want {
+	if got, want := a.candidate(time.Now(), nil), int64(10+3*maxSettled-1); got != want {
 		t.Errorf("candidate %d, want %d", got, want)
 	}
 }

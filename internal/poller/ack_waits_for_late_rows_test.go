@@ -239,3 +239,37 @@ func TestAckNeverCoversTheNewestCheckpoint(t *testing.T) {
 		t.Errorf("acked %d after the second checkpoint, want above the first (%d) and below it (%d)", got, cp1, cp2)
 	}
 }
+
+// TestAckCoversTheStoredCursorInALaterRun: a run that ends before its
+// rows are old enough to ack (connect --once, a Lambda invocation, a
+// restart) leaves them to the next one: its first fetch acks the stored
+// cursor's row, which it never read itself (the cursor moved past every
+// row before it only once they were settled).
+func TestAckCoversTheStoredCursorInALaterRun(t *testing.T) {
+	e := newEnv(t)
+	cfg := poller.Config{OverlapWindow: 50 * time.Millisecond, OverlapEvery: 10 * time.Millisecond}
+	first := e.poller(cfg)
+	e.runOnce(first)
+	for i := range 3 {
+		e.sendCanvas(e.ws.ID, fmt.Sprint("m", i))
+	}
+	if r := e.runOnce(first); r.Published != 3 || r.AckedSeq != 0 {
+		t.Fatalf("first run: %d published, acked %d; want 3 and no ack (the rows are new)", r.Published, r.AckedSeq)
+	}
+	var newest int64
+	for _, r := range e.feedSeqs() {
+		newest = max(newest, r.Seq)
+	}
+	// Past two overlap windows, and past the 1 s the later run's re-read
+	// (since_secs, whole seconds) would read back: only the cursor says
+	// what was handled.
+	sent := time.Now()
+	waitFor(t, 5*time.Second, "the rows to age", func() bool { return time.Since(sent) > 1100*time.Millisecond })
+	later := e.poller(cfg)
+	if r := e.runOnce(later); r.AckedSeq != newest {
+		t.Errorf("the later run's first cycle acked %d, want the stored cursor's seq %d", r.AckedSeq, newest)
+	}
+	if e.plat.AckedSeq(e.ws.ID) != newest {
+		t.Errorf("platform acked %d, want %d", e.plat.AckedSeq(e.ws.ID), newest)
+	}
+}

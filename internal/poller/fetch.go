@@ -181,7 +181,7 @@ func (p *Poller) fetchFromCursor(ctx context.Context, w *workspace, res *Workspa
 		}
 		newest := page.Newest()
 		cur, err = p.saveCursor(ctx, w, cur, cursorValue{
-			Cursor: newest.ID, CreatedAt: newest.CreatedAt, UpdatedAt: time.Now().UTC(), Generation: res.Generation.String(),
+			Cursor: newest.ID, CreatedAt: newest.CreatedAt, Seq: newest.Seq, UpdatedAt: time.Now().UTC(), Generation: res.Generation.String(),
 		})
 		if err != nil {
 			return err
@@ -279,7 +279,7 @@ func (p *Poller) seed(ctx context.Context, w *workspace, cur *cursorEntry, lost 
 	}
 	v.UpdatedAt = time.Now().UTC()
 	if newest != nil {
-		v.Cursor, v.CreatedAt = newest.ID, newest.CreatedAt
+		v.Cursor, v.CreatedAt, v.Seq = newest.ID, newest.CreatedAt, newest.Seq
 	} else if !cold && !lost {
 		return cur, nil // still empty: keep the original seed time
 	}
