@@ -239,7 +239,7 @@ func (p *pipeline) inject(ctx context.Context, n, senders, peerEvery int) (time.
 				case m.peer >= 0:
 					code, body, err = p.srv.SendPeer(ctx, p.peers[m.peer], p.agent.ID, m.text)
 				case p.conversations > 0:
-					code, body, err = p.srv.SendRaw(ctx, p.agent.ID, nil, canvasInContext(m.text, fmt.Sprint("c", i%p.conversations)))
+					code, body, err = p.srv.SendRaw(ctx, p.agent.ID, p.srv.CanvasHeader(), canvasInContext(m.text, fmt.Sprint("c", i%p.conversations)))
 				default:
 					code, body, err = p.srv.SendCanvas(ctx, p.agent.ID, m.text)
 				}

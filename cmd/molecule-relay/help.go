@@ -105,6 +105,9 @@ func printCommandHelp(w io.Writer, name string, fs *flag.FlagSet) {
 		}
 	}
 	fmt.Fprintf(w, "\nEach setting is an environment variable; its flag, when given, overrides it.\n")
+	if name == "connect" || name == "mcp" {
+		printChannelSettings(w)
+	}
 	if !strings.Contains(name, " ") && name != "connect" && name != "mcp" {
 		fmt.Fprintf(w, "The command also accepts the other settings of `molecule-relay connect -h`, which it does not use.\n")
 	}

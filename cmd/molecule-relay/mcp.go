@@ -8,7 +8,7 @@ import (
 	"os/signal"
 	"path/filepath"
 	"regexp"
-	"strconv"
+	"slices"
 	"strings"
 	"syscall"
 
@@ -57,12 +57,14 @@ func runMCP(ctx context.Context, env *cliEnv, args []string) error {
 // user of molecule-mcp-claude-channel keeps their setup:
 //   - the .env file in MOLECULE_STATE_DIR (default ~/.claude/channels/molecule)
 //     fills in variables the environment does not set;
-//   - MOLECULE_POLL_INTERVAL_MS stands for MOLECULE_POLL_INTERVAL;
+//   - its other variables (MOLECULE_WORKSPACES_JSON, MOLECULE_POLL_INTERVAL_MS,
+//     …) are read by the configuration itself (config.ChannelSettings);
 //   - the store defaults to the nats folder of that state directory, one
 //     per user rather than one per project directory;
 //   - the agent's name defaults to "Claude Code (channel)".
 //
-// A variable set in our own name wins over its alias.
+// A variable the environment sets wins over the .env file. The two names
+// of one setting (ours and the channel's) must agree (config.Load).
 func mcpEnviron(environ []string) []string {
 	set := map[string]string{}
 	for _, kv := range environ {
@@ -88,13 +90,6 @@ func mcpEnviron(environ []string) []string {
 			add(kv[0], kv[1])
 		}
 	}
-	if ms, ok := set["MOLECULE_POLL_INTERVAL_MS"]; ok {
-		if n, err := strconv.Atoi(strings.TrimSpace(ms)); err == nil {
-			add("MOLECULE_POLL_INTERVAL", strconv.Itoa(n)+"ms")
-		} else {
-			add("MOLECULE_POLL_INTERVAL", ms) // refused by validation, naming the variable
-		}
-	}
 	if stateDir != "" {
 		// One store per user, whatever project Claude Code runs in: every
 		// session shares it, so they see each other (one holds the
@@ -102,7 +97,8 @@ func mcpEnviron(environ []string) []string {
 		add("NATS_STORE_DIR", filepath.Join(stateDir, "nats"))
 	}
 	add("MOLECULE_AGENT_NAME", mcpAgentName)
-	return out
+	// Read here, and by no other command: not handed on.
+	return slices.DeleteFunc(out, func(kv string) bool { return strings.HasPrefix(kv, "MOLECULE_STATE_DIR=") })
 }
 
 var dotEnvLine = regexp.MustCompile(`^([A-Z_][A-Z0-9_]*)=(.*)$`)

@@ -2,6 +2,9 @@ package main
 
 import (
 	"flag"
+	"fmt"
+	"io"
+	"slices"
 	"sort"
 	"strings"
 
@@ -37,7 +40,9 @@ var (
 		{"MOLECULE_POLL_INTERVAL", "between polls: seconds (5) or a duration (500ms)"},
 		{"MOLECULE_SSE", "wake on the workspace's event stream (true or false)"},
 		{"MOLECULE_PAGE_LIMIT", "activity page size (at most 500)"},
-		{"MOLECULE_BACKLOG_WINDOW", "on a cold start, deliver rows this recent (0: none)"},
+		{"MOLECULE_BACKLOG_WINDOW", "on a cold start, deliver messages this recent (0: none)"},
+		{"MOLECULE_BACKLOG_LIMIT", "on a cold start, deliver at most the newest this many (0: no cap)"},
+		{"MOLECULE_HEARTBEAT_INTERVAL", "between heartbeats, at most 30s (0: none)"},
 		{"MOLECULE_OVERLAP_WINDOW", "recent window re-read for late rows"},
 		{"MOLECULE_REGISTER", "register each workspace at first start (true or false)"},
 		{"MOLECULE_CHECKPOINT", "connect --once: resume from a checkpoint row (true or false)"},
@@ -157,6 +162,10 @@ var otherVars = []string{
 	"MOLECULE_RELAY_ARGS", "MOLECULE_RELAY_BIN", "MOLECULE_RELAY_VERSION",
 }
 
+// mcpOnlyVars are read by the mcp command alone (mcpEnviron), which
+// takes them out of the environment it hands on; any other command warns.
+var mcpOnlyVars = []string{"MOLECULE_STATE_DIR"}
+
 // unknownVarWarnings names each MOLECULE_* variable of environ that no part
 // of the relay reads, with the closest known one when it is a likely
 // misspelling: a mistyped variable would otherwise be silently ignored.
@@ -164,6 +173,9 @@ func unknownVarWarnings(environ []string) []string {
 	known := configVars()
 	for _, v := range otherVars {
 		known[v] = ""
+	}
+	for _, s := range config.ChannelSettings {
+		known[s.Name] = ""
 	}
 	var names []string
 	for n := range known {
@@ -177,6 +189,10 @@ func unknownVarWarnings(environ []string) []string {
 			continue
 		}
 		if _, ok := known[k]; ok {
+			continue
+		}
+		if slices.Contains(mcpOnlyVars, k) {
+			out = append(out, k+" is read by molecule-relay mcp only (the TypeScript channel's state directory; ignored here)")
 			continue
 		}
 		if best := closest(k, names); best != "" {
@@ -225,4 +241,15 @@ func editDistance(a, b string) int {
 		prev, cur = cur, prev
 	}
 	return prev[len(b)]
+}
+
+// printChannelSettings lists, in the help of connect and mcp, the
+// TypeScript channel's variables the relay reads and what they stand for.
+func printChannelSettings(w io.Writer) {
+	fmt.Fprintf(w, "\nThe TypeScript channel's settings are read too, each standing for the relay's own;\n"+
+		"when both names are set they must agree, or the command exits 2:\n")
+	for _, s := range config.ChannelSettings {
+		fmt.Fprintf(w, "  %-30s %s (%s)\n", s.Name, s.Ours, s.Meaning)
+	}
+	fmt.Fprintf(w, "  %-30s %s\n", "MOLECULE_STATE_DIR", "mcp: its .env fills in unset variables; the store is its nats folder")
 }

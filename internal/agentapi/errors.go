@@ -50,6 +50,12 @@ func statusOf(err error) int {
 	switch {
 	case errors.Is(err, ErrSessionEnded):
 		return http.StatusUnauthorized
+	case errors.Is(err, molecule.ErrBodyTooLarge):
+		return http.StatusRequestEntityTooLarge
+	case molecule.RefusalOf(err) != nil:
+		// Refused for good (talk to user off, can_delegate=false, …):
+		// the handler is not to retry.
+		return http.StatusForbidden
 	case errors.Is(err, ErrSecretsOff), errors.Is(err, ErrNotAttachment):
 		return http.StatusForbidden
 	case errors.Is(err, ErrFileGone), errors.Is(err, molecule.ErrNotFound):
@@ -85,6 +91,9 @@ func writeError(w http.ResponseWriter, err error) {
 	msg := err.Error()
 	if code := molecule.StatusOf(err); code != 0 {
 		msg = fmt.Sprintf("the platform answered %d: %v", code, err)
+		if r := molecule.RefusalOf(err); r != nil {
+			msg = fmt.Sprintf("the platform refused it for good (%v); sending it again gets the same answer: %v", r, err)
+		}
 	}
 	var be *budgetError
 	if errors.As(err, &be) {

@@ -31,7 +31,7 @@ func sendWithFiles(t *testing.T, w *pipelinetest.World, text string, uris ...str
 	}
 	body, _ := json.Marshal(map[string]any{"jsonrpc": "2.0", "id": "1", "method": "message/send",
 		"params": map[string]any{"message": map[string]any{"role": "user", "messageId": text + "-id", "parts": parts}}})
-	if st, b, err := w.Plat.SendRaw(pipelinetest.Ctx(t), w.Agent.ID, nil, body); err != nil || st >= 300 {
+	if st, b, err := w.Plat.SendRaw(pipelinetest.Ctx(t), w.Agent.ID, w.Plat.CanvasHeader(), body); err != nil || st >= 300 {
 		t.Fatalf("send: %d %s %v", st, b, err)
 	}
 }

@@ -104,9 +104,22 @@ type Config struct {
 	SafetyNetInterval Seconds `env:"MOLECULE_SAFETY_NET_INTERVAL" envDefault:"2m"`
 	// PageLimit is the activity page size (max 500). Default 100.
 	PageLimit int `env:"MOLECULE_PAGE_LIMIT" envDefault:"100"`
-	// BacklogWindow: on a cold start or a lost cursor, deliver the rows
-	// queued in this window; 0 only seeds the cursor. Default 0.
-	BacklogWindow Seconds `env:"MOLECULE_BACKLOG_WINDOW" envDefault:"0s"`
+	// BacklogWindow: on a cold start (an empty store) or a lost cursor,
+	// deliver the messages queued in this window, oldest first; 0 only
+	// seeds the cursor. On a cold start, messages queued before the
+	// workspace's newest own reply on its feed are taken as answered (an
+	// earlier relay or client posted it) and a checkpoint, when there is
+	// one, is resumed from instead. Default 72h: a laptop closed from
+	// Friday evening to Monday morning (about 64 h) loses nothing; the
+	// platform keeps unacknowledged rows up to 30 days, so the bound is a
+	// choice of ours (README "Cold start"). The TypeScript channel's
+	// MOLECULE_POLL_WINDOW_SECS stands for it.
+	BacklogWindow Seconds `env:"MOLECULE_BACKLOG_WINDOW" envDefault:"72h"`
+	// BacklogLimit caps the messages a cold start delivers from the
+	// window: the newest BacklogLimit, oldest first; one WARN line counts
+	// those left out. 0: no cap. Default 100, the TypeScript channel's
+	// count (which drops the rest without a word).
+	BacklogLimit int `env:"MOLECULE_BACKLOG_LIMIT" envDefault:"100"`
 	// OverlapWindow is the recent window re-read to catch late-committed
 	// rows. Default 2m.
 	OverlapWindow Seconds `env:"MOLECULE_OVERLAP_WINDOW" envDefault:"2m"`
@@ -123,6 +136,13 @@ type Config struct {
 	AllowSelf bool `env:"MOLECULE_ALLOW_SELF"`
 	// Register registers each workspace once at first start. Default true.
 	Register bool `env:"MOLECULE_REGISTER" envDefault:"true"`
+	// HeartbeatInterval is how often each workspace heartbeats in
+	// long-running mode (one per --once run). 0 sends none: for an
+	// operator who heartbeats the workspace from elsewhere; without one
+	// the platform shows the workspace offline after about 90 s, messages
+	// still queue and are delivered. Default 30s, also the maximum. The
+	// TypeScript channel's MOLECULE_HEARTBEAT_INTERVAL_MS stands for it.
+	HeartbeatInterval Seconds `env:"MOLECULE_HEARTBEAT_INTERVAL" envDefault:"30s"`
 	// SSE holds the workspace event stream for instant wake-ups in
 	// long-running mode. Default true.
 	SSE bool `env:"MOLECULE_SSE" envDefault:"true"`
@@ -420,8 +440,12 @@ func (c *Config) validateLimits() error {
 		return bad("MOLECULE_SAFETY_NET_INTERVAL", "%s is outside 0..15m (it bounds how late a message whose event the stream missed is found)", c.SafetyNetInterval)
 	case c.PageLimit < 1 || c.PageLimit > 500:
 		return bad("MOLECULE_PAGE_LIMIT", "%d is outside 1..500 (the platform caps pages at 500)", c.PageLimit)
-	case c.BacklogWindow.D() < 0:
-		return bad("MOLECULE_BACKLOG_WINDOW", "negative")
+	case c.BacklogWindow.D() < 0 || c.BacklogWindow.D() > 30*24*time.Hour:
+		return bad("MOLECULE_BACKLOG_WINDOW", "%s is outside 0..720h (the platform keeps rows 30 days at most)", c.BacklogWindow)
+	case c.BacklogLimit < 0 || c.BacklogLimit > 100000:
+		return bad("MOLECULE_BACKLOG_LIMIT", "%d is outside 0..100000 (0: no cap)", c.BacklogLimit)
+	case c.HeartbeatInterval.D() < 0 || c.HeartbeatInterval.D() > 30*time.Second:
+		return bad("MOLECULE_HEARTBEAT_INTERVAL", "%s is outside 0..30s (0: none; the platform marks a workspace offline after about 90 s without one)", c.HeartbeatInterval)
 	case c.OverlapWindow.D() < 0 || c.OverlapWindow.D() > 30*time.Minute:
 		return bad("MOLECULE_OVERLAP_WINDOW", "%s is outside 0..30m (it must stay inside the stream's duplicate window)", c.OverlapWindow)
 	case c.OverlapEvery.D() < time.Second || (c.OverlapWindow.D() > 0 && c.OverlapEvery.D() >= c.OverlapWindow.D()):

@@ -85,6 +85,9 @@ func Load(flags *Flags, environ []string) (*Config, error) {
 			m[k] = v
 		}
 	}
+	if err := applyChannelSettings(m); err != nil {
+		return nil, err
+	}
 	cfg := codeDefaults()
 	if err := env.ParseWithOptions(&cfg, env.Options{Environment: m}); err != nil {
 		return nil, flags.describe(err, m)

@@ -65,7 +65,7 @@ func TestAttachmentsBothWays(t *testing.T) {
 	w.WaitSeeded(w.Agent.ID)
 
 	ctx := pipelinetest.Ctx(t)
-	if st, body, err := w.Plat.SendRaw(ctx, w.Agent.ID, nil, withFile("from-canvas", "user")); err != nil || st != http.StatusOK {
+	if st, body, err := w.Plat.SendRaw(ctx, w.Agent.ID, w.Plat.CanvasHeader(), withFile("from-canvas", "user")); err != nil || st != http.StatusOK {
 		t.Fatalf("canvas send: %d %s %v", st, body, err)
 	}
 	peer := w.Peers[0]

@@ -97,7 +97,7 @@ func TestPushFromOldPlatform(t *testing.T) {
 	}
 	body := []byte(`{"jsonrpc":"2.0","id":"req-1","method":"message/send","params":{"message":{"role":"user","messageId":"m-canvas-1","parts":[{"kind":"text","text":"hello by push"}]}}}`)
 	for i := range 2 {
-		st, resp, err := plat.SendRaw(ctx(t), ws.ID, nil, body)
+		st, resp, err := plat.SendRaw(ctx(t), ws.ID, plat.CanvasHeader(), body)
 		if err != nil || st != http.StatusOK {
 			t.Fatalf("send %d: %d %s %v", i, st, resp, err)
 		}

@@ -14,6 +14,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/molecule-ai/molecule-relay/internal/events"
+	"github.com/molecule-ai/molecule-relay/internal/uuid"
 	"github.com/molecule-ai/molecule-relay/pkg/handler"
 	"github.com/molecule-ai/molecule-relay/pkg/molecule"
 )
@@ -78,7 +79,8 @@ func (s *Server) addTools() {
 	add(tool(ToolReply, with(hints(false, false, true),
 		mcp.WithDescription("Answer a Molecule message shown as a channel event. Pass its activity_id (meta.activity_id). "+
 			"Without activity_id the oldest waiting message of that sender is answered: the peer peer_id, or the canvas user when peer_id is empty. "+
-			"The reply goes to /notify for a canvas user and to the peer over A2A, exactly once."),
+			"The reply goes to /notify for a canvas user and to the peer over A2A, exactly once. "+
+			"With no message waiting from that sender it starts a new message to it (to the canvas only when no message at all is waiting)."),
 		mcp.WithString("text", mcp.Required(), mcp.Description("reply text (plain text or markdown)")),
 		activity,
 		mcp.WithString("peer_id", mcp.Description("meta.peer_id for a peer_agent message; empty for a canvas_user message")),
@@ -168,10 +170,52 @@ func (s *Server) toolReply(ctx context.Context, req mcp.CallToolRequest) (*mcp.C
 	}
 	sel.Canvas = sel.PeerID == "" && sel.ActivityID == ""
 	p, err := s.cfg.Channel.find(sel)
+	// Nothing waiting from that target: a new message to it, as the
+	// TypeScript channel's reply_to_workspace always sends. Not to the
+	// canvas while any message waits (a peer's, likely answered without its
+	// peer_id), nor for an activity_id that is not waiting.
+	if err != nil && sel.ActivityID == "" && (sel.PeerID != "" || s.cfg.Channel.Waiting() == 0) {
+		return s.replyUnprompted(ctx, sel.WorkspaceID, sel.PeerID, text), nil
+	}
 	if err != nil {
 		return toolError("%v", err), nil
 	}
 	return s.answer(ctx, p, handler.Answer{Text: text}), nil
+}
+
+// replyUnprompted sends text as a new message from watched workspace ws:
+// to the canvas user through the replier, posted once (a retry of the same
+// text within sendWindow is the same message); to peer over A2A as the
+// TypeScript channel does (server.ts:802-870: message/send, role "user",
+// one text part), with a messageId derived from the text, so a retried
+// call is one message on the platform (one row per messageId since
+// 2026-08) and for a relay peer (its dispatcher's messageId claim).
+func (s *Server) replyUnprompted(ctx context.Context, ws, peer, text string) *mcp.CallToolResult {
+	c, err := s.client(ws)
+	if err != nil {
+		return toolError("%v", err)
+	}
+	ws = c.WorkspaceID()
+	window := time.Now().UTC().Truncate(sendWindow).Format(time.RFC3339)
+	if peer == "" {
+		be, err := s.backend()
+		if err != nil {
+			return toolError("%v", err)
+		}
+		key := digest(ToolReply, text, window)
+		o, err := s.postToUser(ctx, be, ws, text, nil, key)
+		if err != nil {
+			return toolError("%s: no message is waiting, and a new one to the canvas user was not sent: %v", ToolReply, err)
+		}
+		return replyResult(o, fmt.Sprintf("No message was waiting: a new message to the canvas user of %s", ws),
+			fmt.Sprintf("No message was waiting: sent a new message to the canvas user of %s (/notify).", ws))
+	}
+	_, err = c.SendA2A(ctx, molecule.A2AMessage{To: peer, Role: "user", Text: text,
+		MessageID: uuid.FromName("molecule-relay/reply_to_workspace/" + digest(ws, peer, text, window))})
+	if err != nil {
+		return toolError("%s: no message from peer %s is waiting, and a new one to it was not sent: %v", ToolReply, peer, err)
+	}
+	return mcp.NewToolResultText(fmt.Sprintf("No message from peer %s was waiting: sent it a new message from %s (A2A).", peer, ws))
 }
 
 func (s *Server) toolDismiss(ctx context.Context, req mcp.CallToolRequest) (*mcp.CallToolResult, error) {
@@ -195,6 +239,7 @@ func (s *Server) answer(ctx context.Context, p *pending, a handler.Answer) *mcp.
 	if err != nil {
 		return toolError("%v", err)
 	}
+	handedAt := time.Now()
 	if err := s.cfg.Channel.take(p, a); err != nil {
 		return toolError("%v", err)
 	}
@@ -219,16 +264,24 @@ func (s *Server) answer(ctx context.Context, p *pending, a handler.Answer) *mcp.
 	if in.Source == events.SourcePeerAgent {
 		to = "peer " + in.SourceWorkspaceID + " (A2A)"
 	}
-	pctx, pcancel := context.WithTimeout(ctx, postWait)
-	defer pcancel()
-	err = waitKey(pctx, be.Replies, events.ReplyKey(in.WorkspaceID, in.ActivityID), func(b []byte) bool {
-		var r events.ReplyRecord
-		return json.Unmarshal(b, &r) == nil && r.State == events.StateSent
-	})
-	if err != nil {
-		return mcp.NewToolResultText(fmt.Sprintf("Reply to %s for message %s recorded; the relay is posting it (it retries until the platform accepts it, and posts it once).", to, in.ActivityID))
+	return replyResult(awaitReply(ctx, be, in.WorkspaceID, in.ActivityID, handedAt),
+		fmt.Sprintf("Reply to %s for message %s", to, in.ActivityID),
+		fmt.Sprintf("Replied to %s for message %s; the platform accepted it.", to, in.ActivityID))
+}
+
+// replyResult says what became of a reply (what: "Reply to … for message
+// …"; sent: the text once it is sent): a refusal for good is an error
+// with the platform's reason and what to do, at once.
+func replyResult(o replyOutcome, what, sent string) *mcp.CallToolResult {
+	switch o.kind {
+	case outcomeSent:
+		return mcp.NewToolResultText(sent)
+	case outcomeRefused:
+		return toolError("%s was NOT delivered: the platform refused it for good, so the relay dead-lettered it (molecule-relay dlq list). %s", what, o.reason)
+	case outcomeRetrying:
+		return mcp.NewToolResultText(what + " recorded; the platform did not accept it yet (a refusal for now, or an error that leaves it unknown), and the relay retries it, posting it once.")
 	}
-	return mcp.NewToolResultText(fmt.Sprintf("Replied to %s for message %s; the platform accepted it.", to, in.ActivityID))
+	return mcp.NewToolResultText(what + " recorded; the relay is posting it (it retries while the platform refuses it for now, posts it once, and dead-letters it if the platform refuses it for good).")
 }
 
 func errOr(err error, s string) string {

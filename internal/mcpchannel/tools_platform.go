@@ -313,42 +313,34 @@ func (s *Server) toolSendToUser(ctx context.Context, req mcp.CallToolRequest) (*
 		}
 		key = digest(text, b.String(), time.Now().UTC().Truncate(sendWindow).Format(time.RFC3339))
 	}
-	sent, err := s.postToUser(ctx, be, ws, text, atts, key)
-	switch {
-	case err != nil:
+	o, err := s.postToUser(ctx, be, ws, text, atts, key)
+	if err != nil {
 		return toolError("send_message_to_user: %v", err), nil
-	case !sent:
-		return mcp.NewToolResultText(fmt.Sprintf("Message to the canvas user of %s queued (key %s); the relay posts it once, within the platform's rate limit.", ws, key)), nil
 	}
-	return mcp.NewToolResultText(fmt.Sprintf("Sent to the canvas user of %s (posted once; key %s).", ws, key)), nil
+	return replyResult(o, fmt.Sprintf("Message to the canvas user of %s (key %s)", ws, key),
+		fmt.Sprintf("Sent to the canvas user of %s (posted once; key %s).", ws, key)), nil
 }
 
 // postToUser queues text for the canvas user of ws as a reply envelope
-// with an activity id derived from key, and waits up to postWait for the
-// replier to post it; sent says whether it did.
-func (s *Server) postToUser(ctx context.Context, be Backend, ws, text string, atts []events.Attachment, key string) (sent bool, err error) {
+// with an activity id derived from key, and waits up to postWait for what
+// became of it (awaitReply).
+func (s *Server) postToUser(ctx context.Context, be Backend, ws, text string, atts []events.Attachment, key string) (replyOutcome, error) {
 	if be.rt == nil {
-		return false, handler.ErrNoAgent
+		return replyOutcome{}, handler.ErrNoAgent
 	}
 	activity := userActivityPrefix + digest(ws, key)
 	now := time.Now().UTC()
 	data, err := events.Reply{WorkspaceID: ws, ActivityID: activity, Source: events.SourceCanvasUser, Text: text, Attachments: atts,
 		InboundCreatedAt: now, HandledAt: now}.Marshal()
 	if err != nil {
-		return false, err
+		return replyOutcome{}, err
 	}
 	m := &nats.Msg{Subject: events.ReplySubject(ws), Data: data, Header: nats.Header{}}
 	m.Header.Set(jetstream.MsgIDHeader, events.ReplyMsgID(ws, activity))
 	if err := stage.RetryWrite(ctx, func() error { _, err := be.rt.Conn.JS.PublishMsg(ctx, m); return err }); err != nil {
-		return false, fmt.Errorf("not queued: %w", err)
+		return replyOutcome{}, fmt.Errorf("not queued: %w", err)
 	}
-	pctx, cancel := context.WithTimeout(ctx, postWait)
-	defer cancel()
-	err = waitKey(pctx, be.Replies, events.ReplyKey(ws, activity), func(b []byte) bool {
-		var r events.ReplyRecord
-		return json.Unmarshal(b, &r) == nil && r.State == events.StateSent
-	})
-	return err == nil, nil
+	return awaitReply(ctx, be, ws, activity, now), nil
 }
 
 func (s *Server) toolCommitMemory(ctx context.Context, req mcp.CallToolRequest) (*mcp.CallToolResult, error) {
@@ -357,6 +349,13 @@ func (s *Server) toolCommitMemory(ctx context.Context, req mcp.CallToolRequest) 
 		return toolError("%v", err), nil
 	}
 	res, err := c.CommitMemory(ctx, req.GetString("content", ""), req.GetString("scope", ""))
+	if errors.Is(err, molecule.ErrMemoryNotConfigured) {
+		// Not kept as a conversation turn instead: a turn is bounded by
+		// MOLECULE_HISTORY_TURNS and would read as something said in the
+		// chat, so "saved" would be untrue (docs/agentapi.md).
+		return toolError("commit_memory: nothing was saved: the platform has no memory plugin (its MEMORY_PLUGIN_URL is not set; it answers 503 to every memory call). " +
+			"Ask the platform's operator to configure one; until then, recall_memory searches the relay's conversation memory (the recent turns of the canvas chat)."), nil
+	}
 	if err != nil {
 		return toolError("commit_memory: %v", err), nil
 	}
@@ -369,6 +368,9 @@ func (s *Server) toolRecallMemory(ctx context.Context, req mcp.CallToolRequest) 
 		return toolError("%v", err), nil
 	}
 	rows, err := c.RecallMemory(ctx, req.GetString("query", ""), req.GetString("scope", ""))
+	if errors.Is(err, molecule.ErrMemoryNotConfigured) {
+		return s.recallFromConversation(ctx, c.WorkspaceID(), req.GetString("query", ""))
+	}
 	if err != nil {
 		return toolError("recall_memory: %v", err), nil
 	}
@@ -377,4 +379,37 @@ func (s *Server) toolRecallMemory(ctx context.Context, req mcp.CallToolRequest) 
 		out = append(out, r.Raw)
 	}
 	return jsonResult(out)
+}
+
+// recallFromConversation answers recall_memory from the relay's
+// conversation memory when the platform has no memory plugin: the turns
+// of ws's canvas conversation whose text holds query (all of them when
+// query is empty), saying where they come from.
+func (s *Server) recallFromConversation(ctx context.Context, ws, query string) (*mcp.CallToolResult, error) {
+	const none = "recall_memory: the platform has no memory plugin (its MEMORY_PLUGIN_URL is not set; it answers 503 to every memory call)"
+	be, err := s.backend()
+	if err != nil || be.rt == nil {
+		return toolError("%s, and this relay keeps no conversation memory to search instead", none), nil
+	}
+	mem, err := be.rt.Memory()
+	if err != nil || !mem.On() {
+		return toolError("%s, and this relay keeps no conversation memory to search instead (MOLECULE_HISTORY_TURNS=0)", none), nil
+	}
+	turns, err := mem.Load(ctx, ws, events.ConversationCanvas)
+	if err != nil {
+		return toolError("%s, and the relay's conversation memory could not be read: %v", none, err), nil
+	}
+	q := strings.ToLower(query)
+	found := make([]handler.Turn, 0, len(turns))
+	for _, t := range turns {
+		if strings.Contains(strings.ToLower(t.Text), q) {
+			found = append(found, t)
+		}
+	}
+	return jsonResult(map[string]any{
+		"source": "conversation",
+		"note": "The platform has no memory plugin (MEMORY_PLUGIN_URL is not set), so nothing saved with commit_memory can be recalled. " +
+			"These are the recent turns of the canvas chat that the relay keeps (MOLECULE_HISTORY_TURNS) and that match the query.",
+		"turns": found,
+	})
 }

@@ -154,7 +154,7 @@ func TestE2EPlatformHistorySeedsEmptyConversation(t *testing.T) {
 	send := func(text, history string) {
 		body := fmt.Sprintf(`{"jsonrpc":"2.0","id":"1","method":"message/send","params":{"message":{"role":"user","messageId":%q,"parts":[{"kind":"text","text":%q}]},"metadata":{"history":%s}}}`,
 			"m-"+text, text, history)
-		if st, b, err := w.Plat.SendRaw(pipelinetest.Ctx(t), w.Agent.ID, nil, []byte(body)); err != nil || st != http.StatusOK {
+		if st, b, err := w.Plat.SendRaw(pipelinetest.Ctx(t), w.Agent.ID, w.Plat.CanvasHeader(), []byte(body)); err != nil || st != http.StatusOK {
 			t.Fatalf("send: %d %s %v", st, b, err)
 		}
 	}

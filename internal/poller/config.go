@@ -78,8 +78,14 @@ type Config struct {
 	// cursor (410), whether rows already in the feed are delivered: rows
 	// newer than this are, older ones are not. If not set (0), a cold start
 	// only seeds the cursor at the newest row and delivers nothing that was
-	// queued before the poller's first run.
+	// queued before the poller's first run. On a cold start, rows queued
+	// before the workspace's newest own notify in the window are taken as
+	// answered (by an earlier relay or client) and not delivered either.
 	BacklogWindow time.Duration
+	// BacklogLimit caps the messages a cold start delivers from its backlog
+	// window: the newest BacklogLimit, oldest first; the older ones are
+	// left out and one WARN line counts them. If not set (0), no cap.
+	BacklogLimit int
 	// OverlapWindow is how far back the periodic overlap re-read looks
 	// (since_secs), to catch rows the platform committed behind the cursor
 	// (docs/protocol.md §4). It must be shorter than the inbound stream's
@@ -106,6 +112,11 @@ type Config struct {
 	// HeartbeatInterval is the period of the heartbeat in Run. If not set,
 	// 30 seconds, which is also the maximum (the platform marks a workspace
 	// offline after about 90 s without one). RunOnce sends one per run.
+	// Negative sends none, in Run and RunOnce (an operator who heartbeats
+	// the workspace from elsewhere): the platform then shows the workspace
+	// offline unless that other process heartbeats, messages still queue,
+	// and with SSE the poll stays at PollInterval (the stream is proven
+	// healthy by the platform's echo of a heartbeat).
 	HeartbeatInterval time.Duration
 	// AllowSelf delivers messages the agent sent itself (source_id equal to
 	// its own workspace id). If false (the default) they are skipped.
@@ -289,12 +300,14 @@ func (c *Config) Validate() error {
 		return bad("page limit must be 1..%d, got %d", MaxPageLimit, c.PageLimit)
 	case c.BacklogWindow < 0:
 		return bad("backlog window must not be negative, got %s", c.BacklogWindow)
+	case c.BacklogLimit < 0:
+		return bad("backlog limit must not be negative, got %d", c.BacklogLimit)
 	case c.OverlapWindow > 0 && c.OverlapEvery >= c.OverlapWindow:
 		return bad("overlap every (%s) must be shorter than the overlap window (%s), or re-reads leave gaps", c.OverlapEvery, c.OverlapWindow)
 	case c.OverlapEvery < 0:
 		return bad("overlap every must be positive, got %s", c.OverlapEvery)
-	case c.HeartbeatInterval < 0 || c.HeartbeatInterval > MaxHeartbeatInterval:
-		return bad("heartbeat interval must be 0..%s, got %s", MaxHeartbeatInterval, c.HeartbeatInterval)
+	case c.HeartbeatInterval > MaxHeartbeatInterval:
+		return bad("heartbeat interval must be at most %s (negative: off), got %s", MaxHeartbeatInterval, c.HeartbeatInterval)
 	case c.IdleTimeoutSeconds < 0:
 		return bad("idle timeout must not be negative, got %d", c.IdleTimeoutSeconds)
 	case c.Concurrency < 1:

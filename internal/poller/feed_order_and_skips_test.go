@@ -126,7 +126,7 @@ func TestSelfAndUploadRowsAreSkippedAndPassed(t *testing.T) {
 		e.sendCanvas(e.ws.ID, "from the user")
 		// A self-call: X-Workspace-ID == target, no checks, source_id = self.
 		body := `{"jsonrpc":"2.0","id":"r1","method":"message/send","params":{"message":{"role":"agent","messageId":"self-1","parts":[{"kind":"text","text":"note to self"}]}}}`
-		st, b, err := e.plat.SendRaw(ctx(t), e.ws.ID, http.Header{"X-Workspace-Id": {e.ws.ID}}, []byte(body))
+		st, b, err := e.plat.SendRaw(ctx(t), e.ws.ID, http.Header{"X-Workspace-Id": {e.ws.ID}, "Authorization": {"Bearer " + e.ws.Token}}, []byte(body))
 		if err != nil || st != http.StatusOK {
 			t.Fatalf("self-call: %d %s %v", st, b, err)
 		}

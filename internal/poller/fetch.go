@@ -218,7 +218,9 @@ func ignoredSinceID(page *molecule.ActivityPage, cursor string) error {
 // since_id answers newest-first, and the NEWEST row becomes the cursor.
 //
 // Which existing rows are delivered:
-//   - cold start: rows newer than BacklogWindow (none if it is 0);
+//   - cold start: rows newer than BacklogWindow (none if it is 0), at most
+//     the newest BacklogLimit, none queued before the workspace's newest
+//     own reply (boundBacklog);
 //   - empty seed (the feed was empty when seeded at UpdatedAt): every row
 //     created since then, plus the overlap slack for late commits;
 //   - cold start after this relay registered the workspace in poll mode
@@ -261,10 +263,13 @@ func (p *Poller) seed(ctx context.Context, w *workspace, cur *cursorEntry, lost 
 	if !cold {
 		window = max(window, time.Since(cur.UpdatedAt)+max(p.cfg.OverlapWindow, 0))
 	} else if window > 0 {
-		// Rows older than the window are not ours to deliver, not even by a
-		// later overlap re-read. (Poller clock: a clock skew with the
-		// platform shifts this edge by the skew.)
-		v.Floor, v.FloorID = time.Now().Add(-window).UTC(), ""
+		// Rows older than the floor are not ours to deliver, not even by a
+		// later overlap re-read (backlog.go). (Poller clock: a clock skew
+		// with the platform shifts the window's edge by the skew.)
+		var err error
+		if window, err = p.boundBacklog(ctx, w, window, &v, res); err != nil {
+			return nil, err
+		}
 	}
 	var newest *molecule.ActivityRow
 	var err error

@@ -322,7 +322,7 @@ func (p *Poller) RunOnce(ctx context.Context) (Result, error) {
 				return
 			}
 			defer func() { <-sem }()
-			res.Workspaces[i] = p.cycle(ctx, w, cycleOpts{heartbeat: true, checkState: true})
+			res.Workspaces[i] = p.cycle(ctx, w, cycleOpts{heartbeat: p.cfg.HeartbeatInterval > 0, checkState: true})
 		}()
 	}
 	wg.Wait()

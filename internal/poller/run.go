@@ -194,7 +194,7 @@ func (l *pollLoop) run() {
 			return
 		}
 		l.mu.Lock()
-		if !l.heartbeating && w.isReady() {
+		if !l.heartbeating && w.isReady() && p.cfg.HeartbeatInterval > 0 {
 			l.heartbeating = true
 			p.startHeartbeats(ctx, w, &l.bg)
 		}

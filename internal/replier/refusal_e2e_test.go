@@ -12,9 +12,11 @@ import (
 	"github.com/molecule-ai/molecule-relay/internal/stage"
 )
 
-// A reply to a peer the platform cannot deliver to — one with no URL (a
-// push-mode workspace that never registered: 503 "workspace has no URL"),
-// or one that does not exist (404) — is posted RefusalRetries times, then
+// A reply to a peer the platform cannot deliver to — one with no URL that
+// is not settling (a push-mode workspace gone offline: 503 "workspace has
+// no URL"; a never-registered one is queued on 2026-08, see
+// TestReplyToUnregisteredPeerQueuedIsSent), or one that does not exist
+// (404) — is posted RefusalRetries times, then
 // dead-lettered as permanent with the platform's reason. Before, the 503
 // was "post outcome unknown" and retried up to max deliveries (8, over
 // about 4 minutes on the real platform).
@@ -26,7 +28,11 @@ func TestRefusedPeerDeadLetteredAfterShortRetry(t *testing.T) {
 		peer         func(e *env) string
 	}{
 		{"no URL", "workspace has no URL", http.StatusServiceUnavailable,
-			func(e *env) string { return e.plat.CreateWorkspace("never-registered").ID }},
+			func(e *env) string {
+				id := e.plat.CreateWorkspace("gone-offline").ID
+				e.plat.SetStatus(id, "offline")
+				return id
+			}},
 		{"does not exist", "does not exist", http.StatusNotFound,
 			func(*env) string { return "00000000-0000-4000-8000-00000000dead" }},
 	} {

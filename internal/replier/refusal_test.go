@@ -41,6 +41,11 @@ func TestRefusalTable(t *testing.T) {
 		{events.RouteA2A, "403", `{"error":"access denied: workspaces cannot communicate per hierarchy rules"}`, nil, permanentFailure, "hierarchy"},
 		{events.RouteA2A, "402", `{"error":"workspace budget limit exceeded"}`, nil, permanentFailure, "budget"},
 		{events.RouteA2A, "400", `{"error":"invalid JSON"}`, nil, permanentFailure, "invalid JSON"},
+		// /a2a: 2026-08 (docs/protocol.md "Generations")
+		{events.RouteA2A, "403", `{"error":"tool call failed"}`, nil, permanentFailure, "may not send A2A messages (can_delegate=false"},
+		{events.RouteA2A, "401", `{"error":"caller ID does not match workspace auth token"}`, nil, permanentFailure, "belongs to another workspace"},
+		{events.RouteA2A, "413", `{"error":"request body exceeds 16777216 byte limit: A2A body exceeds size limit","truncated":true,"max_bytes":16777216}`, nil, permanentFailure, "larger than the platform takes"},
+		{events.RouteA2A, "503", `{"error":"concierge is warming up (verifying management tools) — retry shortly","warming":true,"retry_after":5}`, http.Header{"Retry-After": {"5"}}, notDelivered, "warming"},
 		// /a2a: URL resolution (no row written)
 		{events.RouteA2A, "404", `{"error":"workspace not found"}`, nil, refusedForNow, "does not exist"},
 		{events.RouteA2A, "503", `{"error":"workspace has no URL","status":"awaiting_agent"}`, nil, refusedForNow, "workspace has no URL"},
@@ -60,7 +65,7 @@ func TestRefusalTable(t *testing.T) {
 		{events.RouteNotify, "400", `{"error":"message is required"}`, nil, permanentFailure, "message is required"},
 		{events.RouteNotify, "400", `{"error":"attachment[0]: uri and name are required"}`, nil, permanentFailure, "uri and name"},
 		{events.RouteNotify, "404", `{"error":"workspace not found"}`, nil, refusedForNow, "removed"},
-		{events.RouteNotify, "403", `{"error":"talk_to_user_disabled","hint":"enable talk to user"}`, nil, permanentFailure, "talk_to_user_disabled"},
+		{events.RouteNotify, "403", `{"error":"talk_to_user_disabled","hint":"enable talk to user"}`, nil, permanentFailure, "talking to the user is disabled for this workspace (canvas setting"},
 		{events.RouteNotify, "401", `{"error":"invalid workspace auth token"}`, nil, permanentFailure, "MOLECULE_WORKSPACE_TOKEN"},
 		{events.RouteNotify, "429", `{"error":"rate limit exceeded","retry_after":3}`, http.Header{"Retry-After": {"3"}}, notDelivered, "Retry-After"},
 	}

@@ -42,6 +42,86 @@ var (
 	ErrPeerCall = errors.New("molecule: direct call to peer failed")
 )
 
+// Sentinels of the 2026-08 platform's refusals (enteros-core aeec8e47,
+// docs/protocol.md "Generations"), told apart by the JSON "error" of the
+// answer. Each is permanent: the same request gets the same answer until
+// someone changes a setting.
+var (
+	// ErrTalkToUserDisabled: 403 talk_to_user_disabled on /notify; the
+	// workspace's canvas setting "talk to user" is off.
+	ErrTalkToUserDisabled = errors.New("molecule: talking to the user is disabled for this workspace")
+	// ErrDelegationDisabled: 403 "tool call failed" on /a2a; the calling
+	// workspace has can_delegate=false, which refuses every message/send
+	// to another workspace, replies included.
+	ErrDelegationDisabled = errors.New("molecule: the workspace may not send A2A messages (can_delegate=false)")
+	// ErrHierarchy: 403 on /a2a, the hierarchy rules do not let the two
+	// workspaces talk.
+	ErrHierarchy = errors.New("molecule: the hierarchy rules do not let these workspaces talk")
+	// ErrCallerMismatch: 401 "caller ID does not match workspace auth
+	// token" on /a2a (X-Workspace-ID is not the token's workspace). It
+	// matches ErrUnauthorized too.
+	ErrCallerMismatch = fmt.Errorf("%w: X-Workspace-ID is not the workspace of the token", ErrUnauthorized)
+	// ErrCallerAuthMissing: 401 "missing caller auth token" on /a2a. It
+	// matches ErrUnauthorized too.
+	ErrCallerAuthMissing = fmt.Errorf("%w: no caller token", ErrUnauthorized)
+	// ErrBodyTooLarge: 413; the platform takes at most 16 MiB on /a2a.
+	ErrBodyTooLarge = errors.New("molecule: request body too large for the platform")
+	// ErrBudgetExceeded: 402 on /a2a; the target's budget is spent.
+	ErrBudgetExceeded = errors.New("molecule: workspace budget limit exceeded")
+	// ErrInvalidCallerID: 403 "invalid caller ID" on /a2a; X-Workspace-ID
+	// has a system prefix (webhook:, system:, test:, channel:).
+	ErrInvalidCallerID = errors.New("molecule: the platform refused the caller id")
+	// ErrPeerHasNoURL: 503 "workspace has no URL" on /a2a; the target has
+	// not registered a URL and is not settling (2026-08 queues a settling
+	// one with 202). It matches ErrPlatformUnavailable too.
+	ErrPeerHasNoURL = fmt.Errorf("%w: the target workspace has no URL", ErrPlatformUnavailable)
+	// ErrPeerNotRoutable: 502 "workspace URL is not publicly routable" on
+	// /a2a. It matches ErrPlatformUnavailable too.
+	ErrPeerNotRoutable = fmt.Errorf("%w: the target's URL is not publicly routable", ErrPlatformUnavailable)
+	// ErrMemoryNotConfigured: 503 on /memories from a platform without a
+	// memory plugin (MEMORY_PLUGIN_URL unset). It does not match
+	// ErrPlatformUnavailable: retrying cannot change it.
+	ErrMemoryNotConfigured = errors.New("molecule: the platform has no memory plugin (MEMORY_PLUGIN_URL unset)")
+)
+
+// permanentRefusals are the sentinels of refusals that stay until someone
+// changes a setting or the request (RefusalOf).
+var permanentRefusals = []error{ErrTalkToUserDisabled, ErrDelegationDisabled, ErrHierarchy, ErrInvalidCallerID,
+	ErrCallerMismatch, ErrCallerAuthMissing, ErrBodyTooLarge, ErrBudgetExceeded, ErrPeerNotRoutable, ErrMemoryNotConfigured}
+
+// RefusalOf returns the sentinel of the permanent refusal err is (one of
+// the sentinels above, from ErrTalkToUserDisabled to
+// ErrMemoryNotConfigured), or nil: sending the same request again gets
+// the same answer.
+func RefusalOf(err error) error {
+	for _, s := range permanentRefusals {
+		if errors.Is(err, s) {
+			return s
+		}
+	}
+	return nil
+}
+
+// refusalSentinels maps the "error" of a 2026-08 refusal to its sentinel,
+// by status.
+var refusalSentinels = map[int]map[string]error{
+	403: {
+		"invalid caller ID":     ErrInvalidCallerID,
+		"talk_to_user_disabled": ErrTalkToUserDisabled,
+		"tool call failed":      ErrDelegationDisabled,
+		"access denied: workspaces cannot communicate per hierarchy rules": ErrHierarchy,
+	},
+	401: {
+		"caller ID does not match workspace auth token": ErrCallerMismatch,
+		"missing caller auth token":                     ErrCallerAuthMissing,
+	},
+	502: {"workspace URL is not publicly routable": ErrPeerNotRoutable},
+	503: {
+		"memory plugin is not configured (set MEMORY_PLUGIN_URL)": ErrMemoryNotConfigured,
+		"workspace has no URL": ErrPeerHasNoURL,
+	},
+}
+
 // APIError is a non-success answer from the platform.
 type APIError struct {
 	// Method and Path of the request (no query string: it may hold a cursor,

@@ -264,7 +264,14 @@ func (c *Client) apiError(r request, resp *response) *APIError {
 
 // classify picks the sentinel a status means on an endpoint.
 func classify(ep endpoint, status int, body []byte, eb errorBody) error {
+	if err := refusalSentinels[status][eb.Error]; err != nil {
+		return err
+	}
 	switch status {
+	case http.StatusRequestEntityTooLarge:
+		return ErrBodyTooLarge
+	case http.StatusPaymentRequired:
+		return ErrBudgetExceeded
 	case http.StatusUnauthorized:
 		return ErrUnauthorized
 	case http.StatusGone:

@@ -68,14 +68,20 @@ func (c *Client) CommitMemory(ctx context.Context, content, scope string) (*Comm
 
 // RecallMemory searches the memories the workspace may read (GET
 // /workspaces/:self/memories?q=&scope=): q empty returns them all (the
-// platform caps a page at 50), scope empty every scope.
+// platform caps a page at 50), scope empty every scope. The 2026-08
+// platform's plugin-backed search ignores q and scope
+// (enteros-core aeec8e47 handlers/memories.go:346-395), so the rows are
+// filtered here as the older platform filtered them: a case-insensitive
+// substring of the content, and the scope. Without a memory plugin the
+// error matches ErrMemoryNotConfigured.
 func (c *Client) RecallMemory(ctx context.Context, q, scope string) ([]Memory, error) {
 	query := url.Values{"workspace_id": {c.cfg.WorkspaceID}}
 	if q != "" {
 		query.Set("q", q)
 	}
-	if s := strings.ToUpper(strings.TrimSpace(scope)); s != "" {
-		query.Set("scope", s)
+	scope = strings.ToUpper(strings.TrimSpace(scope))
+	if scope != "" {
+		query.Set("scope", scope)
 	}
 	r := request{method: http.MethodGet, path: c.selfPath("/memories"), query: query}
 	resp, err := c.do(ctx, r)
@@ -93,7 +99,9 @@ func (c *Client) RecallMemory(ctx context.Context, q, scope string) ([]Memory, e
 			return nil, fmt.Errorf("molecule: memory row: %w", err)
 		}
 		m.Raw = raw
-		out = append(out, m)
+		if (scope == "" || m.Scope == scope) && strings.Contains(strings.ToLower(m.Content), strings.ToLower(q)) {
+			out = append(out, m)
+		}
 	}
 	return out, nil
 }

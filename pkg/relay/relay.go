@@ -325,6 +325,10 @@ func (rt *Runtime) poller(batched bool) (*poller.Poller, error) {
 		SafetyNetInterval: cmp.Or(rt.Cfg.SafetyNetInterval.D(), -1),
 		PageLimit:         rt.Cfg.PageLimit,
 		BacklogWindow:     rt.Cfg.BacklogWindow.D(),
+		BacklogLimit:      rt.Cfg.BacklogLimit,
+		// 0 in the configuration sends no heartbeat; 0 in poller.Config
+		// would take the default.
+		HeartbeatInterval: cmp.Or(rt.Cfg.HeartbeatInterval.D(), -1),
 		OverlapWindow:     rt.Cfg.OverlapWindow.D(),
 		OverlapEvery:      rt.Cfg.OverlapEvery.D(),
 		OverlapFollowUps:  config.Durations(rt.Cfg.OverlapFollowUps),

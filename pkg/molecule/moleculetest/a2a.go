@@ -20,7 +20,15 @@ import (
 // maxAgentResponse caps a push agent's answer, as the platform does.
 const maxAgentResponse = 10 << 20
 
+// maxProxyRequestBody is the 2026-08 platform's cap on an /a2a request
+// body (enteros-core aeec8e47 handlers/a2a_proxy.go:81).
+const maxProxyRequestBody = 16 << 20
+
 func (s *Server) handleA2A(w http.ResponseWriter, r *http.Request, id string, body []byte) {
+	if s.gen >= Gen2026_08 {
+		s.handleA2A08(w, r, id, body)
+		return
+	}
 	xwid := r.Header.Get("X-Workspace-ID")
 	for _, p := range []string{"webhook:", "system:", "test:", "channel:"} {
 		if strings.HasPrefix(xwid, p) {
@@ -77,8 +85,21 @@ func (s *Server) handleA2A(w http.ResponseWriter, r *http.Request, id string, bo
 		return
 	}
 	m, method := normalizeA2A(m)
-	msgID := s.upsertKey(m, method)
+	s.deliver(w, r, a2aCall{id: id, name: name, source: source, mode: mode, agentURL: agentURL, status: status, idle: idle, f: f, m: m, method: method})
+}
 
+// a2aCall is an /a2a request that passed the caller checks.
+type a2aCall struct {
+	id, name, source, mode, agentURL, status, method string
+	idle                                             time.Duration
+	f                                                *feed
+	m                                                map[string]any
+}
+
+// deliver queues c for a poll-mode target or pushes it to a push one.
+func (s *Server) deliver(w http.ResponseWriter, r *http.Request, c a2aCall) {
+	id, name, source, mode, agentURL, status, idle, f, m, method := c.id, c.name, c.source, c.mode, c.agentURL, c.status, c.idle, c.f, c.m, c.method
+	msgID := s.upsertKey(m, method)
 	if s.gen >= Gen2026_05 && mode == "poll" {
 		rb := appendJSON(nil, m, orderJSONB)
 		rw := &row{
@@ -212,6 +233,18 @@ type pushCall struct {
 func (s *Server) push(w http.ResponseWriter, id, name, source, agentURL, status string, idle time.Duration, f *feed, m map[string]any, method string) {
 	c := pushCall{id: id, name: name, source: source, method: method, msgID: s.upsertKey(m, method), f: f, agentURL: agentURL,
 		fwd: appendJSON(nil, m, orderSorted), logged: appendJSON(nil, m, s.bodyOrder())}
+	if agentURL == "" && s.gen >= Gen2026_08 && (status == "provisioning" || status == "awaiting_agent") {
+		// 2026-08 queues a turn for a target still settling instead of
+		// dropping it (enteros-core aeec8e47 handlers/a2a_proxy.go:933-948,
+		// a2a_proxy_helpers.go:487-515).
+		qid, depth := s.enqueue(id, messageID(m))
+		writeJSON(w, http.StatusAccepted, map[string]any{
+			"queued": true, "queue_id": qid, "queue_depth": depth,
+			"message": "workspace agent busy — request queued, will dispatch when capacity available",
+		})
+		s.recordA2A(id, source, c.fwd, http.StatusAccepted)
+		return
+	}
 	if agentURL == "" {
 		writeJSON(w, http.StatusServiceUnavailable, map[string]any{"error": "workspace has no URL", "status": status})
 		s.recordA2A(id, source, c.fwd, http.StatusServiceUnavailable)

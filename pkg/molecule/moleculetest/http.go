@@ -15,8 +15,9 @@ import (
 	"time"
 )
 
-// maxBody is how much of a request body the double reads.
-const maxBody = 10 << 20
+// maxBody is how much of a request body the double reads: one byte more
+// than the 2026-08 /a2a cap, so that cap can be enforced.
+const maxBody = maxProxyRequestBody + 1
 
 // recorder wraps the ResponseWriter to capture the status.
 type recorder struct {

@@ -216,7 +216,7 @@ func TestPauseResume(t *testing.T) {
 		{"pause", func() resp { return call(t, s, "POST", "/workspaces/"+a.ID+"/pause", bearerH(a.Token), "") }, 200, `{"paused_count":1,"status":"paused"}`, "paused"},
 		{"pause again", func() resp { return call(t, s, "POST", "/workspaces/"+a.ID+"/pause", bearerH(a.Token), "") }, 404, `{"error":"workspace not found or already paused"}`, "paused"},
 		{"state paused", func() resp { return call(t, s, "GET", "/workspaces/"+a.ID+"/state", bearerH(a.Token), "") }, 200, state("paused", true), "paused"},
-		{"canvas to paused", func() resp { return call(t, s, "POST", "/workspaces/"+a.ID+"/a2a", nil, canvasMsg) }, 200, queued, "paused"},
+		{"canvas to paused", func() resp { return call(t, s, "POST", "/workspaces/"+a.ID+"/a2a", s.CanvasHeader(), canvasMsg) }, 200, queued, "paused"},
 		{"peer to paused", func() resp {
 			return call(t, s, "POST", "/workspaces/"+a.ID+"/a2a", hdr("Authorization", "Bearer "+b.Token, "X-Workspace-ID", b.ID), canvasMsg)
 		}, 200, queued, "paused"},
@@ -234,7 +234,7 @@ func TestPauseResume(t *testing.T) {
 		}, 200, "", "online"},
 		{"pause for resume", func() resp { return call(t, s, "POST", "/workspaces/"+a.ID+"/pause", bearerH(a.Token), "") }, 200, "", "paused"},
 		{"resume (admin) ends failed", func() resp { return call(t, s, "POST", "/workspaces/"+a.ID+"/resume", bearerH(s.AdminToken()), "") }, 200, `{"resumed_count":1,"status":"provisioning"}`, "failed"},
-		{"a2a to failed", func() resp { return call(t, s, "POST", "/workspaces/"+a.ID+"/a2a", nil, canvasMsg) }, 200, queued, "failed"},
+		{"a2a to failed", func() resp { return call(t, s, "POST", "/workspaces/"+a.ID+"/a2a", s.CanvasHeader(), canvasMsg) }, 200, queued, "failed"},
 		{"heartbeat keeps failed", func() resp {
 			return call(t, s, "POST", "/registry/heartbeat", bearerH(a.Token), `{"workspace_id":"`+a.ID+`"}`)
 		}, 200, "", "failed"},
@@ -255,10 +255,10 @@ func TestPauseResume(t *testing.T) {
 	}
 }
 
-// docs/protocol.md §7 after delete.
+// docs/protocol.md §7 after delete, as observed on 2026-05 (on 2026-08 a
+// deleted workspace's token no longer authenticates an /a2a caller:
+// TestA2ACallerAuthIsSourceBound).
 func TestAfterDelete(t *testing.T) {
-	// Every call sends canvasMsg, one messageId, which 2026-08 folds into
-	// one row (one_row_per_message_id_test.go): counted on 2026-05.
 	s := newServer(t, moleculetest.WithGeneration(moleculetest.Gen2026_05))
 	a, b := s.CreateWorkspace("ext-A"), s.CreateWorkspace("ext-B")
 	registerPoll(t, s, a)
@@ -341,7 +341,7 @@ func TestAdminDeleteEndpoint(t *testing.T) {
 	a := s.CreateWorkspace("ext-A")
 	expect(t, call(t, s, "DELETE", "/workspaces/"+a.ID, nil, ""), 401, `{"error":"admin auth required"}`)
 	expect(t, call(t, s, "DELETE", "/workspaces/"+a.ID, bearerH(a.Token), ""), 401, `{"error":"invalid admin auth token"}`)
-	r := call(t, s, "DELETE", "/workspaces/"+a.ID, bearerH(s.AdminToken()), "")
+	r := call(t, s, "DELETE", "/workspaces/"+a.ID, hdr("Authorization", "Bearer "+s.AdminToken(), "X-Confirm-Name", a.Name), "")
 	if r.status != 500 || r.json(t)["removed_count"] != 1.0 || s.Status(a.ID).Status != "removed" {
 		t.Errorf("delete: %d %s", r.status, r.body)
 	}

@@ -107,9 +107,9 @@ func TestRegisterUnknownIDMintsToken(t *testing.T) {
 const canvasMsg = `{"jsonrpc":"2.0","id":"req-1","method":"message/send","params":{"message":{"role":"user","messageId":"m-1","parts":[{"kind":"text","text":"hello from canvas 1"}]},"metadata":{"history":[]}}}`
 
 // docs/protocol.md §6: caller identity.
+// TestCanvasCallerIdentity is the caller identity of 2026-05; 2026-08's
+// is TestA2ACallerAuthIsSourceBound.
 func TestCanvasCallerIdentity(t *testing.T) {
-	// Every call sends canvasMsg, one messageId, which 2026-08 folds into
-	// one row (one_row_per_message_id_test.go): counted on 2026-05.
 	s := newServer(t, moleculetest.WithGeneration(moleculetest.Gen2026_05))
 	a, b := s.CreateWorkspace("ext-A"), s.CreateWorkspace("ext-B")
 	registerPoll(t, s, a)
@@ -173,7 +173,7 @@ func TestQueuedRowShape(t *testing.T) {
 	a := s.CreateWorkspace("ext-A")
 	registerPoll(t, s, a)
 	body := `{"jsonrpc":"2.0","id":"1f6b","method":"message/send","params":{"message":{"role":"user","messageId":"d30a","parts":[{"kind":"text","text":"hello <from> canvas 1"}],"metadata":{"in_reply_to":"abc"}},"metadata":{"history":[]}}}`
-	r := call(t, s, "POST", "/workspaces/"+a.ID+"/a2a", nil, body)
+	r := call(t, s, "POST", "/workspaces/"+a.ID+"/a2a", s.CanvasHeader(), body)
 	expect(t, r, 200, `{"delivery_mode":"poll","method":"message/send","status":"queued"}`)
 	act := call(t, s, "GET", "/workspaces/"+a.ID+"/activity", bearerH(a.Token), "")
 	rows := act.array(t)
@@ -243,7 +243,7 @@ func TestA2ANormalisation(t *testing.T) {
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
-			r := call(t, s, "POST", "/workspaces/"+a.ID+"/a2a", nil, tc.body)
+			r := call(t, s, "POST", "/workspaces/"+a.ID+"/a2a", s.CanvasHeader(), tc.body)
 			if tc.status == 400 {
 				expect(t, r, 400, `{"error":"invalid JSON"}`)
 				return

@@ -320,7 +320,7 @@ func TestPushModeOnNew(t *testing.T) {
 	a := s.CreateWorkspace("ext-A")
 	r := call(t, s, "POST", "/registry/register", bearerH(a.Token), `{"id":"`+a.ID+`","url":"`+ag.localhostURL("/")+`","agent_card":{}}`)
 	expect(t, r, 200, `{"delivery_mode":"push","platform_inbound_secret":"`+s.InboundSecret(a.ID)+`","status":"registered"}`)
-	r = call(t, s, "POST", "/workspaces/"+a.ID+"/a2a", nil, canvasMsg)
+	r = call(t, s, "POST", "/workspaces/"+a.ID+"/a2a", s.CanvasHeader(), canvasMsg)
 	if r.status != 200 || r.json(t)["jsonrpc"] != "2.0" {
 		t.Errorf("push on NEW: %d %s", r.status, r.body)
 	}

@@ -164,6 +164,13 @@ func (s *Server) CertPEM() []byte {
 	return pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: s.ts.Certificate().Raw})
 }
 
+// WithoutMemoryPlugin models a 2026-08 deployment without
+// MEMORY_PLUGIN_URL: POST and GET /workspaces/:id/memories answer 503
+// {"error":"memory plugin is not configured (set MEMORY_PLUGIN_URL)"}
+// (enteros-core aeec8e47 handlers/memories.go:221-226, 350-355). If not
+// set, the double has a memory plugin. Earlier generations ignore it.
+func WithoutMemoryPlugin() Option { return func(s *Server) { s.noMemoryPlugin = true } }
+
 // WithSeed seeds the pseudo-random choices of the double (the delays of
 // WithAsyncRows). If not set, 1.
 func WithSeed(seed uint64) Option { return func(s *Server) { s.seed = seed } }
@@ -188,6 +195,8 @@ type Server struct {
 	seed         uint64
 	listener     net.Listener
 	tls          bool
+	// noMemoryPlugin: a 2026-08 platform without MEMORY_PLUGIN_URL.
+	noMemoryPlugin bool
 
 	ts     *httptest.Server
 	url    string
@@ -337,10 +346,73 @@ func (s *Server) CreateWorkspace(name string) Workspace { return s.create(name, 
 func (s *Server) CreateChild(parent, name string) Workspace { return s.create(name, parent) }
 
 // SendCanvas posts a canvas-user message to workspace to, over HTTP, the
-// way the canvas does (no X-Workspace-ID, role "user", kind parts). It
-// returns the HTTP status and body.
+// way the canvas does (no X-Workspace-ID, role "user", kind parts, and on
+// 2026-08 the same-origin headers of CanvasHeader). It returns the HTTP
+// status and body.
 func (s *Server) SendCanvas(ctx context.Context, to, text string) (int, []byte, error) {
-	return s.SendRaw(ctx, to, nil, canvasBody(text, "user"))
+	return s.SendRaw(ctx, to, s.CanvasHeader(), canvasBody(text, "user"))
+}
+
+// CanvasHeader is what the canvas of a self-hosted combined image sends
+// with its requests: Origin equal to the platform's own URL, no bearer.
+// On 2026-08 that is how /a2a accepts a canvas caller when no session
+// verifier is configured (enteros-core aeec8e47
+// handlers/a2a_proxy_helpers.go:1014-1016, middleware/wsauth_middleware.go:575-600);
+// without it (and without a bearer) /a2a answers 401 "missing caller auth
+// token". Earlier generations need nothing.
+func (s *Server) CanvasHeader() http.Header {
+	h := http.Header{}
+	h.Set("Origin", s.url)
+	return h
+}
+
+// SetTalkToUser sets a workspace's talk_to_user_enabled (canvas setting,
+// default true). On 2026-08 a disabled workspace's /notify answers 403
+// {"error":"talk_to_user_disabled","hint":…} (enteros-core aeec8e47
+// handlers/activity.go:872-877).
+func (s *Server) SetTalkToUser(id string, enabled bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if w := s.workspaces[id]; w != nil {
+		w.talkToUserOff = !enabled
+	}
+}
+
+// SetCanDelegate sets a workspace's can_delegate (default true). On
+// 2026-08 a message/send from a workspace with can_delegate=false to
+// another workspace answers 403 {"error":"tool call failed"}, replies
+// included (enteros-core aeec8e47 handlers/a2a_proxy.go:789-797).
+func (s *Server) SetCanDelegate(id string, enabled bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if w := s.workspaces[id]; w != nil {
+		w.cannotDelegate = !enabled
+	}
+}
+
+// SetBudgetExceeded marks a workspace's budget as exceeded for the given
+// periods (e.g. "monthly"); none clears it. On 2026-08 every /a2a to it
+// answers 402 {"error":"workspace budget limit exceeded",
+// "exceeded_periods":[…]} (enteros-core aeec8e47
+// handlers/a2a_proxy.go:664-695, 738-740).
+func (s *Server) SetBudgetExceeded(id string, periods ...string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if w := s.workspaces[id]; w != nil {
+		w.budgetOver = append([]string(nil), periods...)
+	}
+}
+
+// SetConciergeWarming makes a workspace a platform concierge that is
+// provisioning (warming up), or not. On 2026-08 an /a2a to a warming
+// concierge from anyone but itself answers 503 with Retry-After: 5
+// (enteros-core aeec8e47 handlers/a2a_proxy.go:813-817, 1185-1207).
+func (s *Server) SetConciergeWarming(id string, warming bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if w := s.workspaces[id]; w != nil {
+		w.warming = warming
+	}
 }
 
 // SendPeer posts a peer message from workspace from to workspace to, over

@@ -40,8 +40,14 @@ type workspace struct {
 
 	liveTokens int
 	ackedSeq   int64 // inbox_delivery_state.last_acked_seq (2026-08)
-	secrets    map[string]string
-	queue      map[string]string // push queue: messageId -> queue id
+	// 2026-08 settings (SetTalkToUser, SetCanDelegate, SetBudgetExceeded,
+	// SetConciergeWarming); the zero values are the platform's defaults.
+	talkToUserOff  bool
+	cannotDelegate bool
+	budgetOver     []string
+	warming        bool
+	secrets        map[string]string
+	queue          map[string]string // push queue: messageId -> queue id
 
 	feed *feed
 }

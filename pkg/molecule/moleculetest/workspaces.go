@@ -110,6 +110,9 @@ func (s *Server) handleDelete(w http.ResponseWriter, r *http.Request, id string)
 		writeError(w, http.StatusUnauthorized, "invalid admin auth token")
 		return
 	}
+	if s.gen >= Gen2026_08 && !s.confirmDelete(w, r, id) {
+		return
+	}
 	if !s.remove(id) {
 		writeError(w, http.StatusNotFound, "workspace not found")
 		return
@@ -120,6 +123,48 @@ func (s *Server) handleDelete(w http.ResponseWriter, r *http.Request, id string)
 		"removed_count": 1,
 		"stop_failures": 1,
 	})
+}
+
+// talkToUserHint is the hint of the 403 talk_to_user_disabled
+// (enteros-core aeec8e47 handlers/activity.go:875).
+const talkToUserHint = "This workspace is not allowed to send messages directly to the user. Forward your update to a parent workspace using delegate_task — they may be able to reach the user."
+
+// confirmDelete is the 2026-08 guard of DELETE /workspaces/:id
+// (enteros-core aeec8e47 handlers/workspace_crud.go:664-687): 404 for an
+// unknown id, 410 for a removed one, and 400
+// destructive_action_requires_confirmation unless X-Confirm-Name is the
+// workspace's name. It reports whether the delete may go on.
+func (s *Server) confirmDelete(w http.ResponseWriter, r *http.Request, id string) bool {
+	s.mu.RLock()
+	ws := s.workspaces[id]
+	var name string
+	var removed bool
+	var tasks, children int
+	if ws != nil {
+		name, removed, tasks = ws.name, ws.removed, ws.activeTasks
+		for _, c := range s.order {
+			if c.parentID == id && !c.removed {
+				children++
+			}
+		}
+	}
+	s.mu.RUnlock()
+	switch {
+	case ws == nil:
+		writeError(w, http.StatusNotFound, "workspace not found")
+		return false
+	case removed:
+		writeJSON(w, http.StatusGone, map[string]string{"error": "workspace removed", "id": id})
+		return false
+	case r.Header.Get("X-Confirm-Name") != name:
+		writeJSON(w, http.StatusBadRequest, map[string]any{
+			"error":          "destructive_action_requires_confirmation",
+			"hint":           "Re-send the same request with header X-Confirm-Name: " + name,
+			"workspace_name": name, "active_tasks": tasks, "child_count": children,
+		})
+		return false
+	}
+	return true
 }
 
 // ownTokenLocked is the handler-level re-check of /state, /secrets/values
@@ -239,8 +284,14 @@ func (s *Server) handleNotify(w http.ResponseWriter, _ *http.Request, id string,
 		writeError(w, http.StatusNotFound, "workspace not found")
 		return
 	}
-	name, f := ws.name, ws.feed
+	name, f, silenced := ws.name, ws.feed, ws.talkToUserOff && s.gen >= Gen2026_08
 	s.mu.RUnlock()
+	if silenced {
+		// enteros-core aeec8e47 handlers/activity.go:872-877: nothing is
+		// written or broadcast.
+		writeJSON(w, http.StatusForbidden, map[string]string{"error": "talk_to_user_disabled", "hint": talkToUserHint})
+		return
+	}
 
 	resp := map[string]any{"result": msg}
 	if len(parts) > 0 {
