@@ -58,6 +58,7 @@ var (
 	groupHandler = settingGroup{"Handler (dispatcher)", []setting{
 		{"MOLECULE_HANDLER", "echo | exec:PROG [ARGS] | http:URL | openai:BASE_URL"},
 		{"MOLECULE_HANDLER_ANSWER", "how exec: and http: answers are read: text or json"},
+		{"MOLECULE_HANDLER_ENV", "variables an exec: handler also gets: names or prefixes*, e.g. ANTHROPIC_API_KEY,OPENAI_*"},
 		{"MOLECULE_HANDLER_TIMEOUT", "bound of one handler call"},
 		{"MOLECULE_CONCURRENCY", "handlers running at once"},
 		{"MOLECULE_REPLY_TO_REPLIES", "answer messages that are replies (true or false)"},

@@ -155,6 +155,15 @@ type Config struct {
 	// Handler is the dispatcher's handler spec: echo, exec:<prog> [args],
 	// http:<url>, openai:<base url>. Default "echo".
 	Handler string `env:"MOLECULE_HANDLER" envDefault:"echo"`
+	// HandlerEnv names the variables of the relay's environment an exec:
+	// handler gets besides PATH, HOME, LANG and TZ, comma separated: a
+	// name (ANTHROPIC_API_KEY) or a prefix ending in * (OPENAI_*). The
+	// relay's own secrets are never passed: naming one is refused, a
+	// prefix leaves them out (handler_env.go). If not set, none.
+	HandlerEnv []string `env:"MOLECULE_HANDLER_ENV" envSeparator:","`
+	// HandlerEnviron is HandlerEnv resolved against the environment Load
+	// read: the KEY=value entries an exec: handler gets. Set by Load.
+	HandlerEnviron []string
 	// HandlerTimeout bounds one handler call. Default 5m.
 	HandlerTimeout Seconds `env:"MOLECULE_HANDLER_TIMEOUT" envDefault:"5m"`
 	// Singleton is what a relay does when it finds a reply on a
@@ -348,6 +357,9 @@ func (c *Config) Validate(need Requirement) error {
 	}
 	if need&NeedHandler != 0 && strings.TrimSpace(c.Handler) == "" {
 		return bad("MOLECULE_HANDLER", "not set; try echo, exec:./agent.sh, http:http://127.0.0.1:8000/reply or openai:http://127.0.0.1:11434")
+	}
+	if err := c.validateHandlerEnv(); err != nil {
+		return err
 	}
 	if c.HandlerAnswer != "text" && c.HandlerAnswer != "json" {
 		return bad("MOLECULE_HANDLER_ANSWER", "%q; use text or json", c.HandlerAnswer)

@@ -93,6 +93,8 @@ func Load(flags *Flags, environ []string) (*Config, error) {
 		return nil, flags.describe(err, m)
 	}
 	cfg.NATS.SetDefaults()
+	// From the process's environment only: a flag is not a variable.
+	cfg.HandlerEnviron = handlerEnviron(cfg.HandlerEnv, environ)
 	return &cfg, nil
 }
 

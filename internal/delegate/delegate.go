@@ -6,13 +6,17 @@
 // Each question has a stable A2A messageId (MessageID: the n-th ask of a
 // handler run on one inbound message) and a record in the asks bucket
 // (events.BucketAsks), created before the question is sent. The answer
-// reaches the record by one of two ways: a push-mode peer's synchronous
-// JSON-RPC answer, stored by Ask itself; or the peer's reply, a new inbound
-// message naming our messageId in metadata.in_reply_to_message_id, stored
-// by the dispatcher (Route) before any handler sees it. The waiting Ask
-// sees it through a watch of its key, and a handler re-run after a crash
-// asks the same question under the same id and finds the answer there
-// instead of asking again. See docs/delegation.md.
+// reaches the record by one of three ways: a push-mode peer's synchronous
+// JSON-RPC answer, stored by Ask itself; a relay's reply, a new inbound
+// message naming our messageId in metadata.in_reply_to_message_id; or the
+// reply of a peer that is not a relay (a TypeScript channel or Python SDK
+// agent: a fresh messageId, no metadata), matched to the oldest question
+// awaited from that peer through its awaiting list (events.AwaitingKey).
+// The dispatcher stores the last two (Route) before any handler sees
+// them. The waiting Ask sees the answer through a watch of its key, and a
+// handler re-run after a crash asks the same question under the same id
+// and finds the answer there instead of asking again. See
+// docs/delegation.md.
 package delegate
 
 import (
@@ -171,6 +175,10 @@ func (a *Asker) Ask(ctx context.Context, s Scope, q handler.Question) (*handler.
 		log.InfoContext(ctx, "delegate: question answered before this run; not asked again")
 		return peerAnswer(id, rec.Answer), nil
 	}
+	if err := expect(ctx, a.cfg.Asks, s, q.PeerID, id, contextOf(s, id), deadline); err != nil {
+		return nil, fmt.Errorf("delegate: question %s not put on the awaiting list: %w", id, err)
+	}
+	defer a.forget(ctx, s, q.PeerID, id, log)
 	if rec.SentAt.IsZero() {
 		if ans, err := a.send(ctx, c, key, id, s, q, deadline, log); ans != nil || err != nil {
 			return ans, err
@@ -211,6 +219,25 @@ func (a *Asker) deadline(s Scope, q handler.Question) time.Time {
 		d = s.Deadline
 	}
 	return d
+}
+
+// forget takes the question off the awaiting list once Ask returns; a
+// failure leaves it there until its deadline, where the matching skips it.
+func (a *Asker) forget(ctx context.Context, s Scope, peer, id string, log *slog.Logger) {
+	fctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
+	defer cancel()
+	if err := forget(fctx, a.cfg.Asks, s, peer, id); err != nil {
+		log.WarnContext(ctx, "delegate: question not taken off the awaiting list", "error", err)
+	}
+}
+
+// contextOf is the question's contextId: the conversation's, else the
+// question's own id.
+func contextOf(s Scope, id string) string {
+	if s.ContextID != "" {
+		return s.ContextID
+	}
+	return id
 }
 
 func peerAnswer(id string, ans *events.AskAnswer) *handler.PeerAnswer {

@@ -6,6 +6,7 @@ import (
 	"net"
 	"net/http"
 	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -20,6 +21,20 @@ import (
 // part) back to the caller in the HTTP response (docs/protocol.md §6).
 // It returns the URL to register.
 func pushAgent(t *testing.T, calls chan<- string) string {
+	return pushAgentAnswering(t, calls, func(text string) map[string]any {
+		return map[string]any{
+			"kind": "message", "role": "agent", "messageId": "push-answer",
+			"parts": []any{
+				map[string]any{"kind": "text", "text": "push: " + text},
+				map[string]any{"kind": "file", "file": map[string]any{"uri": "https://files.example/r.csv", "name": "r.csv", "mimeType": "text/csv"}},
+			},
+		}
+	})
+}
+
+// pushAgentAnswering is a push-mode agent whose JSON-RPC result for a
+// question's text is result(text).
+func pushAgentAnswering(t testing.TB, calls chan<- string, result func(text string) map[string]any) string {
 	t.Helper()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
@@ -44,13 +59,7 @@ func pushAgent(t *testing.T, calls chan<- string) string {
 		}
 		calls <- req.Params.Message.Role + " " + req.Params.Message.MessageID
 		w.Header().Set("Content-Type", "application/json")
-		_ = json.NewEncoder(w).Encode(map[string]any{"jsonrpc": "2.0", "id": req.ID, "result": map[string]any{
-			"kind": "message", "role": "agent", "messageId": "push-answer",
-			"parts": []any{
-				map[string]any{"kind": "text", "text": "push: " + req.Params.Message.Parts[0].Text},
-				map[string]any{"kind": "file", "file": map[string]any{"uri": "https://files.example/r.csv", "name": "r.csv", "mimeType": "text/csv"}},
-			},
-		}})
+		_ = json.NewEncoder(w).Encode(map[string]any{"jsonrpc": "2.0", "id": req.ID, "result": result(req.Params.Message.Parts[0].Text)})
 	}), ReadHeaderTimeout: 5 * time.Second}
 	go func() { _ = srv.Serve(ln) }()
 	t.Cleanup(func() { _ = srv.Close() })
@@ -97,5 +106,54 @@ func TestE2EDelegationToPushPeer(t *testing.T) {
 	}
 	if len(calls) != 0 {
 		t.Errorf("push agent asked %d more times", len(calls))
+	}
+}
+
+// A plain A2A agent in push mode answers in the HTTP response with any of
+// the three results A2A v0.3 allows: a message, a completed task with
+// artifacts, or a task whose status carries the answer as a message. Each
+// completes the ask with its text.
+func TestE2EDelegationToPushPeerAnswerShapes(t *testing.T) {
+	t.Parallel()
+	text := func(s string) []any { return []any{map[string]any{"kind": "text", "text": s}} }
+	for name, result := range map[string]func(string) map[string]any{
+		"message": func(q string) map[string]any {
+			return map[string]any{"kind": "message", "role": "agent", "messageId": "m", "parts": text("push: " + q)}
+		},
+		"task with artifacts": func(q string) map[string]any {
+			return map[string]any{"kind": "task", "id": "t", "contextId": "c", "status": map[string]any{"state": "completed"},
+				"artifacts": []any{map[string]any{"artifactId": "a", "parts": text("push: " + q)}}}
+		},
+		"task with status message": func(q string) map[string]any {
+			return map[string]any{"kind": "task", "id": "t", "contextId": "c", "status": map[string]any{"state": "completed",
+				"message": map[string]any{"kind": "message", "role": "agent", "messageId": "m", "parts": text("push: " + q)}}}
+		},
+	} {
+		t.Run(name, func(t *testing.T) {
+			t.Parallel()
+			w := pipelinetest.New(t, pipelinetest.Options{})
+			peer := w.Plat.CreateWorkspace("push-peer")
+			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+			defer cancel()
+			url := pushAgentAnswering(t, make(chan string, 4), result)
+			if _, err := w.Client(peer).Register(ctx, molecule.RegisterRequest{Mode: molecule.DeliveryPush, URL: url}); err != nil {
+				t.Fatal(err)
+			}
+			procA := w.Proc()
+			pl := w.StartPipeline(pipelinetest.PipelineConfig{NoDispatcher: true})
+			defer pl.Stop(t)
+			pipelinetest.Start(t, w.NewDispatcher(procA, askingHandler(newAsker(t, w, procA), peer.ID, 10*time.Second), dispatcher.Config{}).Run)
+			w.WaitSeeded(w.Agent.ID)
+			w.SendCanvas(askPrefix + "the report")
+			pipelinetest.Eventually(t, 20*time.Second, "the canvas answer", func() bool { return len(notifies(w)) >= 1 })
+			if got := notifies(w); len(got) != 1 || got[0] != "peer says: push: the report" {
+				t.Fatalf("canvas answers %q, want one quoting the push peer", got)
+			}
+			// Answered in the response, the question leaves the awaiting
+			// list: questions do not pile up there.
+			if e, err := procA.Topo.Asks.Get(ctx, events.AwaitingKey(w.Agent.ID, peer.ID)); err != nil || strings.Contains(string(e.Value()), "message_id") {
+				t.Errorf("awaiting list after the answer: %v, want one without the question", err)
+			}
+		})
 	}
 }

@@ -66,16 +66,7 @@ func loadRecord(ctx context.Context, kv jetstream.KeyValue, key string) (*events
 
 // writeRecord creates the record (rev 0) or updates it at rev.
 func writeRecord(ctx context.Context, kv jetstream.KeyValue, key string, rec *events.AskRecord, rev uint64) error {
-	data, err := json.Marshal(rec)
-	if err != nil {
-		return err
-	}
-	if rev == 0 {
-		_, err = kv.Create(ctx, key, data)
-		return err
-	}
-	_, err = kv.Update(ctx, key, data, rev)
-	return err
+	return writeJSON(ctx, kv, key, rec, rev)
 }
 
 // update applies change to the record until a compare-and-set holds;

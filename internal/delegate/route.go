@@ -31,26 +31,52 @@ const (
 // ErrUnawaited explains an Unawaited outcome.
 var ErrUnawaited = errors.New("delegate: answer to a question nobody waits for")
 
-// MayBeAnswer says whether Route could find in to be an answer: only a
-// peer's message naming a message it replies to, with an asks bucket to
-// look it up in. False: Route returns NotAnAnswer without a request, so a
-// caller can skip setting one up.
+// MayBeAnswer says whether Route could find in to be an answer: a peer's
+// message naming a message it replies to, or a peer's message/send that
+// carries no relay metadata at all (no hop count, no in_reply_to: a peer
+// that is not a relay), with an asks bucket to look it up in. A relay's
+// own question (relay_hops set) is never taken for an answer. False:
+// Route returns NotAnAnswer without a request, so a caller can skip
+// setting one up.
 func MayBeAnswer(asks jetstream.KeyValue, in *events.Inbound) bool {
-	return asks != nil && in.InReplyToMessageID != "" && in.Source == events.SourcePeerAgent
+	if asks == nil || in.Source != events.SourcePeerAgent {
+		return false
+	}
+	return in.InReplyToMessageID != "" || unaddressed(in)
+}
+
+// unaddressed: a peer's message/send with none of a relay's metadata.
+func unaddressed(in *events.Inbound) bool {
+	return in.InReplyTo == "" && in.Hops == 0 && (in.Method == "message/send" || in.Method == "")
 }
 
 // Route decides whether in is a peer's answer to a question of its
-// workspace (metadata.in_reply_to_message_id names an ask record, asked of
-// that very peer) and, if the question is still awaited, stores the answer
-// in the record (compare-and-set, idempotent). It is called by the
-// dispatcher before the handled-record lookup. handled is the dispatcher's
-// handled bucket: a question whose asking message already finished is no
-// longer awaited. An error means "unsure": retry the message later.
+// workspace and, if the question is still awaited, stores the answer in
+// the question's record (compare-and-set, idempotent). An answer is
+// matched, in this order: by metadata.in_reply_to_message_id (a relay's
+// answer; it must name a question asked of that very peer); else, for a
+// peer that sets none of our metadata, by the awaiting list of that
+// peer (routeUnaddressed: the oldest question awaited, or the oldest in
+// the contextId the answer echoes). It is called by the dispatcher
+// before the handled-record lookup. handled is the dispatcher's handled
+// bucket: a question whose asking message already finished is no longer
+// awaited. An error means "unsure": retry the message later.
 func Route(ctx context.Context, asks, handled jetstream.KeyValue, in *events.Inbound) (Outcome, error) {
-	if !MayBeAnswer(asks, in) {
+	switch {
+	case !MayBeAnswer(asks, in):
 		return NotAnAnswer, nil
+	case in.InReplyToMessageID == "":
+		return routeUnaddressed(ctx, asks, handled, in)
 	}
-	key := events.AskKey(in.WorkspaceID, in.InReplyToMessageID)
+	return store(ctx, asks, handled, events.AskKey(in.WorkspaceID, in.InReplyToMessageID), in, true)
+}
+
+// store stores in as the answer in the record at key, if it is still
+// awaited. addressed: in named the question itself, so an answer nobody
+// waits for any more is Unawaited (dead letter); an answer matched by
+// the awaiting list may be a new message after all, and is then
+// NotAnAnswer.
+func store(ctx context.Context, asks, handled jetstream.KeyValue, key string, in *events.Inbound, addressed bool) (Outcome, error) {
 	for range maxCAS {
 		rec, rev, err := loadRecord(ctx, asks, key)
 		switch {
@@ -63,6 +89,9 @@ func Route(ctx context.Context, asks, handled jetstream.KeyValue, in *events.Inb
 			return NotAnAnswer, nil
 		}
 		if out, err := unawaited(ctx, handled, rec, in); out != NotAnAnswer || err != nil {
+			if out == Unawaited && !addressed {
+				return NotAnAnswer, nil
+			}
 			return out, err
 		}
 		rec.State = events.AskAnswered

@@ -22,12 +22,8 @@ func (a *Asker) send(ctx context.Context, c *molecule.Client, key, id string, s 
 	if err := a.waitBudget(sctx, c); err != nil {
 		return nil, fmt.Errorf("%w: rate budget: %w", ErrNoAnswer, err)
 	}
-	contextID := s.ContextID
-	if contextID == "" {
-		contextID = id
-	}
 	res, err := c.SendA2A(sctx, molecule.A2AMessage{
-		To: q.PeerID, Text: q.Text, Attachments: events.MoleculeAttachments(q.Attachments), MessageID: id, ContextID: contextID,
+		To: q.PeerID, Text: q.Text, Attachments: events.MoleculeAttachments(q.Attachments), MessageID: id, ContextID: contextOf(s, id),
 		Role: "user", Timeout: time.Until(deadline), Metadata: map[string]any{"relay_hops": s.Hops + 1},
 	})
 	if err != nil {

@@ -37,6 +37,19 @@ type Config struct {
 	// such a message is handled but its reply is dropped, so two
 	// auto-replying agents cannot loop.
 	ReplyToReplies bool
+	// PeerStreak bounds the loop guard for peers without hop count (a
+	// TypeScript channel agent: role "user", no metadata): in a
+	// ping-pong with one such peer (each of its messages sent after our
+	// reply to the one before, within PeerStreakGap of it), the message
+	// after PeerStreak turns is not handled; a pause longer than the gap,
+	// or a message sent before we answered the previous one, starts a new
+	// streak. Off with ReplyToReplies or without the asks bucket. If not
+	// set, 8.
+	PeerStreak int
+	// PeerStreakGap is the pause that ends a peer's streak. If not set,
+	// 1 minute: an agent answering every message through a 5-second poll
+	// answers well within it.
+	PeerStreakGap time.Duration
 	// ObserveHandler, when set, receives every handler run's duration (the
 	// metrics histogram); it must be quick and safe for concurrent use.
 	ObserveHandler func(time.Duration)
@@ -100,6 +113,12 @@ func (c *Config) SetDefaults() {
 	if c.MaxHops == 0 {
 		c.MaxHops = 3
 	}
+	if c.PeerStreak == 0 {
+		c.PeerStreak = 8
+	}
+	if c.PeerStreakGap == 0 {
+		c.PeerStreakGap = time.Minute
+	}
 }
 
 // Validate reports the first invalid field; ackWait is the dispatcher
@@ -113,6 +132,8 @@ func (c *Config) Validate(ackWait time.Duration) error {
 		return fmt.Errorf("%w: handler timeout must be positive", ErrInvalidConfig)
 	case c.MaxHops < 1:
 		return fmt.Errorf("%w: max hops must be >= 1, got %d", ErrInvalidConfig, c.MaxHops)
+	case c.PeerStreak < 1 || c.PeerStreakGap <= 0:
+		return fmt.Errorf("%w: peer streak must be >= 1 and its gap positive, got %d and %s", ErrInvalidConfig, c.PeerStreak, c.PeerStreakGap)
 	}
 	return nil
 }

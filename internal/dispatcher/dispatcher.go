@@ -63,6 +63,10 @@ type Dispatcher struct {
 	stats counters
 	// callHandler is handlerCall, built once in New.
 	callHandler handlerFunc
+	// running is what the handlers are doing, by workspace (Running).
+	running running
+	// cancelRuns are the handler runs a tasks/cancel can end (cancel.go).
+	cancelRuns cancelable
 }
 
 // New validates cfg, applies its defaults (ProgressInterval from the
@@ -105,7 +109,10 @@ func (d *Dispatcher) Stats() Stats { return d.stats.snapshot(d.run.Stats()) }
 // nil. Messages that exhaust their deliveries unacknowledged are swept to
 // the dead-letter stream while it runs. It returns an error only if the
 // NATS connection is closed under it.
-func (d *Dispatcher) Run(ctx context.Context) error { return d.run.Run(ctx) }
+func (d *Dispatcher) Run(ctx context.Context) error {
+	defer d.watchCancels(ctx)()
+	return d.run.Run(ctx)
+}
 
 // Drain handles messages until the queue has stayed empty for idle (if
 // not set, 1 second) with nothing in flight, or ctx ends, or — when ctx has
@@ -116,6 +123,7 @@ func (d *Dispatcher) Run(ctx context.Context) error { return d.run.Run(ctx) }
 // and scheduled Lambda drains.
 func (d *Dispatcher) Drain(ctx context.Context, idle time.Duration) (Stats, error) {
 	before := d.Stats()
+	defer d.watchCancels(ctx)()
 	_, err := d.run.Drain(ctx, idle)
 	return d.Stats().sub(before), err
 }
@@ -131,6 +139,10 @@ func (d *Dispatcher) handle(runCtx context.Context, m *message) stage.Outcome {
 	answer, herr := d.runHandler(runCtx, m)
 	if crashpoint.Hit(runCtx, crashpoint.DispatcherOf(runCtx).AfterHandler, m.in) {
 		return stage.Abandon()
+	}
+	if errors.Is(herr, errTaskCancelled) {
+		m.cancelled = true
+		return d.complete(runCtx, m, handler.Answer{})
 	}
 	if herr != nil {
 		if !errors.Is(herr, errStopGraceOver) {
@@ -178,6 +190,20 @@ func (d *Dispatcher) runHandler(runCtx context.Context, msg *message) (a handler
 	}()
 	// A wait for a peer's answer gives the slot back (internal/delegate).
 	hctx = stage.WithParking(hctx, del)
+	hctx, cancelled, done, err := d.cancellable(hctx, in)
+	if err != nil {
+		return handler.Answer{}, fmt.Errorf("dispatcher: cancel marks unreadable: %w", err)
+	}
+	defer done()
+	if cancelled {
+		return handler.Answer{}, errTaskCancelled
+	}
+	defer d.running.start(in)()
+	defer func() {
+		if err != nil && errors.Is(context.Cause(hctx), errTaskCancelled) {
+			err = fmt.Errorf("%w: %w", errTaskCancelled, err)
+		}
+	}()
 	m := *in // the handler gets its own copy
 	req := &handler.Request{
 		Message:  &m,
@@ -293,7 +319,14 @@ func (d *Dispatcher) complete(runCtx context.Context, m *message, a handler.Answ
 	in, log := m.in, m.Log
 	now := time.Now().UTC()
 	rec := events.HandledRecord{Outcome: events.OutcomeReplied, Delivery: m.Meta.NumDelivered, HandledAt: now}
-	if a.Empty() {
+	if m.cancelled {
+		rec.Outcome = events.OutcomeCancelled
+		d.stats.cancelled.Add(1)
+		log.InfoContext(runCtx, "dispatcher: message cancelled by its sender; not answered", "sender", in.SourceWorkspaceID)
+	} else if m.suppressed != "" {
+		rec.Outcome = events.OutcomeSuppressed
+		log.InfoContext(runCtx, "dispatcher: message not handled by the loop guard", "why", m.suppressed, "sender", in.SourceWorkspaceID)
+	} else if a.Empty() {
 		rec.Outcome = events.OutcomeNoReply
 	} else if why := d.loopGuard(in); why != "" {
 		rec.Outcome = events.OutcomeSuppressed
@@ -336,6 +369,9 @@ func (d *Dispatcher) complete(runCtx context.Context, m *message, a handler.Answ
 	if crashpoint.Hit(runCtx, crashpoint.DispatcherOf(runCtx).AfterRecord, in) {
 		return stage.Abandon()
 	}
+	if rec.Outcome == events.OutcomeReplied {
+		d.streakReplied(ctx, m)
+	}
 	if rec.Reply != nil {
 		if o, finished := d.deliverReply(runCtx, m, rec, rev); finished {
 			return o
@@ -350,6 +386,8 @@ func (d *Dispatcher) complete(runCtx context.Context, m *message, a handler.Answ
 		d.stats.replied.Add(1)
 	case events.OutcomeNoReply:
 		d.stats.noReply.Add(1)
+	case events.OutcomeCancelled:
+		// counted in cancelled
 	default:
 		d.stats.skipped.Add(1)
 	}

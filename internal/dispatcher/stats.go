@@ -39,6 +39,11 @@ type Stats struct {
 	// MemoryErrors counts conversation-memory reads and writes that
 	// failed (best-effort: the message went on without them).
 	MemoryErrors uint64
+	// Cancels counts tasks/cancel rows settled (a cancel mark written);
+	// Cancelled counts messages their sender cancelled, before their
+	// handler started or while it ran (recorded, not answered).
+	Cancels   uint64
+	Cancelled uint64
 	// HandlerRuns, HandlerTime and HandlerMax describe handler latency:
 	// mean = HandlerTime / HandlerRuns.
 	HandlerRuns uint64
@@ -67,6 +72,8 @@ func (s Stats) sub(prev Stats) Stats {
 		HandlerErrors:  s.HandlerErrors - prev.HandlerErrors,
 		CutByStop:      s.CutByStop - prev.CutByStop,
 		MemoryErrors:   s.MemoryErrors - prev.MemoryErrors,
+		Cancels:        s.Cancels - prev.Cancels,
+		Cancelled:      s.Cancelled - prev.Cancelled,
 		HandlerRuns:    s.HandlerRuns - prev.HandlerRuns,
 		HandlerTime:    s.HandlerTime - prev.HandlerTime,
 		HandlerMax:     s.HandlerMax,
@@ -78,7 +85,7 @@ func (s Stats) sub(prev Stats) Stats {
 type counters struct {
 	handled, replied, noReply, skipped, duplicates atomic.Uint64
 	peerDuplicates, handlerErrors, memoryErrors    atomic.Uint64
-	cutByStop                                      atomic.Uint64
+	cutByStop, cancels, cancelled                  atomic.Uint64
 	handler                                        stage.Durations
 }
 
@@ -95,6 +102,8 @@ func (c *counters) snapshot(shared stage.Stats) Stats {
 		HandlerErrors:  c.handlerErrors.Load(),
 		CutByStop:      c.cutByStop.Load(),
 		MemoryErrors:   c.memoryErrors.Load(),
+		Cancels:        c.cancels.Load(),
+		Cancelled:      c.cancelled.Load(),
 		HandlerRuns:    runs,
 		HandlerTime:    total,
 		HandlerMax:     longest,

@@ -20,6 +20,11 @@ type message struct {
 	*stage.Delivery
 	in  *events.Inbound
 	key string // its handled record's (events.HandledKey)
+	// suppressed says why the message is not handled (the peer streak of
+	// the loop guard), or "".
+	suppressed string
+	// cancelled: its sender cancelled its task (tasks/cancel).
+	cancelled bool
 }
 
 // replayed says whether m is a dead letter's replay (dlq.Replay).
@@ -33,10 +38,12 @@ func (m *message) replayed() bool { return m.Msg != nil && dlq.IsReplay(m.Msg.He
 func (d *Dispatcher) steps() stage.Step[*stage.Delivery] {
 	return d.decoded(stage.Steps(d.handle,
 		d.traced,        // the publisher's trace, and the message's logger
+		d.cancels,       // a sender's tasks/cancel: mark the task cancelled, ack
 		d.answers,       // a peer's answer to a handler's question (internal/delegate)
 		d.handledBefore, // finished by an earlier delivery: republish, ack
 		d.admitted,      // the start-margin rule: no room for a handler, defer
 		d.peerClaimed,   // a peer's messageId another activity row carried: ack
+		d.peerStreak,    // the loop guard for peers without hop count: not handled
 	))
 	// then handle: memory and the agent API around the handler (runHandler),
 	// the handled record, the reply publish, the ack (complete).

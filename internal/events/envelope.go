@@ -18,6 +18,10 @@ const Version = 1
 // Version (or missing).
 var ErrUnsupportedVersion = errors.New("events: unsupported envelope version")
 
+// KindBroadcast is Inbound.Kind of a broadcast_receive row: the relay
+// does not answer it (docs/protocol.md, "Broadcasts").
+const KindBroadcast = "broadcast"
+
 // Source is the normalised sender of an inbound message.
 type Source string
 
@@ -57,6 +61,10 @@ type Inbound struct {
 	// Cron is true for a canvas-source message the platform's scheduler sent
 	// (message id prefix "cron-").
 	Cron bool `json:"cron,omitempty"`
+	// Kind is KindBroadcast for a broadcast (a message another workspace
+	// sent to every agent of the org); "" for a message addressed to this
+	// workspace.
+	Kind string `json:"kind,omitempty"`
 	// InReplyTo is params.message.metadata.in_reply_to of the inbound
 	// message: set when the message is itself a reply to one of ours.
 	InReplyTo string `json:"in_reply_to,omitempty"`

@@ -39,6 +39,8 @@ func decodeInboundFast(data []byte, m *Inbound) bool {
 			return seen.First(9) && jsonread.Value(val, &m.Attachments)
 		case "cron":
 			return seen.First(10) && jsonread.Bool(val, &m.Cron)
+		case "kind":
+			return seen.First(22) && jsonread.String(val, &m.Kind)
 		case "in_reply_to":
 			return seen.First(11) && jsonread.String(val, &m.InReplyTo)
 		case "in_reply_to_message_id":

@@ -34,7 +34,7 @@ func readableEnvelopes(t testing.TB) [][]byte {
 	at := time.Date(2026, 11, 26, 21, 40, 0, 123456789, time.FixedZone("x", 3600))
 	full := Inbound{WorkspaceID: "ws", ActivityID: "a1", Source: SourcePeerAgent, SourceWorkspaceID: "peer",
 		Method: "message/send", MessageID: "m", Role: "user", Text: "line\nwith \"quotes\" <tags> & é 😀",
-		Attachments: []Attachment{{URI: "u", Name: "n", MimeType: "text/plain", Size: 5}}, Cron: true,
+		Attachments: []Attachment{{URI: "u", Name: "n", MimeType: "text/plain", Size: 5}}, Cron: true, Kind: KindBroadcast,
 		InReplyTo: "x", InReplyToMessageID: "y", ContextID: "c", TaskID: "t", Hops: 3, PeerName: "p",
 		PeerRole: "r", AgentCardURL: "https://a", Raw: json.RawMessage(`{"id":"a1","n":[1,{"s":"}"}]}`),
 		CreatedAt: at, PolledAt: at.Add(time.Millisecond)}

@@ -19,6 +19,9 @@ func NewInbound(ws string, m *molecule.Message, polledAt time.Time) Inbound {
 		PeerName: m.PeerName, PeerRole: m.PeerRole, AgentCardURL: m.AgentCardURL,
 		Raw: m.Raw, CreatedAt: m.CreatedAt, PolledAt: polledAt,
 	}
+	if m.Kind == molecule.KindBroadcast {
+		env.Kind = KindBroadcast
+	}
 	switch m.Sender {
 	case molecule.SenderCron:
 		env.Source, env.Cron = SourceCanvasUser, true

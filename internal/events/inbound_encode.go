@@ -28,6 +28,7 @@ func (m Inbound) Marshal() ([]byte, error) {
 	if m.Cron {
 		o.Bool("cron", true)
 	}
+	optionalText(&o, "kind", m.Kind)
 	optionalText(&o, "in_reply_to", m.InReplyTo)
 	optionalText(&o, "in_reply_to_message_id", m.InReplyToMessageID)
 	optionalText(&o, "context_id", m.ContextID)
@@ -54,7 +55,7 @@ func (m Inbound) Marshal() ([]byte, error) {
 // keys, the times and a few escapes.
 func (m *Inbound) sizeHint() int {
 	n := 480 + len(m.WorkspaceID) + len(m.ActivityID) + len(m.Source) + len(m.SourceWorkspaceID) + len(m.Method) +
-		len(m.MessageID) + len(m.Role) + len(m.Text) + len(m.InReplyTo) + len(m.InReplyToMessageID) + len(m.ContextID) +
+		len(m.MessageID) + len(m.Role) + len(m.Kind) + len(m.Text) + len(m.InReplyTo) + len(m.InReplyToMessageID) + len(m.ContextID) +
 		len(m.TaskID) + len(m.PeerName) + len(m.PeerRole) + len(m.AgentCardURL) + len(m.Raw)
 	return n + attachmentsSizeHint(m.Attachments)
 }

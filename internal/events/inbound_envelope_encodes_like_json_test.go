@@ -22,7 +22,7 @@ func TestInboundEnvelopeEncodesLikeJSON(t *testing.T) {
 	ins := append(inboundFixtures(t),
 		events.Inbound{},
 		events.Inbound{V: 9, WorkspaceID: "ws", ActivityID: "act", Source: events.SourcePeerAgent, SourceWorkspaceID: "peer", Method: "message/send",
-			MessageID: "m", Role: "user", Text: "say \"hi\" <b>&\n\u2028\xff é", Attachments: att, Cron: true, InReplyTo: "r", InReplyToMessageID: "q",
+			MessageID: "m", Role: "user", Text: "say \"hi\" <b>&\n\u2028\xff é", Attachments: att, Cron: true, Kind: events.KindBroadcast, InReplyTo: "r", InReplyToMessageID: "q",
 			ContextID: "c", TaskID: "t", Hops: -3, PeerName: "Peer <1>", PeerRole: "worker", AgentCardURL: "https://p/card?a=1&b=2",
 			Raw: json.RawMessage("{ \"id\": \"act\",\n \"n\": [1, 2] }"), CreatedAt: at.In(time.FixedZone("x", -3600)), PolledAt: at},
 		events.Inbound{Text: "row with html", Raw: json.RawMessage(`{"t":"<b>"}`), CreatedAt: at, PolledAt: at},

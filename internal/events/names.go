@@ -156,6 +156,30 @@ func AskKey(workspace, messageID string) string {
 	return sanitizeKeyToken(workspace) + ".ask." + hash128(messageID)
 }
 
+// AwaitingKey is the BucketAsks key listing the questions workspace
+// awaits from peer, oldest first: a peer that answers without our ids
+// (a TypeScript channel or Python SDK agent) is matched through it
+// (internal/delegate). Its tokens never collide with AskKey's.
+func AwaitingKey(workspace, peer string) string {
+	return sanitizeKeyToken(workspace) + ".awaiting." + sanitizeKeyToken(peer)
+}
+
+// StreakKey is the BucketAsks key counting the consecutive messages
+// workspace answered for peer, a peer that carries no hop count (the
+// dispatcher's loop guard).
+func StreakKey(workspace, peer string) string {
+	return sanitizeKeyToken(workspace) + ".streak." + sanitizeKeyToken(peer)
+}
+
+// CancelKey is the BucketAsks key of sender's tasks/cancel of taskID on
+// workspace; CancelFilter matches every cancel, for a watch.
+func CancelKey(workspace, sender, taskID string) string {
+	return sanitizeKeyToken(workspace) + ".cancel." + sanitizeKeyToken(sender) + "." + hash128(taskID)
+}
+
+// CancelFilter is the key filter of every CancelKey.
+const CancelFilter = "*.cancel.*.*"
+
 // ReplyKey is the BucketReplies key of the reply to an inbound message.
 func ReplyKey(workspace, activityID string) string { return kvKey(workspace, activityID) }
 

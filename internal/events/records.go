@@ -19,6 +19,9 @@ const (
 	// OutcomeSuppressed: the handler answered, but the loop guard dropped
 	// the reply (the inbound message was itself a reply, or hit MaxHops).
 	OutcomeSuppressed = "suppressed"
+	// OutcomeCancelled: the sender cancelled the message's task
+	// (tasks/cancel) before or while the handler ran; nothing was answered.
+	OutcomeCancelled = "cancelled"
 )
 
 // HandledRecord is the value of a BucketHandled key (HandledKey). The dispatcher writes it with a create-only put after

@@ -47,6 +47,8 @@ type Channel struct {
 	pending map[string]*pending // by activity id
 	seq     uint64
 	perms   map[string]PermissionRequest // open permission prompts, by request id
+	// arrived is closed when a message starts waiting (pull.go).
+	arrived chan struct{}
 }
 
 // client is one connected, initialized MCP client.
@@ -140,6 +142,7 @@ func (c *Channel) open(req *handler.Request) (*pending, *client, error) {
 	c.seq++
 	p := &pending{req: req, seq: c.seq, answer: make(chan handler.Answer, 1), done: make(chan struct{})}
 	c.pending[id] = p
+	c.signalArrival()
 	return p, c.client, nil
 }
 

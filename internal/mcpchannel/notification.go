@@ -46,6 +46,9 @@ func NewNotification(in *events.Inbound) Notification {
 			peerID = in.SourceWorkspaceID
 		}
 	}
+	if in.Kind == events.KindBroadcast {
+		kind = events.KindBroadcast
+	}
 	meta := map[string]string{
 		"source":       "molecule",
 		"kind":         kind,
@@ -74,7 +77,11 @@ func NewNotification(in *events.Inbound) Notification {
 		fmt.Fprintf(&b, "\n[attachment %s · %s · %s]", Sanitize(a.Name), Sanitize(a.MimeType), Sanitize(a.URI))
 	}
 	b.WriteByte('\n')
-	b.WriteString(replyHint(in.WorkspaceID, peerID, in.ActivityID))
+	if in.Kind == events.KindBroadcast {
+		b.WriteString(broadcastHint(in.ActivityID))
+	} else {
+		b.WriteString(replyHint(in.WorkspaceID, peerID, in.ActivityID))
+	}
 	return Notification{Content: b.String(), Meta: meta}
 }
 
@@ -107,6 +114,12 @@ func header(ws, peerID, name, role string) string {
 		who = name
 	}
 	return "[from " + who + " · peer_id=" + peerID + " · watching=" + ws + "]"
+}
+
+// broadcastHint replaces the reply line of a broadcast: the relay answers
+// none (docs/protocol.md, "Broadcasts").
+func broadcastHint(activity string) string {
+	return `↩ A broadcast to every agent of the org: no reply is sent · done: dismiss({activity_id: "` + activity + `"})`
 }
 
 func replyHint(ws, peerID, activity string) string {

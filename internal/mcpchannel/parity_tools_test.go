@@ -30,7 +30,8 @@ func TestToolsHaveTheTypeScriptChannelsNamesAndTruthfulAnnotations(t *testing.T)
 		tools[tl.Name] = tl
 	}
 	readOnly := map[string]bool{mcpchannel.ToolPeers: true, mcpchannel.ToolDiscover: true, mcpchannel.ToolInfo: true,
-		mcpchannel.ToolTaskStatus: true, mcpchannel.ToolRecallMemory: true}
+		mcpchannel.ToolTaskStatus: true, mcpchannel.ToolRecallMemory: true,
+		mcpchannel.ToolWaitForMessage: true, mcpchannel.ToolInboxPeek: true}
 	args := map[string][]string{ // the TypeScript channel's arguments
 		"reply_to_workspace":   {"workspace_id", "peer_id", "text"},
 		"delegate_task":        {"_as_workspace", "workspace_id", "task"},

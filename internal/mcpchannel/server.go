@@ -155,7 +155,10 @@ func (s *Server) Attach(b Backend) {
 const instructions = `Messages sent to your Molecule workspaces arrive as channel events from this server. ` +
 	`Answer each one with reply_to_workspace (pass its activity_id), or dismiss it when no reply is wanted: ` +
 	`a message stays waiting, and is shown again in the next session, until one of the two is called. ` +
-	`send_message_to_user posts to the canvas user unprompted; delegate_task and delegate_task_async ask peer workspaces.`
+	`send_message_to_user posts to the canvas user unprompted; delegate_task and delegate_task_async ask peer workspaces. ` +
+	`If you do not see channel events (a client without Claude Code's channels), pull instead: call wait_for_message, ` +
+	`answer the message it returns with reply_to_workspace (its activity_id, peer_id and workspace_id), and call wait_for_message again; ` +
+	`inbox_peek lists what waits, inbox_pop drops a message without a reply.`
 
 // Serve speaks MCP over in and out (newline-delimited JSON-RPC) until in
 // ends, ctx ends, or writing fails. Messages are shown only after the

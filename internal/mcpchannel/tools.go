@@ -152,6 +152,7 @@ func (s *Server) addTools() {
 		mcp.WithString("scope", mcp.Enum("LOCAL", "TEAM", "GLOBAL", ""), mcp.Description("only this scope (empty: all)")),
 		asWorkspace,
 	)...), s.toolRecallMemory)
+	s.addPullTools(add) // pull.go: for clients that ignore channel events
 }
 
 func toolError(format string, args ...any) *mcp.CallToolResult {
@@ -258,6 +259,9 @@ func (s *Server) answer(ctx context.Context, p *pending, a handler.Answer) *mcp.
 	case events.OutcomeNoReply:
 		return mcp.NewToolResultText(fmt.Sprintf("Dismissed message %s: recorded as handled, nothing is sent.", in.ActivityID))
 	case events.OutcomeSuppressed:
+		if in.Kind == events.KindBroadcast {
+			return mcp.NewToolResultText(fmt.Sprintf("Message %s is recorded as handled, but the reply was not sent: it is a broadcast to every agent of the org, which the relay answers to no one; to answer its sender, send it a message of your own.", in.ActivityID))
+		}
 		return mcp.NewToolResultText(fmt.Sprintf("Message %s is recorded as handled, but the reply was not sent: the message is itself a reply or the conversation reached the hop limit (loop guard).", in.ActivityID))
 	}
 	to := "the canvas user (/notify)"

@@ -52,6 +52,12 @@ const (
 // re-reads 250 ms, 1 s and 3 s after a poll that published messages.
 var DefaultOverlapFollowUps = []time.Duration{250 * time.Millisecond, time.Second, 3 * time.Second}
 
+// Tasks is what the dispatcher of this process is doing for a workspace
+// (dispatcher.Dispatcher.Running); known is false while it has none.
+type Tasks interface {
+	Running(workspace string) (n int, current string, known bool)
+}
+
 // Config configures a Poller. Zero values take the defaults SetDefaults
 // documents.
 type Config struct {
@@ -71,6 +77,19 @@ type Config struct {
 	// the poll to PollInterval at once. If not set, 2 minutes; a value not
 	// longer than PollInterval (or negative) keeps the poll at PollInterval.
 	SafetyNetInterval time.Duration
+	// Tasks, when the dispatcher runs in this process, reports the handlers
+	// running for a workspace, sent as the heartbeat's active_tasks and
+	// current_task. If nil (a poller without its dispatcher, which cannot
+	// tell one workspace's messages from another's), active_tasks is the
+	// dispatcher consumer's ack-pending count, shared by every workspace,
+	// and current_task is empty.
+	Tasks Tasks
+	// BroadcastInterval is the longest a cycle goes without reading the
+	// workspace's broadcasts (broadcast.go); the event stream's
+	// BROADCAST_MESSAGE reads them at once. A broadcast whose event was
+	// missed (or without SSE) is read within BroadcastInterval plus the
+	// cycle's period. If not set, 5 minutes; negative: never read.
+	BroadcastInterval time.Duration
 	// PageLimit is the number of rows asked for per page. If not set, 100;
 	// at most 500 (the platform's cap).
 	PageLimit int
@@ -220,6 +239,9 @@ func (c *Config) SetDefaults() {
 	}
 	if c.PageLimit == 0 {
 		c.PageLimit = DefaultPageLimit
+	}
+	if c.BroadcastInterval == 0 {
+		c.BroadcastInterval = DefaultBroadcastInterval
 	}
 	if c.OverlapWindow == 0 {
 		c.OverlapWindow = DefaultOverlapWindow

@@ -475,7 +475,7 @@ func (p *Poller) overlapFrom(ctx context.Context, w *workspace, d time.Duration,
 
 // skipReason says why a parsed row is not delivered, or "".
 func skipReason(m *molecule.Message, allowSelf bool) string {
-	if m.ActivityType != "" && m.ActivityType != activityType {
+	if m.ActivityType != "" && m.ActivityType != activityType && m.Kind != molecule.KindBroadcast {
 		return SkipOtherType
 	}
 	return m.Skip(allowSelf)
@@ -550,6 +550,9 @@ func (p *Poller) publishRow(ctx context.Context, w *workspace, row molecule.Acti
 	}
 	if m.CreatedAt.IsZero() {
 		m.CreatedAt = row.CreatedAt
+	}
+	if m.Kind == molecule.KindBroadcast {
+		m.Text = w.broadcastTexts.whole(m.SourceID, m.Summary, time.Now())
 	}
 	data, err := events.NewInbound(w.id, m, polledAt).Marshal()
 	if err != nil {

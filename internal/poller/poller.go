@@ -121,6 +121,16 @@ type workspace struct {
 	// followUpSlack (cycleMu): where the next quick one starts looking
 	// (rereadSpan).
 	rereadAt, rereadFloor time.Time
+	// broadcastAsked: the event stream announced a broadcast (or a read of
+	// them failed) since the last read; broadcastReadAt is when that read
+	// started (cycleMu). broadcast.go.
+	broadcastAsked  atomic.Bool
+	broadcastReadAt time.Time
+	// broadcastTexts are the whole messages the events carried.
+	broadcastTexts broadcastTexts
+	// busyReported: the last heartbeat sent reported this process's
+	// handlers for the workspace running (startHeartbeats watches them).
+	busyReported atomic.Bool
 	// feedClock is the platform's clock as the last feed read saw it
 	// (cycleMu; followup.go).
 	feedClock feedClock
@@ -556,6 +566,9 @@ func (p *Poller) poll(ctx context.Context, w *workspace, rec *statusRecord, res 
 		// with the next follow-up (followUps.owe).
 		res.rereadOwed = true
 	}
+	if err == nil && p.broadcastDue(w, time.Now()) {
+		err = p.readBroadcasts(ctx, w, rec, res, set)
+	}
 	p.saveSent(ctx, w)
 	switch {
 	case err == nil:
@@ -746,8 +759,11 @@ func oldPlatformError(ws string) error {
 // rate budget: the budget reserve exists for them.
 func (p *Poller) heartbeat(ctx context.Context, w *workspace) (ok bool, status string, err error) {
 	rate, sample := w.errorRate()
+	active, current, known := p.tasksOf(ctx, w)
+	w.busyReported.Store(known && active > 0)
 	hb := molecule.Heartbeat{
-		ActiveTasks:        p.activeTasks(ctx),
+		ActiveTasks:        active,
+		CurrentTask:        current,
 		UptimeSeconds:      int64(time.Since(p.start).Seconds()),
 		ErrorRate:          rate,
 		SampleError:        sample,
@@ -775,6 +791,17 @@ func heartbeatSetter(status string, err error) func(*statusRecord) {
 			r.HeartbeatStatus, r.HeartbeatError = "", err.Error()
 		}
 	}
+}
+
+// tasksOf is what the heartbeat says w is doing: this process's handlers
+// for it (Config.Tasks), else the relay's load (activeTasks).
+func (p *Poller) tasksOf(ctx context.Context, w *workspace) (n int, current string, known bool) {
+	if p.cfg.Tasks != nil {
+		if n, current, known = p.cfg.Tasks.Running(w.id); known {
+			return n, current, true
+		}
+	}
+	return p.activeTasks(ctx), "", false
 }
 
 // activeTasks is the dispatcher consumer's ack-pending count: messages

@@ -261,15 +261,16 @@ func (p *Poller) startHeartbeats(ctx context.Context, w *workspace, bg *sync.Wai
 		stopped bool
 		due     = time.Now().Add(p.cfg.HeartbeatInterval/2 + time.Duration(rand.Int64N(int64(p.cfg.HeartbeatInterval/2)+1)))
 		beat    func()
+		watch   func()
 	)
-	schedule := func(d time.Duration) {
+	schedule := func(d time.Duration, fn func()) {
 		mu.Lock()
 		defer mu.Unlock()
 		if stopped {
 			return
 		}
 		bg.Add(1)
-		timer = p.clock.after(d, func() { defer bg.Done(); beat() })
+		timer = p.clock.after(d, func() { defer bg.Done(); fn() })
 	}
 	context.AfterFunc(ctx, func() {
 		mu.Lock()
@@ -279,12 +280,22 @@ func (p *Poller) startHeartbeats(ctx context.Context, w *workspace, bg *sync.Wai
 			bg.Done() // its function will not run
 		}
 	})
+	// next waits for the regular heartbeat, or, after one that said the
+	// workspace was busy, watches for it to become idle (idleWatch).
+	next := func() {
+		wait := time.Until(due)
+		if w.busyReported.Load() {
+			schedule(min(wait, idleWatch), watch)
+			return
+		}
+		schedule(wait, beat)
+	}
 	beat = func() {
 		if ctx.Err() != nil {
 			return
 		}
 		if d, ok := p.heartbeatOnce(ctx, w); ok {
-			schedule(d) // a rate-limited heartbeat, sent again sooner
+			schedule(d, beat) // a rate-limited heartbeat, sent again sooner
 			return
 		}
 		// As a ticker: the next regular heartbeat, skipping any missed.
@@ -292,11 +303,29 @@ func (p *Poller) startHeartbeats(ctx context.Context, w *workspace, bg *sync.Wai
 		for !due.After(now) {
 			due = due.Add(p.cfg.HeartbeatInterval)
 		}
-		schedule(due.Sub(now))
+		next()
+	}
+	// watch sends the heartbeat at once when the handlers the last one
+	// reported have all finished, so that the platform's is_busy and the
+	// canvas's "thinking" (current_task) end with them, not up to an
+	// interval later; a workspace that was never busy costs nothing.
+	watch = func() {
+		if ctx.Err() != nil {
+			return
+		}
+		if n, _, _ := p.cfg.Tasks.Running(w.id); n == 0 || !due.After(time.Now()) {
+			beat()
+			return
+		}
+		next()
 	}
 	bg.Add(1)
 	p.clock.pool.run(func() { defer bg.Done(); beat() })
 }
+
+// idleWatch is how often a workspace whose last heartbeat said it was
+// busy is checked for its handlers having finished (an in-process count).
+const idleWatch = time.Second
 
 // heartbeatOnce sends one heartbeat and records it; retry > 0 (ok) asks
 // for the next one after retry instead of a whole interval later.
@@ -371,6 +400,18 @@ func (p *Poller) sseLoop(ctx context.Context, w *workspace, l *pollLoop) {
 		err := w.c.StreamEvents(sctx, func(ev molecule.Event) {
 			now := time.Now()
 			w.cad.noteEvent(now)
+			switch ev.Type {
+			case sessionResetEvent:
+				p.resetSession(ctx, w) // before the new session's first message
+				return
+			case broadcastEvent:
+				// Not a message to this workspace: the cadence stays, the
+				// next cycle reads the broadcasts (broadcast.go).
+				w.broadcastTexts.note(ev.Data, now)
+				w.broadcastAsked.Store(true)
+				l.wake()
+				return
+			}
 			// A wake-up already pending covers this event: skip its parse.
 			if l.wakePending() {
 				return

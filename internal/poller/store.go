@@ -258,6 +258,9 @@ type statusRecord struct {
 	HeartbeatStatus string    `json:"heartbeat_status,omitempty"`
 	HeartbeatError  string    `json:"heartbeat_error,omitempty"`
 	LastOverlapAt   time.Time `json:"last_overlap_at,omitzero"`
+	// BroadcastCursor is the id of the newest broadcast_receive row
+	// delivered (broadcast.go).
+	BroadcastCursor string    `json:"broadcast_cursor,omitempty"`
 	Paused          bool      `json:"paused,omitempty"`
 	Removed         bool      `json:"removed,omitempty"`
 	Stopped         string    `json:"stopped,omitempty"`

@@ -32,8 +32,13 @@ const stderrTail = 2048
 // but holds the pipes open.
 const pipeGrace = 2 * time.Second
 
-// passEnv are the variables of the relay's environment an exec: program
-// inherits.
+// killGrace is how long a program whose context ended (its timeout, or
+// the sender's tasks/cancel) has after SIGTERM before SIGKILL.
+const killGrace = 2 * time.Second
+
+// passEnv are the variables of the relay's environment every exec:
+// program inherits; Options.Env adds those an operator names
+// (MOLECULE_HANDLER_ENV).
 var passEnv = []string{"PATH", "HOME", "LANG", "TZ"}
 
 // ErrOutputTooLarge is matched when a reply exceeds Options.MaxOutputBytes.
@@ -165,7 +170,7 @@ func (h *execHandler) run(ctx context.Context, req *Request) (string, error) {
 	cmd := exec.CommandContext(ctx, h.path, h.args...)
 	cmd.Env = h.env(req)
 	cmd.Stdin, cmd.Stdout, cmd.Stderr = p.inR, p.outW, p.errW
-	setProcessGroup(cmd)
+	stopGrace := setProcessGroup(cmd, killGrace)
 	start := time.Now()
 	err = cmd.Start()
 	p.closeChildEnds()
@@ -181,6 +186,7 @@ func (h *execHandler) run(ctx context.Context, req *Request) (string, error) {
 	stop := keepAlive(ctx, req, h.opts.ProgressInterval)
 	waitErr := cmd.Wait()
 	stop()
+	stopGrace()
 	killGroup(cmd)
 	_ = p.inW.Close() // unblocks the stdin writer if nobody reads
 	h.awaitOutput(p, copied, log)

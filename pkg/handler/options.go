@@ -51,9 +51,10 @@ type Options struct {
 	OpenAIAPIKey string
 	// Env is extra environment ("KEY=value") for exec: programs. The
 	// relay's own environment is NOT inherited, so secrets such as the
-	// workspace token or OPENAI_API_KEY never reach a handler program;
-	// only PATH, HOME, LANG and TZ are passed through, then Env is added
-	// (a key in Env overrides a passed-through one).
+	// workspace token never reach a handler program; only PATH, HOME,
+	// LANG and TZ are passed through, then Env is added (a key in Env
+	// overrides a passed-through one). The relay fills it with the
+	// variables MOLECULE_HANDLER_ENV names.
 	Env []string
 	// MaxOutputBytes caps a reply (exec's stdout, an HTTP response body);
 	// a bigger one is a permanent error. If not set, DefaultMaxOutputBytes

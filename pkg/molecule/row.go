@@ -51,6 +51,11 @@ const (
 	KindOwnNotify
 	// KindUpload is a chat upload manifest (method "chat_upload_receive").
 	KindUpload
+	// KindBroadcast is a broadcast_receive row (2026-08): a message another
+	// workspace of the org sent to every agent of it, with no request_body;
+	// its text is the summary, "Broadcast from <sender>: <message cut at
+	// 120 runes>" (docs/protocol.md, "Broadcasts").
+	KindBroadcast
 )
 
 // Sender classifies a row by source_id only (never by method).
@@ -407,10 +412,12 @@ func (m *Message) readColumns(row rawObject) error {
 	m.PeerRole = row.lenientStr("peer_role")
 	m.AgentCardURL = row.lenientStr("agent_card_url")
 
-	switch m.Method {
-	case "notify":
+	switch {
+	case m.ActivityType == "broadcast_receive":
+		m.Kind = KindBroadcast
+	case m.Method == "notify":
 		m.Kind = KindOwnNotify
-	case "chat_upload_receive":
+	case m.Method == "chat_upload_receive":
 		m.Kind = KindUpload
 	default:
 		m.Kind = KindMessage

@@ -14,6 +14,7 @@ import (
 	"log/slog"
 	"net/http"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/molecule-ai/molecule-relay/internal/agentapi"
@@ -56,6 +57,9 @@ type Runtime struct {
 	// and the replier run together (Run, Once): the poller warns about
 	// notify rows that are not in it (a second relay on the workspace).
 	ledger *poller.NotifyLedger
+	// tasks is this process's dispatcher, once built, for the heartbeats'
+	// active_tasks and current_task (mcp builds it after the poller).
+	tasks liveTasks
 	// agentSrv is the agent API, started by the first Dispatcher (agentapi.go).
 	agentMu  sync.Mutex
 	agentSrv *agentapi.Server
@@ -303,6 +307,7 @@ func NewHandler(cfg *config.Config) (handler.Handler, error) {
 		OpenAIModel:        cfg.OpenAIModel,
 		OpenAISystemPrompt: cfg.SystemPrompt,
 		AnswerJSON:         cfg.HandlerAnswer == "json",
+		Env:                cfg.HandlerEnviron,
 	})
 }
 
@@ -346,6 +351,7 @@ func (rt *Runtime) poller(batched bool) (*poller.Poller, error) {
 		OwnNotify:            rt.ledger,
 		OtherPoller:          rt.otherPoller(),
 		RefuseSecondRelay:    rt.Cfg.Singleton == "refuse",
+		Tasks:                &rt.tasks,
 	})
 }
 
@@ -405,7 +411,7 @@ func (rt *Runtime) dispatcher(h handler.Handler, direct dispatcher.DirectPoster)
 	if err != nil {
 		return nil, err
 	}
-	return dispatcher.New(rt.Conn.JS, rt.Topo, h, dispatcher.Config{
+	d, err := dispatcher.New(rt.Conn.JS, rt.Topo, h, dispatcher.Config{
 		Agent:          agent,
 		Config:         stage.Config{Concurrency: rt.Cfg.Concurrency, ConfirmAcks: rt.Cfg.Replicas > 1, Logger: rt.Log}, // stage.Open names the stage
 		HandlerTimeout: rt.Cfg.HandlerTimeout.D(),
@@ -416,6 +422,25 @@ func (rt *Runtime) dispatcher(h handler.Handler, direct dispatcher.DirectPoster)
 		Memory:         mem,
 		Direct:         direct,
 	})
+	if err == nil {
+		rt.tasks.d.Store(d)
+	}
+	return d, err
+}
+
+// liveTasks is this process's dispatcher for the poller's heartbeats,
+// known once it is built (poller.Tasks).
+type liveTasks struct {
+	d atomic.Pointer[dispatcher.Dispatcher]
+}
+
+// Running is the dispatcher's Running; known is false while this process
+// has none.
+func (l *liveTasks) Running(ws string) (n int, current string, known bool) {
+	if d := l.d.Load(); d != nil {
+		return d.Running(ws)
+	}
+	return 0, "", false
 }
 
 // Replier builds the replier stage core.

@@ -387,6 +387,8 @@ func (s *Server) routeWorkspace(w http.ResponseWriter, r *http.Request, body []b
 		sub == "memories" && (m == http.MethodGet || m == http.MethodPost),
 		isUploadRoute(rest, m):
 		known = true
+	case (sub == "broadcast" || sub == "chat-session/new") && m == http.MethodPost:
+		known = s.gen >= Gen2026_08
 	}
 	if !known {
 		writeError(w, http.StatusNotFound, "not found")
@@ -431,6 +433,10 @@ func (s *Server) routeWorkspace(w http.ResponseWriter, r *http.Request, body []b
 		s.handleMintToken(w, id)
 	case sub == "memories":
 		s.handleMemories(w, r, id, body)
+	case sub == "broadcast":
+		s.handleBroadcast(w, id, body)
+	case sub == "chat-session/new":
+		s.handleNewChatSession(w, id)
 	case isUploadRoute(rest, m) && rest[2] == "content":
 		s.handleUploadContent(w, id, rest[1])
 	default:

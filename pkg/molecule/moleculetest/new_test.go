@@ -481,7 +481,8 @@ func TestHeartbeat(t *testing.T) {
 	secret := s.InboundSecret(a.ID)
 	full := `{"workspace_id":"` + a.ID + `","error_rate":0.0,"sample_error":"","active_tasks":1,"uptime_seconds":42,"current_task":"t","monthly_spend":0,` +
 		`"runtime_metadata":{"capabilities":{"heartbeat":true,"scheduler":false,"session":false,"status_mgmt":false,"retry":false,"activity_decoration":false,"channel_dispatch":false},"idle_timeout_seconds":120}}`
-	ok := `{"platform_inbound_secret":"` + secret + `","status":"ok"}`
+	// generation: registry.go:1677 (Gen2026_08, the default).
+	ok := `{"generation":0,"platform_inbound_secret":"` + secret + `","status":"ok"}`
 	cases := []struct {
 		name, body string
 		h          http.Header

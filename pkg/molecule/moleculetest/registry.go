@@ -184,6 +184,8 @@ type heartbeatBody struct {
 	RuntimeState    string           `json:"runtime_state"`
 	RuntimeMetadata *runtimeMetadata `json:"runtime_metadata"`
 	AgentCard       json.RawMessage  `json:"agent_card"`
+	// IsBusy is read from Gen2026_08 on (registry.go:1411-1440).
+	IsBusy *bool `json:"is_busy"`
 }
 
 type runtimeMetadata struct {
@@ -231,6 +233,15 @@ func (s *Server) handleHeartbeat(w http.ResponseWriter, r *http.Request, body []
 		ws.lastHeartbeat = append(json.RawMessage(nil), body...)
 		taskChanged = ws.currentTask != p.CurrentTask
 		ws.activeTasks, ws.uptime, ws.currentTask, ws.errorRate = p.ActiveTasks, p.UptimeSeconds, p.CurrentTask, p.ErrorRate
+		if s.gen >= Gen2026_08 {
+			// is_busy = COALESCE($is_busy, active_tasks > 0) (registry.go:1440),
+			// and every answer hands down desired_generation (1677).
+			ws.busy = p.ActiveTasks > 0
+			if p.IsBusy != nil {
+				ws.busy = *p.IsBusy
+			}
+			resp["generation"] = ws.generation
+		}
 		ws.idleTimeout = 0
 		statusMgmt := false
 		if p.RuntimeMetadata != nil {

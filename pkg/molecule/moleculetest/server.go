@@ -551,6 +551,11 @@ type WorkspaceStatus struct {
 	// LastHeartbeat is the last accepted heartbeat body.
 	LastHeartbeat json.RawMessage
 	Heartbeats    int
+	// ActiveTasks and CurrentTask are the last heartbeat's; Busy is the
+	// platform's is_busy (Gen2026_08; false before).
+	ActiveTasks int
+	CurrentTask string
+	Busy        bool
 }
 
 // Status returns the double's view of workspace id (the zero value for an
@@ -573,6 +578,9 @@ func (s *Server) Status(id string) WorkspaceStatus {
 		Registrations: w.registrations,
 		LastHeartbeat: append(json.RawMessage(nil), w.lastHeartbeat...),
 		Heartbeats:    w.heartbeats,
+		ActiveTasks:   w.activeTasks,
+		CurrentTask:   w.currentTask,
+		Busy:          w.busy,
 	}
 }
 

@@ -37,6 +37,15 @@ type workspace struct {
 	currentTask   string
 	errorRate     float64
 	idleTimeout   time.Duration
+	// busy is the platform's is_busy (Gen2026_08): the heartbeat's is_busy
+	// when sent, else active_tasks > 0.
+	busy bool
+	// generation is desired_generation, echoed by every heartbeat
+	// (Gen2026_08).
+	generation int64
+
+	broadcastEnabled     bool
+	chatSessionStartedAt time.Time
 
 	liveTokens int
 	ackedSeq   int64 // inbox_delivery_state.last_acked_seq (2026-08)
