@@ -1,6 +1,7 @@
 package mcpchannel
 
 import (
+	"net/url"
 	"strings"
 	"time"
 	"unicode"
@@ -30,7 +31,9 @@ type Notification struct {
 }
 
 // NewNotification builds the notification of an inbound message with the
-// TypeScript channel's meta keys and content layout: a header line naming
+// TypeScript channel's meta keys (peer_name, peer_role and agent_card_url
+// when the envelope has them, enteros-mcp-claude-channel 4255a28
+// server.ts:603-627) and content layout: a header line naming
 // the sender, the text, and a line with the exact reply call. Peer-supplied
 // names pass through Sanitize, so they cannot start a line of their own or
 // close the header's brackets.
@@ -68,6 +71,9 @@ func NewNotificationWithFiles(in *events.Inbound, files []handler.File) Notifica
 	if peerID != "" && role != "" {
 		meta["peer_role"] = role
 	}
+	if card := cardURL(in.AgentCardURL); peerID != "" && card != "" {
+		meta["agent_card_url"] = card
+	}
 	var b strings.Builder
 	b.WriteString(header(in.WorkspaceID, peerID, name, role))
 	b.WriteByte('\n')
@@ -80,6 +86,23 @@ func NewNotificationWithFiles(in *events.Inbound, files []handler.File) Notifica
 		b.WriteString(replyHint(in.WorkspaceID, peerID, in.ActivityID))
 	}
 	return Notification{Content: b.String(), Meta: meta}
+}
+
+// cardURL passes an agent card URL (include=peer_info: the platform's URL
+// and the peer's id) only when it is a plain http(s) URL of at most 512
+// URL characters, none of them a quote, bracket or space: Sanitize's cap
+// would cut it, and meta must not carry what could close an attribute.
+func cardURL(s string) string {
+	if len(s) > 512 || strings.ContainsFunc(s, func(r rune) bool {
+		return r > unicode.MaxASCII || !(unicode.IsLetter(r) || unicode.IsDigit(r) || strings.ContainsRune("-._~:/?#@!$&()*+,;=%", r))
+	}) {
+		return ""
+	}
+	u, err := url.Parse(s)
+	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+		return ""
+	}
+	return s
 }
 
 func header(ws, peerID, name, role string) string {

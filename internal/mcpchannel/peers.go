@@ -17,10 +17,10 @@ const (
 )
 
 // peerDirectory names the sender of a peer message for the header and
-// meta. The platform in the field ignores include=peer_info, so envelopes
-// carry no peer name (docs/claude-channel.md); the watched
-// workspace's peer list (GET /registry/:id/peers) has name and role, as
-// the TypeScript channel's registry enrichment used. A failed lookup is
+// meta when the envelope does not: a 2026-08 platform names it
+// (include=peer_info), older ones ignore the flag (docs/claude-channel.md);
+// the watched workspace's peer list (GET /registry/:id/peers) has name and
+// role, as the TypeScript channel's registry enrichment used. A failed lookup is
 // remembered for peerTTL too (a platform that is down must not delay every
 // message by peerLookupMax) and leaves the name out.
 type peerDirectory struct {

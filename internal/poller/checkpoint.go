@@ -55,6 +55,10 @@ type Checkpoint struct {
 	// registration would un-pause a paused workspace.
 	DeliveryMode string    `json:"delivery_mode,omitempty"`
 	RegisteredAt time.Time `json:"registered_at,omitzero"`
+
+	// seq is the checkpoint row's seq on the feed (2026-08; 0 before):
+	// the poller never acks it (ack.go).
+	seq int64
 }
 
 // CheckpointSummary is the summary of a checkpoint row: the line a person
@@ -118,6 +122,7 @@ func (p *Poller) writeCheckpoint(ctx context.Context, w *workspace) error {
 			return fmt.Errorf("poller: read the checkpoint back: %w", err)
 		}
 		if got != nil && got.Cursor == cp.Cursor && got.SavedAt.Equal(cp.SavedAt) {
+			w.acks.protect(got.seq)
 			w.log.InfoContext(ctx, "poller: checkpoint written on the workspace's feed", "cursor", cp.Cursor)
 			return nil
 		}
@@ -166,6 +171,7 @@ func parseCheckpoint(row molecule.ActivityRow, self string) *Checkpoint {
 	if json.Unmarshal(raw.RequestBody[checkpointKey], &cp) != nil || cp.V != 1 || cp.SavedAt.IsZero() {
 		return nil
 	}
+	cp.seq = row.Seq
 	return &cp
 }
 
@@ -203,6 +209,9 @@ func (p *Poller) coldCheckpoint(ctx context.Context, w *workspace) (*Checkpoint,
 		return nil, err
 	}
 	w.cp, w.cpRead = cp, true
+	if cp != nil {
+		w.acks.protect(cp.seq)
+	}
 	return cp, nil
 }
 

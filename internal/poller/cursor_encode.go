@@ -28,6 +28,9 @@ func (v *cursorValue) appendJSON(b []byte) ([]byte, bool) {
 	if !v.CreatedAt.IsZero() {
 		o.Time("created_at", v.CreatedAt)
 	}
+	if v.Seq != 0 {
+		o.Int("seq", v.Seq)
+	}
 	o.Time("updated_at", v.UpdatedAt)
 	if v.Generation != "" {
 		o.String("generation", v.Generation)

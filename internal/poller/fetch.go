@@ -100,6 +100,7 @@ func (p *Poller) activity(ctx context.Context, w *workspace, q molecule.Activity
 		if err := p.pace(ctx, w); err != nil {
 			return nil, err
 		}
+		q.IncludePeerInfo = true // 2026-08 names the sender; older platforms ignore it
 		page, err := w.c.Activity(ctx, q)
 		if p.noteRateLimited(ctx, w, err, res) && attempt < maxRateLimitRetries {
 			continue
@@ -119,9 +120,13 @@ func (p *Poller) activity(ctx context.Context, w *workspace, q molecule.Activity
 // page, advancing the cursor after each acknowledged page. A cursor moved
 // by another poller is reloaded, never overwritten.
 func (p *Poller) fetch(ctx context.Context, w *workspace, res *WorkspaceResult) error {
+	started := time.Now()
 	for restarts := 0; ; restarts++ {
 		err := p.fetchFromCursor(ctx, w, res)
 		if !errors.Is(err, errCursorMoved) {
+			if err == nil && !res.More {
+				p.ack(ctx, w, started, res)
+			}
 			return err
 		}
 		if restarts >= maxCursorRestarts {
@@ -176,7 +181,7 @@ func (p *Poller) fetchFromCursor(ctx context.Context, w *workspace, res *Workspa
 		}
 		newest := page.Newest()
 		cur, err = p.saveCursor(ctx, w, cur, cursorValue{
-			Cursor: newest.ID, CreatedAt: newest.CreatedAt, UpdatedAt: time.Now().UTC(), Generation: res.Generation.String(),
+			Cursor: newest.ID, CreatedAt: newest.CreatedAt, Seq: newest.Seq, UpdatedAt: time.Now().UTC(), Generation: res.Generation.String(),
 		})
 		if err != nil {
 			return err
@@ -279,7 +284,7 @@ func (p *Poller) seed(ctx context.Context, w *workspace, cur *cursorEntry, lost 
 	}
 	v.UpdatedAt = time.Now().UTC()
 	if newest != nil {
-		v.Cursor, v.CreatedAt = newest.ID, newest.CreatedAt
+		v.Cursor, v.CreatedAt, v.Seq = newest.ID, newest.CreatedAt, newest.Seq
 	} else if !cold && !lost {
 		return cur, nil // still empty: keep the original seed time
 	}
@@ -483,7 +488,8 @@ func skipReason(m *molecule.Message, allowSelf bool) string {
 // rows are counted; malformed rows go to the dead-letter stream. Any
 // failure returns an error, and the caller then does not advance the
 // cursor.
-func (p *Poller) deliver(ctx context.Context, w *workspace, rows []molecule.ActivityRow, floor *cursorValue, polledAt time.Time, res *WorkspaceResult) error {
+func (p *Poller) deliver(ctx context.Context, w *workspace, rows []molecule.ActivityRow, floor *cursorValue, polledAt time.Time, res *WorkspaceResult) (err error) {
+	defer func() { w.acks.note(rows, err == nil) }()
 	var futures []pendingPublish
 	for _, row := range rows {
 		pub, err := p.publishRow(ctx, w, row, floor, polledAt, res)
@@ -498,7 +504,7 @@ func (p *Poller) deliver(ctx context.Context, w *workspace, rows []molecule.Acti
 		return nil
 	}
 	mark := len(res.published)
-	err := p.awaitAcks(ctx, futures, res)
+	err = p.awaitAcks(ctx, futures, res)
 	w.sent.add(res.published[mark:], p.recentKeep(), time.Now())
 	return err
 }

@@ -134,6 +134,8 @@ type workspace struct {
 	// feedClock is the platform's clock as the last feed read saw it
 	// (cycleMu; followup.go).
 	feedClock feedClock
+	// acks is what the feed's ack may cover (ack.go).
+	acks ackState
 
 	mu          sync.Mutex
 	notBefore   time.Time // no activity request before this (429, budget)
@@ -228,6 +230,9 @@ type WorkspaceResult struct {
 	// More: the fetch stopped after a full batch (Config.BatchRows); rows
 	// are left after the cursor.
 	More bool `json:"more"`
+	// AckedSeq is the seq this cycle acked to the platform (ack.go), 0 for
+	// none.
+	AckedSeq int64 `json:"acked_seq,omitempty"`
 	// Paused: the workspace is paused; nothing was fetched.
 	Paused bool `json:"paused"`
 	// Removed: the workspace was deleted on the platform.

@@ -31,6 +31,9 @@ type cursorValue struct {
 	Cursor string `json:"cursor"`
 	// CreatedAt is that row's created_at (platform clock).
 	CreatedAt time.Time `json:"created_at,omitzero"`
+	// Seq is that row's seq (2026-08 platforms; 0 before, or unknown), what
+	// a later run may ack (ack.go).
+	Seq int64 `json:"seq,omitempty"`
 	// UpdatedAt is when the poller saved this value (poller clock): every
 	// row created before it, minus the overlap slack, has been handled.
 	UpdatedAt  time.Time `json:"updated_at"`

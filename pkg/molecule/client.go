@@ -642,6 +642,35 @@ func (c *Client) Activity(ctx context.Context, q ActivityQuery) (*ActivityPage, 
 	return page, nil
 }
 
+// AckActivity records that the workspace has handled every row of its
+// feed with a seq up to seq (POST /workspaces/:self/activity/ack, 2026-08
+// platforms): from then on the platform's retention may delete those rows
+// 7 days after they were created instead of 30 (docs/protocol.md, "The
+// 2026-08 feed"). It returns the platform's stored seq, the greatest ever
+// acked, which can be above seq. A platform without acks answers 404: an
+// error matching ErrNotFound. seq must not be negative.
+func (c *Client) AckActivity(ctx context.Context, seq int64) (int64, error) {
+	if seq < 0 {
+		return 0, fmt.Errorf("%w: activity ack: acked_seq must not be negative, got %d", ErrInvalidArgument, seq)
+	}
+	r := request{method: http.MethodPost, path: c.selfPath("/activity/ack"), rawBody: strconv.AppendInt([]byte(`{"acked_seq":`), seq, 10)}
+	r.rawBody = append(r.rawBody, '}')
+	resp, err := c.do(ctx, r)
+	if err != nil {
+		return 0, err
+	}
+	var out struct {
+		LastAckedSeq *int64 `json:"last_acked_seq"`
+	}
+	if err := decodeJSON(r, resp.body, &out); err != nil {
+		return 0, err
+	}
+	if out.LastAckedSeq == nil {
+		return 0, fmt.Errorf("%w: POST %s: answer has no last_acked_seq", ErrPlatformUnavailable, r.path)
+	}
+	return *out.LastAckedSeq, nil
+}
+
 // orderRows puts rows oldest first in place and reports whether they came
 // newest first. Rows without a created_at keep their index; the others are
 // stable-sorted among the remaining slots.

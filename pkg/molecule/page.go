@@ -47,6 +47,9 @@ func readPage(r request, body []byte, limit int) ([]ActivityRow, error) {
 			dst = &cur.method
 		case "created_at":
 			dst = &cur.createdAt
+		case "seq":
+			cur.seq = val // a number, or anything else, read by seqValue
+			return
 		default:
 			return
 		}
@@ -80,8 +83,9 @@ const minRowBytes = 256
 
 // rowRead is a row as the page's scan leaves it: its bytes, and its id,
 // method and created_at string literals, quotes included (nil when
-// absent or not a string, as the last of a repeated key).
-type rowRead struct{ raw, id, method, createdAt []byte }
+// absent or not a string, as the last of a repeated key), and its seq
+// value.
+type rowRead struct{ raw, id, method, createdAt, seq []byte }
 
 // createdAt reads a created_at literal as time.Parse(time.RFC3339Nano)
 // does; zero when it does not parse.
@@ -128,7 +132,7 @@ func pageRows(read []rowRead) []ActivityRow {
 	}
 	rows := make([]ActivityRow, len(read))
 	for i, r := range read {
-		rows[i] = ActivityRow{ID: str(r.id), Method: str(r.method), JSON: r.raw, valid: true}
+		rows[i] = ActivityRow{ID: str(r.id), Method: str(r.method), Seq: seqValue(r.seq), JSON: r.raw, valid: true}
 		if r.createdAt != nil {
 			rows[i].CreatedAt = createdAt(r.createdAt)
 		}

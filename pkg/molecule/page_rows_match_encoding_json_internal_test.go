@@ -31,6 +31,9 @@ func encodingJSONRow(raw json.RawMessage) ActivityRow {
 	}
 	obj := splitObject(raw)
 	row.ID, row.Method = obj.lenientStr("id"), obj.lenientStr("method")
+	if v, ok := obj.get("seq"); ok {
+		row.Seq = seqValue(v)
+	}
 	if t, err := time.Parse(time.RFC3339Nano, obj.lenientStr("created_at")); err == nil {
 		row.CreatedAt = t
 	}
@@ -62,7 +65,7 @@ func checkPageMatchesEncodingJSON(t *testing.T, body []byte) {
 	}
 	for i, raw := range raws {
 		want, got := encodingJSONRow(raw), rows[i]
-		if !bytes.Equal(got.JSON, want.JSON) || got.ID != want.ID || got.Method != want.Method || got.CreatedAt != want.CreatedAt {
+		if !bytes.Equal(got.JSON, want.JSON) || got.ID != want.ID || got.Method != want.Method || got.CreatedAt != want.CreatedAt || got.Seq != want.Seq {
 			t.Fatalf("page %q row %d:\n got  %q %q %v %s\n want %q %q %v %s", body, i,
 				got.ID, got.Method, got.CreatedAt, got.JSON, want.ID, want.Method, want.CreatedAt, want.JSON)
 		}
@@ -78,6 +81,7 @@ func pageCases(t testing.TB) [][]byte {
 		`{"id":"\u00e9t\u00e9","method":"no\u0074ify"}`, "{\"id\":\"\xff\xfe\",\"method\":\"caf\xc3\xa9\"}",
 		`{"id":"a","created_at":"2026-11-21T17:25:36.745773Z"}`, `{"id":"a","created_at":"2026-11-21T17:25:36+02:00"}`,
 		`{"id":"a","created_at":"2026-11-21T17:25:36.1234567891Z"}`, `{"id":"a","created_at":"yesterday"}`,
+		`{"id":"a","seq":41}`, `{"id":"a","seq":41,"seq":42}`, `{"id":"a","seq":"41"}`, `{"id":"a","seq":-1}`, `{"id":"a","seq":4.5}`, `{"id":"a","seq":99999999999999999999}`,
 		`{"id":"a","created_at":"2026-11-21T17:25:36Z","created_at":5}`, `{"id":"a","created_at":"\u0032026-11-21T17:25:36Z"}`,
 		`{"id":"a","created_at":"2026-02-30T00:00:00Z"}`, `{"id":"","method":""}`, `42`, `"row"`, `null`, `[{"id":"nested"}]`,
 		`{"x":{"id":"inner","method":"notify"},"id":"outer"}`,

@@ -3,6 +3,7 @@ package molecule
 import (
 	"bytes"
 	"encoding/json"
+	"math"
 	"unicode/utf8"
 
 	"github.com/molecule-ai/molecule-relay/internal/jsonread"
@@ -101,4 +102,22 @@ func unquote(lit []byte) string {
 	var s string
 	_ = json.Unmarshal(lit, &s) // valid by the caller's contract
 	return s
+}
+
+// seqValue reads a row's seq (2026-08 platforms): a positive integer
+// literal, or 0 (none) for anything else, absent included.
+// It reads the digits itself: a page's rows cost no allocation.
+func seqValue(v []byte) int64 {
+	v = bytes.TrimSpace(v)
+	if len(v) == 0 || len(v) > 1 && v[0] == '0' {
+		return 0
+	}
+	var n int64
+	for _, c := range v {
+		if c < '0' || c > '9' || n > (math.MaxInt64-int64(c-'0'))/10 {
+			return 0
+		}
+		n = n*10 + int64(c-'0')
+	}
+	return n
 }

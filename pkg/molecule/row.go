@@ -124,7 +124,9 @@ type Message struct {
 	// or unreadable.
 	History   []HistoryTurn
 	CreatedAt time.Time
-	// Enrichment (include=peer_info on NEW platforms).
+	// Seq is the row's seq (2026-08 platforms), 0 when it has none.
+	Seq int64
+	// Enrichment (include=peer_info on 2026-08 platforms).
 	PeerName     string
 	PeerRole     string
 	AgentCardURL string
@@ -403,6 +405,9 @@ func (m *Message) readColumns(row rawObject) error {
 	}
 
 	// Enrichment is advisory: a wrong type is ignored, not an error.
+	if v, ok := row.get("seq"); ok {
+		m.Seq = seqValue(v)
+	}
 	m.PeerName = row.lenientStr("peer_name")
 	m.PeerRole = row.lenientStr("peer_role")
 	m.AgentCardURL = row.lenientStr("agent_card_url")

@@ -182,8 +182,8 @@ type ActivityQuery struct {
 	BeforeTS time.Time
 	// Source is "canvas" or "agent".
 	Source string
-	// IncludePeerInfo asks NEW platforms for peer_name, peer_role,
-	// agent_card_url and attachments.
+	// IncludePeerInfo asks 2026-08 platforms for peer_name, peer_role,
+	// agent_card_url and attachments; older ones ignore it.
 	IncludePeerInfo bool
 }
 
@@ -197,7 +197,11 @@ type ActivityRow struct {
 	// Method is the row's method ("" when absent or not a string), so a
 	// caller can pass over its own "notify" rows without parsing them.
 	Method string
-	JSON   json.RawMessage
+	// Seq is the row's seq on 2026-08 platforms, taken when the row was
+	// inserted, not when it committed (docs/protocol.md, "The 2026-08
+	// feed"); 0 when the row has none.
+	Seq  int64
+	JSON json.RawMessage
 	// valid: JSON was checked with its page by Activity, so Parse splits
 	// it without checking it again.
 	valid bool

@@ -15,6 +15,7 @@ import (
 	"github.com/molecule-ai/molecule-relay/internal/testkit/pipelinetest"
 	"github.com/molecule-ai/molecule-relay/pkg/handler"
 	"github.com/molecule-ai/molecule-relay/pkg/molecule"
+	"github.com/molecule-ai/molecule-relay/pkg/molecule/moleculetest"
 )
 
 // Guarantee: between two Molecule Relays an agent-to-agent message is
@@ -26,7 +27,9 @@ import (
 // the sender's messageId: its handler runs once.
 func TestE2EPeerDuplicateRemovedAtReceiver(t *testing.T) {
 	t.Parallel()
-	w := pipelinetest.New(t, pipelinetest.Options{Peers: 1})
+	// On 2026-05: the 2026-08 platform keeps one row per messageId, so the
+	// second post writes no row at all (moleculetest TestOneRowPerMessageID).
+	w := pipelinetest.New(t, pipelinetest.Options{Peers: 1, Platform: []moleculetest.Option{moleculetest.WithGeneration(moleculetest.Gen2026_05)}})
 	peer := w.Peers[0]
 
 	// Relay B: its own NATS, poller and dispatcher for workspace B; its

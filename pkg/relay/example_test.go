@@ -48,8 +48,11 @@ func Example() {
 
 	// The platform queues a message once the relay registered the
 	// workspace in poll mode; the canvas user then sees the answer.
-	for st := 0; st != 200 && ctx.Err() == nil; time.Sleep(100 * time.Millisecond) {
-		st, _, _ = platform.SendCanvas(ctx, ws.ID, "hello")
+	for platform.Status(ws.ID).DeliveryMode != "poll" && ctx.Err() == nil {
+		time.Sleep(100 * time.Millisecond)
+	}
+	if st, _, err := platform.SendCanvas(ctx, ws.ID, "hello"); err != nil || st != 200 {
+		log.Fatal(st, err)
 	}
 	for len(platform.Notifications(ws.ID)) == 0 && ctx.Err() == nil {
 		time.Sleep(100 * time.Millisecond)

@@ -99,12 +99,18 @@ type a2aCall struct {
 // deliver queues c for a poll-mode target or pushes it to a push one.
 func (s *Server) deliver(w http.ResponseWriter, r *http.Request, c a2aCall) {
 	id, name, source, mode, agentURL, status, idle, f, m, method := c.id, c.name, c.source, c.mode, c.agentURL, c.status, c.idle, c.f, c.m, c.method
+	msgID := s.upsertKey(m, method)
 	if s.gen >= Gen2026_05 && mode == "poll" {
 		rb := appendJSON(nil, m, orderJSONB)
 		rw := &row{
 			id: newUUID(), workspaceID: id, activityType: "a2a_receive",
 			sourceID: source, targetID: id, method: method,
-			summary: method + " → " + name + " (queued for poll)", requestBody: rb, status: "ok",
+			summary: method + " → " + name + " (queued for poll)", requestBody: rb, status: "ok", messageID: msgID,
+		}
+		if msgID != "" {
+			// The ingest row is the one written (a2a_proxy.go:838-840); the
+			// queued write only updates it (a2a_proxy_helpers.go:1355).
+			rw.summary = method + " → " + name + " (ingest)"
 		}
 		s.commitQueued(f, rw)
 		s.recordA2A(id, source, rb, http.StatusOK)
@@ -118,7 +124,40 @@ func (s *Server) deliver(w http.ResponseWriter, r *http.Request, c a2aCall) {
 			idle = xt
 		}
 	}
+	if msgID != "" {
+		// The ingest row, before the dispatch (a2a_proxy.go:838-840); the
+		// outcome is merged into it (logPushed, errorRow).
+		rw := &row{id: newUUID(), workspaceID: id, activityType: "a2a_receive", sourceID: source, targetID: id,
+			method: method, summary: method + " → " + name + " (ingest)", requestBody: appendJSON(nil, m, s.bodyOrder()),
+			status: "ok", messageID: msgID}
+		s.commitMessageRow(f, rw)
+	}
 	s.push(w, id, name, source, agentURL, status, idle, f, m, method)
+}
+
+// upsertKey is the messageId that keys a request's row on 2026-08: a
+// message/send's params.message.messageId (persistUserMessageAtIngest,
+// a2a_proxy_helpers.go:1422; system callers are refused above). "" before
+// 2026-08 and for other methods: every write inserts a row.
+func (s *Server) upsertKey(m map[string]any, method string) string {
+	if s.gen < Gen2026_08 || method != "message/send" {
+		return ""
+	}
+	return messageID(m)
+}
+
+// commitMessageRow writes rw (writeMessageRow) and announces it.
+func (s *Server) commitMessageRow(f *feed, rw *row) {
+	s.writeMessageRow(f, rw)
+	s.publish(rw.workspaceID, "ACTIVITY_LOGGED", s.activityEvent(rw))
+}
+
+// writeMessageRow merges rw into the row of its messageId, or commits it
+// as a new row.
+func (s *Server) writeMessageRow(f *feed, rw *row) {
+	if _, ok := f.merge(rw, s.encodeRow); !ok {
+		f.commit(rw, s.encodeRow)
+	}
 }
 
 func (s *Server) recordA2A(to, caller string, body []byte, status int) {
@@ -131,6 +170,10 @@ func (s *Server) recordA2A(to, caller string, body []byte, status int) {
 // (WithAsyncRows), or late (WithLateCommit: created_at now, visible after
 // the lag). ACTIVITY_LOGGED is published once the row is visible.
 func (s *Server) commitQueued(f *feed, rw *row) {
+	if _, ok := f.merge(rw, s.encodeRow); ok {
+		s.publish(rw.workspaceID, "ACTIVITY_LOGGED", s.activityEvent(rw))
+		return
+	}
 	late, delay := false, time.Duration(0)
 	if s.lateFraction > 0 || s.asyncRows > 0 {
 		s.randMu.Lock()
@@ -179,6 +222,7 @@ func (s *Server) after(d time.Duration, fn func()) {
 // pushCall is one delivery of a request to a push-mode target.
 type pushCall struct {
 	id, name, source, method string
+	msgID                    string // the upsert key (2026-08), "" for none
 	f                        *feed
 	agentURL                 string
 	fwd, logged              []byte // the body as forwarded, as logged
@@ -187,7 +231,7 @@ type pushCall struct {
 // push delivers a normalised request to a push-mode (or OLD) target's URL
 // and relays the outcome (docs/protocol.md §6).
 func (s *Server) push(w http.ResponseWriter, id, name, source, agentURL, status string, idle time.Duration, f *feed, m map[string]any, method string) {
-	c := pushCall{id: id, name: name, source: source, method: method, f: f, agentURL: agentURL,
+	c := pushCall{id: id, name: name, source: source, method: method, msgID: s.upsertKey(m, method), f: f, agentURL: agentURL,
 		fwd: appendJSON(nil, m, orderSorted), logged: appendJSON(nil, m, s.bodyOrder())}
 	if agentURL == "" && s.gen >= Gen2026_08 && (status == "provisioning" || status == "awaiting_agent") {
 		// 2026-08 queues a turn for a target still settling instead of
@@ -231,7 +275,7 @@ func (s *Server) push(w http.ResponseWriter, id, name, source, agentURL, status 
 		respBody, err = io.ReadAll(io.LimitReader(resp.Body, maxAgentResponse))
 		resp.Body.Close()
 		if err != nil && !isQueueable(ctx, err) {
-			s.errorRow(f, id, name, source, method, c.logged, start, err.Error())
+			s.errorRow(c, start, err.Error())
 			writeJSON(w, http.StatusBadGateway, map[string]any{"error": "failed to read agent response", "delivery_confirmed": false})
 			s.recordA2A(id, source, c.fwd, http.StatusBadGateway)
 			return
@@ -249,7 +293,7 @@ func (s *Server) push(w http.ResponseWriter, id, name, source, agentURL, status 
 // timeout, cancel, EOF or reset, else 502; both with an error row.
 func (s *Server) pushFailed(ctx context.Context, w http.ResponseWriter, c pushCall, m map[string]any, start time.Time, err error) {
 	if !isQueueable(ctx, err) {
-		s.errorRow(c.f, c.id, c.name, c.source, c.method, c.logged, start, err.Error())
+		s.errorRow(c, start, err.Error())
 		writeError(w, http.StatusBadGateway, "failed to reach workspace agent")
 		s.recordA2A(c.id, c.source, c.fwd, http.StatusBadGateway)
 		return
@@ -260,7 +304,7 @@ func (s *Server) pushFailed(ctx context.Context, w http.ResponseWriter, c pushCa
 	if errors.Is(err, context.DeadlineExceeded) {
 		detail = "Post " + strconv.Quote(c.agentURL) + ": " + context.Canceled.Error()
 	}
-	s.errorRow(c.f, c.id, c.name, c.source, c.method, c.logged, start, detail)
+	s.errorRow(c, start, detail)
 	qid, depth := s.enqueue(c.id, messageID(m))
 	writeJSON(w, http.StatusAccepted, map[string]any{
 		"queued": true, "queue_id": qid, "queue_depth": depth,
@@ -275,7 +319,7 @@ func (s *Server) logPushed(c pushCall, code int, respBody []byte, start time.Tim
 	rw := &row{
 		id: newUUID(), workspaceID: c.id, activityType: "a2a_receive", sourceID: c.source, targetID: c.id,
 		method: c.method, summary: c.method + " → " + c.name, requestBody: c.logged,
-		durationMS: dur, hasDuration: true, status: "ok",
+		durationMS: dur, hasDuration: true, status: "ok", messageID: c.msgID,
 	}
 	if v, err := decodeAny(respBody); err == nil {
 		rw.responseBody = appendJSON(nil, v, s.bodyOrder())
@@ -286,7 +330,7 @@ func (s *Server) logPushed(c pushCall, code int, respBody []byte, start time.Tim
 		rw.status = "error"
 		rw.errorDetail = fmt.Sprintf("agent returned HTTP %d", code)
 	}
-	c.f.commit(rw, s.encodeRow)
+	s.writeMessageRow(c.f, rw)
 	if c.source == "" {
 		s.publish(c.id, "A2A_RESPONSE", map[string]any{"response_body": json.RawMessage(rw.responseBody), "method": c.method, "duration_ms": dur})
 	}
@@ -331,14 +375,14 @@ func isQueueable(ctx context.Context, err error) bool {
 		errors.Is(err, io.ErrUnexpectedEOF) || errors.Is(err, syscall.ECONNRESET)
 }
 
-func (s *Server) errorRow(f *feed, id, name, source, method string, logged []byte, start time.Time, detail string) {
+func (s *Server) errorRow(c pushCall, start time.Time, detail string) {
 	rw := &row{
-		id: newUUID(), workspaceID: id, activityType: "a2a_receive", sourceID: source, targetID: id,
-		method: method, summary: "A2A request to " + name + " failed: " + detail, requestBody: logged,
+		id: newUUID(), workspaceID: c.id, activityType: "a2a_receive", sourceID: c.source, targetID: c.id,
+		method: c.method, summary: "A2A request to " + c.name + " failed: " + detail, requestBody: c.logged,
 		durationMS: int(time.Since(start).Milliseconds()), hasDuration: true, status: "error", errorDetail: detail,
+		messageID: c.msgID,
 	}
-	f.commit(rw, s.encodeRow)
-	s.publish(id, "ACTIVITY_LOGGED", s.activityEvent(rw))
+	s.commitMessageRow(c.f, rw)
 }
 
 // enqueue adds to the target's a2a_queue, idempotent on messageId.

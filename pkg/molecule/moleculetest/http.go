@@ -379,6 +379,7 @@ func (s *Server) routeWorkspace(w http.ResponseWriter, r *http.Request, body []b
 		sub == "secrets/values" && m == http.MethodGet,
 		sub == "notify" && m == http.MethodPost,
 		sub == "activity" && (m == http.MethodGet || m == http.MethodPost),
+		sub == "activity/ack" && m == http.MethodPost && s.gen >= Gen2026_08,
 		sub == "pause" && m == http.MethodPost,
 		sub == "resume" && m == http.MethodPost,
 		sub == "events/stream" && m == http.MethodGet,
@@ -418,6 +419,8 @@ func (s *Server) routeWorkspace(w http.ResponseWriter, r *http.Request, body []b
 		s.handleSecrets(w, r, id, admin)
 	case sub == "notify":
 		s.handleNotify(w, r, id, body)
+	case sub == "activity/ack":
+		s.handleAck(w, id, body)
 	case sub == "activity" && m == http.MethodGet:
 		s.handleActivity(w, r, id)
 	case sub == "activity":

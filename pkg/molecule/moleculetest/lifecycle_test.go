@@ -128,7 +128,8 @@ func TestSSE(t *testing.T) {
 	if e.Type != "ACTIVITY_LOGGED" || strings.Join(keys(e.Data), ",") != "activity_type,duration_ms,method,request_body,source_id,status,summary,target_id" {
 		t.Fatalf("event %+v", e)
 	}
-	if e.Data["source_id"] != nil || e.Data["summary"] != "message/send → ext-A (queued for poll)" || e.Data["target_id"] != a.ID {
+	// 2026-08 announces the ingest row first (a2a_proxy.go:838-840).
+	if e.Data["source_id"] != nil || e.Data["summary"] != "message/send → ext-A (ingest)" || e.Data["target_id"] != a.ID {
 		t.Errorf("data %v", e.Data)
 	}
 	// Emitted after the row is visible.
@@ -195,7 +196,9 @@ func TestCloseEndsStreams(t *testing.T) {
 
 // docs/protocol.md §7 pause / resume.
 func TestPauseResume(t *testing.T) {
-	s := newServer(t)
+	// Every call sends canvasMsg, one messageId, which 2026-08 folds into
+	// one row (one_row_per_message_id_test.go): counted on 2026-05.
+	s := newServer(t, moleculetest.WithGeneration(moleculetest.Gen2026_05))
 	a, b := s.CreateWorkspace("ext-A"), s.CreateWorkspace("ext-B")
 	registerPoll(t, s, a)
 	registerPoll(t, s, b)

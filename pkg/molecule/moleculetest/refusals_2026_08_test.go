@@ -2,6 +2,7 @@ package moleculetest_test
 
 import (
 	"context"
+	"fmt"
 	"net/http"
 	"strings"
 	"testing"
@@ -48,10 +49,12 @@ func TestA2ACallerAuthIsSourceBound(t *testing.T) {
 		{"peer B with TB (a relay's reply)", hdr("Authorization", "Bearer "+b.Token, "X-Workspace-ID", b.ID), 200, queued, b.ID},
 		{"X-Source-Workspace-Id is read nowhere", hdr("Authorization", "Bearer "+b.Token, "X-Source-Workspace-Id", a.ID), 200, queued, b.ID},
 	}
-	for _, tc := range cases {
+	for i, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
 			before := len(s.Rows(a.ID))
-			r := call(t, s, "POST", "/workspaces/"+a.ID+"/a2a", tc.h, canvasMsg)
+			// A messageId of its own: 2026-08 keeps one row per messageId.
+			body := strings.Replace(canvasMsg, `"messageId":"m-1"`, fmt.Sprintf(`"messageId":"m-%d"`, i), 1)
+			r := call(t, s, "POST", "/workspaces/"+a.ID+"/a2a", tc.h, body)
 			expect(t, r, tc.status, tc.want)
 			rows := s.Rows(a.ID)
 			if tc.source == "" {

@@ -310,7 +310,7 @@ func (s *Server) peerJSONLocked(p *workspace) map[string]any {
 		card = p.agentCard
 	}
 	return map[string]any{
-		"id": p.id, "name": p.name, "role": nil, "tier": p.tier, "status": p.status,
+		"id": p.id, "name": p.name, "role": nullIfEmpty(p.role), "tier": p.tier, "status": p.status,
 		"url": p.url, "agent_card": card, "parent_id": parent, "active_tasks": p.activeTasks,
 	}
 }

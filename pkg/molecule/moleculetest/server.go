@@ -5,11 +5,12 @@
 //
 // Timestamps: created_at is real time truncated to the microsecond. To keep
 // tests reproducible, a workspace's rows get created_at = max(now, last+1µs),
-// so two ordinary rows of one feed never tie; the since_id cursor still means
-// "created_at strictly greater than the cursor row's" (the first NEW
-// version's semantics). Rows delayed by WithLateCommit keep the created_at
-// they were given when accepted and become visible behind newer rows, which
-// is how the real platform loses rows under a tight since_id poller.
+// so two ordinary rows of one feed never tie (unless WithTimestampTies);
+// the since_id cursor means "created_at strictly greater than the cursor
+// row's" on 2026-05 and "(created_at, seq) greater" on 2026-08. Rows
+// delayed by WithLateCommit keep the created_at (and seq) they were given
+// when accepted and become visible behind newer rows, which is how the real
+// platform loses rows under a tight since_id poller.
 // created_at (and removed_at) are rendered as the platform's Go encoder
 // renders a microsecond timestamp: RFC 3339 in UTC with trailing zeros of
 // the fraction trimmed ("…:36.7457Z", or "…:36Z" on a whole second).
@@ -115,6 +116,14 @@ func WithLateCommit(fraction float64, lag time.Duration) Option {
 	}
 }
 
+// WithTimestampTies makes every second row of a feed take the created_at
+// of the row before it, as two inserts in one microsecond do on the
+// platform, so that the cursor's tie-break shows: after a since_id of the
+// first, 2026-05 (created_at strictly greater) skips the second and
+// 2026-08 ((created_at, seq)) returns it. If not set, no two rows of a
+// feed tie.
+func WithTimestampTies() Option { return func(s *Server) { s.ties = true } }
+
 // WithAdminToken sets the admin bearer accepted where the platform accepts
 // it. If not set, "admin-local-secret".
 func WithAdminToken(tok string) Option { return func(s *Server) { s.admin = tok } }
@@ -179,6 +188,7 @@ type Server struct {
 	asyncRows    time.Duration
 	lateFraction float64
 	lateLag      time.Duration
+	ties         bool
 	admin        string
 	pushTimeout  time.Duration
 	reqLimit     int // -1 off, 0 unlimited

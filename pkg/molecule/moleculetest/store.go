@@ -18,6 +18,7 @@ import (
 // lock.
 type workspace struct {
 	id, name, parentID string
+	role               string // "" = null
 	runtime            string
 	tier               int
 	status             string
@@ -47,6 +48,7 @@ type workspace struct {
 	chatSessionStartedAt time.Time
 
 	liveTokens int
+	ackedSeq   int64 // inbox_delivery_state.last_acked_seq (2026-08)
 	// 2026-08 settings (SetTalkToUser, SetCanDelegate, SetBudgetExceeded,
 	// SetConciergeWarming); the zero values are the platform's defaults.
 	talkToUserOff  bool
@@ -92,6 +94,7 @@ func (s *Server) newWorkspaceLocked(id, name, parent string) *workspace {
 		queue:        map[string]string{},
 		feed:         newFeed(),
 	}
+	w.feed.ties = s.ties
 	if s.gen >= Gen2026_05 {
 		w.status = "awaiting_agent"
 	} else {

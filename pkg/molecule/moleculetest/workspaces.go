@@ -93,7 +93,7 @@ func (s *Server) handleGetWorkspace(w http.ResponseWriter, r *http.Request, id s
 	out := map[string]any{
 		"active_tasks": ws.activeTasks, "agent_card": card, "collapsed": false, "id": ws.id,
 		"last_error_rate": ws.errorRate, "last_outbound_at": nil, "max_concurrent_tasks": 1,
-		"name": ws.name, "parent_id": parent, "role": nil, "runtime": ws.runtime, "status": status,
+		"name": ws.name, "parent_id": parent, "role": nullIfEmpty(ws.role), "runtime": ws.runtime, "status": status,
 		"tier": ws.tier, "uptime_seconds": ws.uptime, "url": ws.url, "x": 0, "y": 0,
 	}
 	s.mu.RUnlock()
@@ -226,7 +226,10 @@ func (s *Server) encodeRow(r *row) []byte {
 	if s.gen == Gen2026_04 {
 		return encodeRowOld(r)
 	}
-	return encodeRowNew(r)
+	if s.gen >= Gen2026_08 {
+		r.attachments = requestAttachments(r.requestBody) // include=peer_info's, once per write
+	}
+	return encodeRowNew(r, s.gen >= Gen2026_08, nil)
 }
 
 func (s *Server) bodyOrder() keyOrder {
@@ -362,6 +365,11 @@ func (s *Server) handleActivity(w http.ResponseWriter, r *http.Request, id strin
 			q.sinceID = strings.ToLower(v)
 		}
 	}
+	if s.gen >= Gen2026_08 {
+		// activity.go:318-319 (include, since 2026-05-21) and 528 (the
+		// (created_at, seq) cursor) at enteros-core aeec8e47.
+		q.tuple, q.peerInfo = true, includeFlagSet(qs.Get("include"), "peer_info")
+	}
 	f := s.feedOf(id)
 	if f == nil {
 		if q.sinceID != "" {
@@ -371,10 +379,21 @@ func (s *Server) handleActivity(w http.ResponseWriter, r *http.Request, id strin
 		writeRaw(w, http.StatusOK, []byte("[]"))
 		return
 	}
-	rows, ok := f.query(&q)
+	var rows [][]byte
+	var copies []row
+	ok := f.query(&q, func(r *row) {
+		if q.peerInfo {
+			copies = append(copies, *r)
+		} else {
+			rows = append(rows, r.json)
+		}
+	})
 	if !ok {
 		writeRaw(w, http.StatusGone, []byte(cursorGone))
 		return
+	}
+	if q.peerInfo {
+		rows = s.withPeerInfo(r, copies)
 	}
 	if q.sinceID != "" {
 		s.cursorRows.Add(int64(len(rows)))
