@@ -1,16 +1,10 @@
 package delegate_test
 
 import (
-	"context"
-	"fmt"
 	"net/http"
 	"testing"
-	"time"
 
-	"github.com/molecule-ai/molecule-relay/internal/dispatcher"
-	"github.com/molecule-ai/molecule-relay/internal/events"
 	"github.com/molecule-ai/molecule-relay/internal/testkit/pipelinetest"
-	"github.com/molecule-ai/molecule-relay/pkg/handler"
 	"github.com/molecule-ai/molecule-relay/pkg/molecule/moleculetest"
 )
 
@@ -31,71 +25,5 @@ func TestE2EAnswerWithoutOurIDsReachesHandlerRerunAfterAskerKilled(t *testing.T)
 		<-release
 		return answer(p, q)
 	})
-	pl := w.StartPipeline(pipelinetest.PipelineConfig{NoDispatcher: true})
-	defer pl.Stop(t)
-
-	// First asking process: its handler's wait ends when the process dies.
-	proc1 := w.Proc()
-	died := make(chan struct{})
-	first := askingHandler(newAsker(t, w, proc1), peer.ID, 30*time.Second)
-	rec := pipelinetest.NewRecorder(handler.Func(func(ctx context.Context, req *handler.Request) (string, error) {
-		ctx, cancel := context.WithCancel(ctx)
-		defer cancel()
-		go func() {
-			select {
-			case <-died:
-				cancel()
-			case <-ctx.Done():
-			}
-		}()
-		return first(ctx, req)
-	}))
-	run1 := pipelinetest.Start(t, w.NewDispatcher(proc1, rec, dispatcher.Config{}).Run)
-	w.WaitSeeded(w.Agent.ID)
-	w.SendCanvas(askPrefix + "still there?")
-	select {
-	case <-asked:
-	case <-time.After(20 * time.Second):
-		t.Fatal("B was never asked")
-	}
-	proc1.Kill()
-	run1.Cancel()
-	close(died)
-	<-run1.Done()
-
-	// B answers now, with no asking process alive; then a new one starts.
-	close(release)
-	canvas := w.SentText(askPrefix + "still there?")
-	pipelinetest.Eventually(t, 20*time.Second, "B's answer on A's feed", func() bool {
-		for _, s := range w.Sent() {
-			if s.From == peer.ID {
-				return true
-			}
-		}
-		return false
-	})
-	proc2 := w.Proc()
-	rec2 := pipelinetest.NewRecorder(askingHandler(newAsker(t, w, proc2), peer.ID, 30*time.Second))
-	pipelinetest.Start(t, w.NewDispatcher(proc2, rec2, dispatcher.Config{}).Run)
-
-	pipelinetest.Eventually(t, 30*time.Second, "the canvas answer", func() bool { return len(notifies(w)) >= 1 })
-	pipelinetest.Eventually(t, 10*time.Second, "A's inbound drained", func() bool {
-		in, _ := w.Queued()
-		return in == 0
-	})
-	if got := notifies(w); len(got) != 1 || got[0] != "peer says: B: still there?" {
-		t.Fatalf("canvas answers %q, want exactly one quoting B", got)
-	}
-	if n := questionsTo(w, peer.ID); n != 1 {
-		t.Errorf("A asked B %d times, want 1 (the re-run must not ask again)", n)
-	}
-	if got := fmt.Sprint(rec2.Deliveries(canvas.ActivityID)); got != "[2]" {
-		t.Errorf("re-run deliveries %s, want [2]", got)
-	}
-	if ar := askRecord(t, w, canvas.ActivityID, 1); ar.State != events.AskAnswered {
-		t.Errorf("ask record %+v, want answered", ar)
-	}
-	if dl := w.DeadLetters(); len(dl) != 0 {
-		t.Errorf("dead letters: %+v", dl)
-	}
+	rerunAfterAskerKilled(t, w, peer, asked, release)
 }

@@ -10,6 +10,7 @@ import (
 	"github.com/molecule-ai/molecule-relay/internal/events"
 	"github.com/molecule-ai/molecule-relay/internal/testkit/pipelinetest"
 	"github.com/molecule-ai/molecule-relay/pkg/handler"
+	"github.com/molecule-ai/molecule-relay/pkg/molecule/moleculetest"
 )
 
 // The asking dispatcher dies (its NATS connection closed and its run
@@ -30,6 +31,16 @@ func TestE2EDelegatedAnswerReachesHandlerRerunAfterAskerKilled(t *testing.T) {
 		<-release
 		return "B: " + req.Message.Text, nil
 	}))
+	rerunAfterAskerKilled(t, w, peer, asked, release)
+}
+
+// rerunAfterAskerKilled is the crash both tests above make: the asking
+// process dies while its handler waits for the peer (asked closes when the
+// peer is asked); the peer answers once release is closed, with no asking
+// process alive; a new one re-runs the handler, which gets that answer
+// without asking again, and the canvas gets exactly one final answer.
+func rerunAfterAskerKilled(t *testing.T, w *pipelinetest.World, peer moleculetest.Workspace, asked, release chan struct{}) {
+	t.Helper()
 	pl := w.StartPipeline(pipelinetest.PipelineConfig{NoDispatcher: true})
 	defer pl.Stop(t)
 
