@@ -9,7 +9,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/molecule-ai/molecule-relay/examples/internal/exampletest"
+	"github.com/molecule-ai/molecule-relay/internal/testkit/exampletest"
 )
 
 // The relay runs agent.sh as its exec: handler with ANTHROPIC_API_KEY

@@ -6,7 +6,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/molecule-ai/molecule-relay/examples/internal/exampletest"
+	"github.com/molecule-ai/molecule-relay/internal/testkit/exampletest"
 )
 
 // The relay runs agent.sh as its exec: handler with OPENAI_API_KEY passed

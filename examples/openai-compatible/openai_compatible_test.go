@@ -8,7 +8,7 @@ import (
 	"sync"
 	"testing"
 
-	"github.com/molecule-ai/molecule-relay/examples/internal/exampletest"
+	"github.com/molecule-ai/molecule-relay/internal/testkit/exampletest"
 )
 
 // chatRequest is what the stand-in reads of a chat completion request.

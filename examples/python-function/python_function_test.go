@@ -9,7 +9,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/molecule-ai/molecule-relay/examples/internal/exampletest"
+	"github.com/molecule-ai/molecule-relay/internal/testkit/exampletest"
 )
 
 // The relay runs example:answer through run.py: the function gets the
