@@ -16,10 +16,19 @@ import (
 // long-running relay writes none) answers none of them again: the earlier
 // relay's replies on the feed say they were answered. Before, the first
 // start seeded at the newest row and the three messages were never
-// handled (rows_read=2 published=0).
+// handled (rows_read=2 published=0). Both poll-mode generations.
 func TestColdStartAnswersWhatWasQueuedAndNothingTwice(t *testing.T) {
 	t.Parallel()
-	srv := moleculetest.NewServer()
+	for _, gen := range []moleculetest.Generation{moleculetest.Gen2026_05, moleculetest.Gen2026_08} {
+		t.Run(gen.String(), func(t *testing.T) {
+			t.Parallel()
+			coldStartLosesNothing(t, gen)
+		})
+	}
+}
+
+func coldStartLosesNothing(t *testing.T, gen moleculetest.Generation) {
+	srv := moleculetest.NewServer(moleculetest.WithGeneration(gen))
 	t.Cleanup(srv.Close)
 	ws := srv.CreateWorkspace("agent")
 	freshRun := func(what string) time.Time {
