@@ -70,8 +70,8 @@ func runDev(ctx context.Context, env *cliEnv, args []string) error {
 	go func() { runErr <- rt.Run(runCtx, relay.All) }()
 
 	out := &syncWriter{w: env.stdout}
-	out.printf("Molecule Relay dev mode\n  platform double  %s (NEW generation, poll mode)\n  agent workspace  %s\n  agent token      %s\n  peer workspace   %s\n  NATS             %s (embedded)\n  handler          %s\n",
-		srv.URL(), agent.ID, agent.Token, peer.ID, rt.Conn.URL(), cfg.Handler)
+	out.printf("Molecule Relay dev mode\n  platform double  %s (the %s platform, poll mode)\n  agent workspace  %s\n  agent token      %s\n  peer workspace   %s\n  NATS             %s (embedded)\n  handler          %s\n",
+		srv.URL(), srv.Generation(), agent.ID, agent.Token, peer.ID, rt.Conn.URL(), cfg.Handler)
 	out.printf("Type a message and press Enter to send it as a canvas user; start it with \"@peer \" to send it as the peer agent. Ctrl-C or the end of input (Ctrl-D) stops.\n\n")
 
 	printer := &replyPrinter{srv: srv, agentID: agent.ID, peerID: peer.ID, out: out}
