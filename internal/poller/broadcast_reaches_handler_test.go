@@ -134,18 +134,26 @@ func TestBroadcastBeforeFirstPollIsBacklog(t *testing.T) {
 
 // The row cuts a message at 120 runes; the event carries it whole, and
 // the handler gets it whole when the event was seen, the row's summary
-// when it was missed (workspace_broadcast.go:145-161).
+// when it was missed (workspace_broadcast.go:145-161). The first world
+// reads broadcasts only on their event (an interval of an hour), so its
+// row is never read before its event; the second never sees an event.
 func TestLongBroadcastReachesHandlerWholeWhenItsEventWasSeen(t *testing.T) {
-	w, _, announcer, seen := broadcastWorld(t, poller.Config{SSE: true, BroadcastInterval: 500 * time.Millisecond})
-	pipelinetest.Eventually(t, 10*time.Second, "event stream open", func() bool { return w.Requests("GET", "/events/stream", 200) > 0 })
-	long := strings.Repeat("word ", 40) // 200 runes
-	broadcast(t, w, announcer, long)
-	if in := handledBroadcast(t, seen, 5*time.Second); in.Text != "Broadcast from announcer: "+long {
-		t.Errorf("with its event: text %q", in.Text)
-	}
-	w.Plat.MuteEvents(w.Agent.ID, true)
-	broadcast(t, w, announcer, long)
-	if in := handledBroadcast(t, seen, 10*time.Second); in.Text != "Broadcast from announcer: "+long[:120]+"…" {
-		t.Errorf("without its event: text %q", in.Text)
-	}
+	t.Run("event seen", func(t *testing.T) {
+		w, _, announcer, seen := broadcastWorld(t, poller.Config{SSE: true, BroadcastInterval: time.Hour})
+		pipelinetest.Eventually(t, 10*time.Second, "event stream open", func() bool { return w.Requests("GET", "/events/stream", 200) > 0 })
+		long := strings.Repeat("seen ", 40) // 200 runes
+		broadcast(t, w, announcer, long)
+		if in := handledBroadcast(t, seen, 5*time.Second); in.Text != "Broadcast from announcer: "+long {
+			t.Errorf("with its event: text %q", in.Text)
+		}
+	})
+	t.Run("event missed", func(t *testing.T) {
+		w, _, announcer, seen := broadcastWorld(t, poller.Config{SSE: true, BroadcastInterval: 500 * time.Millisecond})
+		w.Plat.MuteEvents(w.Agent.ID, true)
+		long := strings.Repeat("miss ", 40)
+		broadcast(t, w, announcer, long)
+		if in := handledBroadcast(t, seen, 10*time.Second); in.Text != "Broadcast from announcer: "+long[:120]+"…" {
+			t.Errorf("without its event: text %q", in.Text)
+		}
+	})
 }
