@@ -367,12 +367,19 @@ func peerHeader(from moleculetest.Workspace) http.Header {
 	return h
 }
 
+// peerBody is a peer relay's question: relay_hops 1, as internal/delegate
+// sends one. The peers send on a clock, not in answer to our replies, yet
+// quick replies make them alternate with us as an auto-answering agent
+// would; a peer without a hop count would meet the loop guard's streak
+// (internal/dispatcher/loopguard.go, pinned by its own tests) and some of
+// its messages would go unanswered by design, not by a crash.
 func peerBody(messageID, text string) []byte {
 	b, _ := json.Marshal(map[string]any{
 		"jsonrpc": "2.0", "id": messageID, "method": "message/send",
 		"params": map[string]any{"message": map[string]any{
 			"role": "user", "messageId": messageID,
-			"parts": []any{map[string]any{"kind": "text", "text": text}},
+			"parts":    []any{map[string]any{"kind": "text", "text": text}},
+			"metadata": map[string]any{"relay_hops": 1},
 		}},
 	})
 	return b
