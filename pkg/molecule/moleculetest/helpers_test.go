@@ -158,3 +158,30 @@ func compact(s string) string {
 }
 
 func jsonUnmarshal(b []byte, v any) error { return json.Unmarshal(b, v) }
+
+// callerRow posts body to id's /a2a with h, expects status and want, and
+// checks the row the call wrote: none when source is "" (a refused call),
+// else one whose source_id is source (nil for a canvas caller).
+func callerRow(t *testing.T, s *moleculetest.Server, id string, h http.Header, body string, status int, want string, source any) {
+	t.Helper()
+	before := len(s.Rows(id))
+	r := call(t, s, "POST", "/workspaces/"+id+"/a2a", h, body)
+	expect(t, r, status, want)
+	rows := s.Rows(id)
+	if source == "" {
+		if len(rows) != before {
+			t.Errorf("row written for a refused call")
+		}
+		return
+	}
+	if len(rows) != before+1 {
+		t.Fatalf("rows %d, want %d", len(rows), before+1)
+	}
+	var row map[string]any
+	if err := jsonUnmarshal(rows[len(rows)-1], &row); err != nil {
+		t.Fatal(err)
+	}
+	if row["source_id"] != source {
+		t.Errorf("source_id %v, want %v", row["source_id"], source)
+	}
+}

@@ -137,26 +137,7 @@ func TestCanvasCallerIdentity(t *testing.T) {
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
-			before := len(s.Rows(a.ID))
-			r := call(t, s, "POST", "/workspaces/"+a.ID+"/a2a", tc.h, canvasMsg)
-			expect(t, r, tc.status, tc.want)
-			rows := s.Rows(a.ID)
-			if tc.source == "" {
-				if len(rows) != before {
-					t.Errorf("row written for a refused call")
-				}
-				return
-			}
-			if len(rows) != before+1 {
-				t.Fatalf("rows %d, want %d", len(rows), before+1)
-			}
-			var row map[string]any
-			if err := jsonUnmarshal(rows[len(rows)-1], &row); err != nil {
-				t.Fatal(err)
-			}
-			if row["source_id"] != tc.source {
-				t.Errorf("source_id %v, want %v", row["source_id"], tc.source)
-			}
+			callerRow(t, s, a.ID, tc.h, canvasMsg, tc.status, tc.want, tc.source)
 		})
 	}
 	if rows := s.Rows(b.ID); len(rows) != 0 {

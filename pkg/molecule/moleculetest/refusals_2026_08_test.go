@@ -51,28 +51,9 @@ func TestA2ACallerAuthIsSourceBound(t *testing.T) {
 	}
 	for i, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
-			before := len(s.Rows(a.ID))
 			// A messageId of its own: 2026-08 keeps one row per messageId.
 			body := strings.Replace(canvasMsg, `"messageId":"m-1"`, fmt.Sprintf(`"messageId":"m-%d"`, i), 1)
-			r := call(t, s, "POST", "/workspaces/"+a.ID+"/a2a", tc.h, body)
-			expect(t, r, tc.status, tc.want)
-			rows := s.Rows(a.ID)
-			if tc.source == "" {
-				if len(rows) != before {
-					t.Errorf("row written for a refused call")
-				}
-				return
-			}
-			if len(rows) != before+1 {
-				t.Fatalf("rows %d, want %d", len(rows), before+1)
-			}
-			var row map[string]any
-			if err := jsonUnmarshal(rows[len(rows)-1], &row); err != nil {
-				t.Fatal(err)
-			}
-			if row["source_id"] != tc.source {
-				t.Errorf("source_id %v, want %v", row["source_id"], tc.source)
-			}
+			callerRow(t, s, a.ID, tc.h, body, tc.status, tc.want, tc.source)
 		})
 	}
 	// A deleted workspace's token no longer authenticates (1035-1038).
