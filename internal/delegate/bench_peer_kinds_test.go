@@ -4,14 +4,12 @@ import (
 	"context"
 	"fmt"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
 	"github.com/molecule-ai/molecule-relay/internal/dispatcher"
 	"github.com/molecule-ai/molecule-relay/internal/poller"
 	"github.com/molecule-ai/molecule-relay/internal/testkit/pipelinetest"
-	"github.com/molecule-ai/molecule-relay/pkg/handler"
 	"github.com/molecule-ai/molecule-relay/pkg/molecule"
 	"github.com/molecule-ai/molecule-relay/pkg/molecule/moleculetest"
 )
@@ -56,17 +54,7 @@ func BenchmarkDelegationByPeerKind(b *testing.B) {
 					startStandIn(b, w, peer, k.answer)
 				}
 				procA := w.Proc()
-				var mu sync.Mutex
-				var asks []time.Duration
-				ask := askingHandler(newAsker(b, w, procA), peer.ID, 20*time.Second)
-				timed := handler.Func(func(ctx context.Context, req *handler.Request) (string, error) {
-					start := time.Now()
-					text, err := ask(ctx, req)
-					mu.Lock()
-					asks = append(asks, time.Since(start))
-					mu.Unlock()
-					return text, err
-				})
+				timed, asks := timedAsking(b, w, procA, peer.ID)
 				pl := w.StartPipeline(pipelinetest.PipelineConfig{NoDispatcher: true, Poller: poller.Config{SSE: true}})
 				defer pl.Stop(b)
 				pipelinetest.Start(b, w.NewDispatcher(procA, timed, dispatcher.Config{}).Run)
@@ -85,10 +73,8 @@ func BenchmarkDelegationByPeerKind(b *testing.B) {
 						b.Logf("question %d answered %q", i, n)
 					}
 				}
-				mu.Lock()
-				defer mu.Unlock()
 				b.ReportMetric(float64(answered), "answered")
-				b.ReportMetric(median(asks).Seconds()*1000, "ask-ms-p50")
+				b.ReportMetric(median(asks()).Seconds()*1000, "ask-ms-p50")
 			})
 		}
 	}

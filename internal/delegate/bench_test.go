@@ -1,17 +1,14 @@
 package delegate_test
 
 import (
-	"context"
 	"fmt"
 	"slices"
-	"sync"
 	"testing"
 	"time"
 
 	"github.com/molecule-ai/molecule-relay/internal/dispatcher"
 	"github.com/molecule-ai/molecule-relay/internal/poller"
 	"github.com/molecule-ai/molecule-relay/internal/testkit/pipelinetest"
-	"github.com/molecule-ai/molecule-relay/pkg/handler"
 )
 
 // BenchmarkDelegationRoundTrip measures an awaited delegation between two
@@ -28,17 +25,7 @@ func BenchmarkDelegationRoundTrip(b *testing.B) {
 	peer := w.Peers[0]
 	w.StartPeerRelay(0, peerAgent(make(chan string)))
 	procA := w.Proc()
-	var mu sync.Mutex
-	var asks []time.Duration
-	ask := askingHandler(newAsker(b, w, procA), peer.ID, 20*time.Second)
-	timed := handler.Func(func(ctx context.Context, req *handler.Request) (string, error) {
-		start := time.Now()
-		text, err := ask(ctx, req)
-		mu.Lock()
-		asks = append(asks, time.Since(start))
-		mu.Unlock()
-		return text, err
-	})
+	timed, asks := timedAsking(b, w, procA, peer.ID)
 	// Both pollers poll at once on the platform's SSE wake-up, as
 	// `molecule-relay connect` does (MOLECULE_SSE).
 	pl := w.StartPipeline(pipelinetest.PipelineConfig{NoDispatcher: true, Poller: poller.Config{SSE: true}})
@@ -58,9 +45,7 @@ func BenchmarkDelegationRoundTrip(b *testing.B) {
 	if got := notifies(w); got[len(got)-1] != fmt.Sprintf("peer says: B: question %d", b.N-1) {
 		b.Fatalf("last answer %q", got[len(got)-1])
 	}
-	mu.Lock()
-	defer mu.Unlock()
-	b.ReportMetric(median(asks).Seconds()*1000, "ask-ms-p50")
+	b.ReportMetric(median(asks()).Seconds()*1000, "ask-ms-p50")
 	b.ReportMetric(median(trips).Seconds()*1000, "canvas-ms-p50")
 }
 

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -113,4 +114,25 @@ func bareTopology(t *testing.T) (context.Context, *events.Topology) {
 		t.Fatal(err)
 	}
 	return ctx, topo
+}
+
+// timedAsking is askingHandler asking peer for proc, with the time each
+// Ask took: asks returns them so far.
+func timedAsking(b *testing.B, w *pipelinetest.World, proc *pipelinetest.Proc, peer string) (timed handler.Func, asks func() []time.Duration) {
+	var mu sync.Mutex
+	var took []time.Duration
+	ask := askingHandler(newAsker(b, w, proc), peer, 20*time.Second)
+	timed = func(ctx context.Context, req *handler.Request) (string, error) {
+		start := time.Now()
+		text, err := ask(ctx, req)
+		mu.Lock()
+		took = append(took, time.Since(start))
+		mu.Unlock()
+		return text, err
+	}
+	return timed, func() []time.Duration {
+		mu.Lock()
+		defer mu.Unlock()
+		return append([]time.Duration(nil), took...)
+	}
 }
