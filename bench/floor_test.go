@@ -17,8 +17,8 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
-	"github.com/molecule-ai/molecule-relay/internal/events"
 	"github.com/molecule-ai/molecule-relay/internal/testkit/natstest"
+	"github.com/molecule-ai/molecule-relay/pkg/events"
 )
 
 var flagFloorMsgs = flag.Int("floor-msgs", 20000, "messages per floor run")

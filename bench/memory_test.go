@@ -5,8 +5,8 @@ import (
 
 	"github.com/nats-io/nats.go/jetstream"
 
-	"github.com/molecule-ai/molecule-relay/internal/events"
 	"github.com/molecule-ai/molecule-relay/internal/memory"
+	"github.com/molecule-ai/molecule-relay/pkg/events"
 )
 
 // stageMemory is a stage's conversation memory as relay.Runtime.Memory

@@ -9,7 +9,7 @@ import (
 	"time"
 
 	"github.com/molecule-ai/molecule-relay/internal/config"
-	"github.com/molecule-ai/molecule-relay/pkg/relay"
+	"github.com/molecule-ai/molecule-relay/internal/relay"
 )
 
 // stageFlags are the flags shared by connect, poll, dispatch and reply.

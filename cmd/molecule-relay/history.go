@@ -12,8 +12,8 @@ import (
 
 	"github.com/nats-io/nats.go/jetstream"
 
-	"github.com/molecule-ai/molecule-relay/internal/events"
 	"github.com/molecule-ai/molecule-relay/internal/memory"
+	"github.com/molecule-ai/molecule-relay/pkg/events"
 )
 
 // runHistory is `history show|forget <workspace> [conversation]`: inspect

@@ -17,7 +17,7 @@ import (
 	"github.com/molecule-ai/molecule-relay/internal/version"
 	// The CLI embeds a NATS server when NATS_URL is not set.
 	"github.com/molecule-ai/molecule-relay/internal/mcpchannel"
-	_ "github.com/molecule-ai/molecule-relay/pkg/relay/embedded"
+	_ "github.com/molecule-ai/molecule-relay/internal/relay/embedded"
 )
 
 // Exit codes.

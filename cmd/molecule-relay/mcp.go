@@ -14,7 +14,7 @@ import (
 
 	"github.com/molecule-ai/molecule-relay/internal/config"
 	"github.com/molecule-ai/molecule-relay/internal/mcpchannel"
-	"github.com/molecule-ai/molecule-relay/pkg/relay"
+	"github.com/molecule-ai/molecule-relay/internal/relay"
 )
 
 // mcpAgentName is the mcp command's agent card name when

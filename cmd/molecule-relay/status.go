@@ -13,10 +13,10 @@ import (
 
 	"github.com/molecule-ai/molecule-relay/internal/config"
 	"github.com/molecule-ai/molecule-relay/internal/dlq"
-	"github.com/molecule-ai/molecule-relay/internal/events"
 	"github.com/molecule-ai/molecule-relay/internal/poller"
 	"github.com/molecule-ai/molecule-relay/internal/pollgroup"
-	"github.com/molecule-ai/molecule-relay/pkg/relay"
+	"github.com/molecule-ai/molecule-relay/internal/relay"
+	"github.com/molecule-ai/molecule-relay/pkg/events"
 	"github.com/nats-io/nats.go/jetstream"
 )
 

@@ -23,10 +23,10 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/molecule-ai/molecule-relay/internal/relay"
+	_ "github.com/molecule-ai/molecule-relay/internal/relay/embedded" // each relay's own NATS
 	"github.com/molecule-ai/molecule-relay/pkg/handler"
 	"github.com/molecule-ai/molecule-relay/pkg/molecule/moleculetest"
-	"github.com/molecule-ai/molecule-relay/pkg/relay"
-	_ "github.com/molecule-ai/molecule-relay/pkg/relay/embedded" // each relay's own NATS
 )
 
 func main() {

@@ -8,9 +8,9 @@ import (
 
 	"github.com/molecule-ai/molecule-relay/internal/agentapi"
 	"github.com/molecule-ai/molecule-relay/internal/dispatcher"
-	"github.com/molecule-ai/molecule-relay/internal/events"
 	"github.com/molecule-ai/molecule-relay/internal/testkit/pipelinetest"
 	"github.com/molecule-ai/molecule-relay/internal/uuid"
+	"github.com/molecule-ai/molecule-relay/pkg/events"
 )
 
 // TestPeerInterimRefusedByLoopGuard: a peer message the dispatcher would

@@ -20,8 +20,8 @@ import (
 	"github.com/nats-io/nkeys"
 
 	"github.com/molecule-ai/molecule-relay/internal/broker"
+	_ "github.com/molecule-ai/molecule-relay/internal/relay/embedded"
 	"github.com/molecule-ai/molecule-relay/internal/testkit/natstest"
-	_ "github.com/molecule-ai/molecule-relay/pkg/relay/embedded"
 )
 
 // recorder is a slog.Handler that keeps every record and signals each

@@ -7,8 +7,8 @@ import (
 	"time"
 
 	"github.com/molecule-ai/molecule-relay/internal/dispatcher"
-	"github.com/molecule-ai/molecule-relay/internal/events"
 	"github.com/molecule-ai/molecule-relay/internal/testkit/pipelinetest"
+	"github.com/molecule-ai/molecule-relay/pkg/events"
 	"github.com/molecule-ai/molecule-relay/pkg/handler"
 	"github.com/molecule-ai/molecule-relay/pkg/molecule/moleculetest"
 )

@@ -5,9 +5,9 @@ import (
 	"time"
 
 	"github.com/molecule-ai/molecule-relay/internal/dispatcher"
-	"github.com/molecule-ai/molecule-relay/internal/events"
 	"github.com/molecule-ai/molecule-relay/internal/stage"
 	"github.com/molecule-ai/molecule-relay/internal/testkit/pipelinetest"
+	"github.com/molecule-ai/molecule-relay/pkg/events"
 )
 
 // Two relays on one platform: a canvas user asks agent A, A's handler asks

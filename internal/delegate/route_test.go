@@ -6,7 +6,7 @@ import (
 	"testing"
 
 	"github.com/molecule-ai/molecule-relay/internal/delegate"
-	"github.com/molecule-ai/molecule-relay/internal/events"
+	"github.com/molecule-ai/molecule-relay/pkg/events"
 )
 
 // Route against real buckets: which inbound messages are answers, which

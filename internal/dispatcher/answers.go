@@ -5,8 +5,8 @@ import (
 	"errors"
 
 	"github.com/molecule-ai/molecule-relay/internal/delegate"
-	"github.com/molecule-ai/molecule-relay/internal/events"
 	"github.com/molecule-ai/molecule-relay/internal/stage"
+	"github.com/molecule-ai/molecule-relay/pkg/events"
 )
 
 // answers finishes a peer's answer to a question a handler of this

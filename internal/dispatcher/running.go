@@ -4,7 +4,7 @@ import (
 	"strconv"
 	"sync"
 
-	"github.com/molecule-ai/molecule-relay/internal/events"
+	"github.com/molecule-ai/molecule-relay/pkg/events"
 )
 
 // running counts the handlers running for each workspace, for the

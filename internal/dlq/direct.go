@@ -1,6 +1,6 @@
 package dlq
 
-import "github.com/molecule-ai/molecule-relay/internal/events"
+import "github.com/molecule-ai/molecule-relay/pkg/events"
 
 // OfDirectPost is the dead letter of a reply that a dispatcher posted
 // directly (docs/architecture.md, "Direct posting") and the platform

@@ -5,7 +5,7 @@ import (
 	"time"
 
 	"github.com/molecule-ai/molecule-relay/internal/dlq"
-	"github.com/molecule-ai/molecule-relay/internal/events"
+	"github.com/molecule-ai/molecule-relay/pkg/events"
 )
 
 // The dead letter of a refused direct post is the replier's, stored once

@@ -20,8 +20,8 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
-	"github.com/molecule-ai/molecule-relay/internal/events"
 	"github.com/molecule-ai/molecule-relay/internal/tracing"
+	"github.com/molecule-ai/molecule-relay/pkg/events"
 )
 
 // ErrNotFound is returned by Get and Replay for a sequence that holds no

@@ -8,7 +8,7 @@ import (
 	"testing"
 
 	"github.com/molecule-ai/molecule-relay/internal/dlq"
-	"github.com/molecule-ai/molecule-relay/internal/events"
+	"github.com/molecule-ai/molecule-relay/pkg/events"
 )
 
 // entryOf is the Entry List and Get return for the stored dead letter

@@ -9,9 +9,9 @@ import (
 
 	"github.com/nats-io/nats.go/jetstream"
 
-	"github.com/molecule-ai/molecule-relay/internal/events"
 	"github.com/molecule-ai/molecule-relay/internal/jsfast"
 	"github.com/molecule-ai/molecule-relay/internal/testkit/natstest"
+	"github.com/molecule-ai/molecule-relay/pkg/events"
 )
 
 // BenchmarkKVOps times one Get, Create and Update against the embedded

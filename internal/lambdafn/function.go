@@ -25,7 +25,7 @@ import (
 	"github.com/caarlos0/env/v11"
 	"github.com/molecule-ai/molecule-relay/internal/broker"
 	"github.com/molecule-ai/molecule-relay/internal/config"
-	"github.com/molecule-ai/molecule-relay/pkg/relay"
+	"github.com/molecule-ai/molecule-relay/internal/relay"
 )
 
 // Stage is the stage core a function runs.

@@ -15,7 +15,7 @@ import (
 	"github.com/aws/aws-lambda-go/lambda"
 	"github.com/caarlos0/env/v11"
 	"github.com/molecule-ai/molecule-relay/internal/config"
-	"github.com/molecule-ai/molecule-relay/pkg/relay"
+	"github.com/molecule-ai/molecule-relay/internal/relay"
 )
 
 // Main runs stage: under the Lambda runtime when AWS_LAMBDA_RUNTIME_API is

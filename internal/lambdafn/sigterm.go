@@ -5,8 +5,8 @@ import (
 	"errors"
 	"time"
 
+	"github.com/molecule-ai/molecule-relay/internal/relay"
 	"github.com/molecule-ai/molecule-relay/internal/stage"
-	"github.com/molecule-ai/molecule-relay/pkg/relay"
 )
 
 // Lambda sends SIGTERM when it shuts an execution environment down, and

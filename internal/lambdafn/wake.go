@@ -10,8 +10,8 @@ import (
 	"github.com/molecule-ai/molecule-relay/internal/config"
 	"github.com/molecule-ai/molecule-relay/internal/dispatcher"
 	"github.com/molecule-ai/molecule-relay/internal/lambdainvoke"
+	"github.com/molecule-ai/molecule-relay/internal/relay"
 	"github.com/molecule-ai/molecule-relay/internal/replier"
-	"github.com/molecule-ai/molecule-relay/pkg/relay"
 )
 
 // Settings of the wake-ups between the functions (issue 10). The AWS

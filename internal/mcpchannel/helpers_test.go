@@ -14,8 +14,8 @@ import (
 
 	"github.com/molecule-ai/molecule-relay/internal/config"
 	"github.com/molecule-ai/molecule-relay/internal/mcpchannel"
+	"github.com/molecule-ai/molecule-relay/internal/relay"
 	"github.com/molecule-ai/molecule-relay/internal/testkit/pipelinetest"
-	"github.com/molecule-ai/molecule-relay/pkg/relay"
 )
 
 // newRelay starts an mcp relay (poller and replier running, no client) on

@@ -9,8 +9,8 @@ import (
 
 	"github.com/nats-io/nats.go/jetstream"
 
-	"github.com/molecule-ai/molecule-relay/internal/events"
 	"github.com/molecule-ai/molecule-relay/internal/kvlease"
+	"github.com/molecule-ai/molecule-relay/pkg/events"
 )
 
 // ErrAlreadyRunning is returned by Acquire when another instance holds a

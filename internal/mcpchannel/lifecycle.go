@@ -10,7 +10,7 @@ import (
 	"time"
 
 	"github.com/molecule-ai/molecule-relay/internal/broker"
-	"github.com/molecule-ai/molecule-relay/pkg/relay"
+	"github.com/molecule-ai/molecule-relay/internal/relay"
 )
 
 // DefaultRetryEvery is how often a session that waits for another one to

@@ -5,8 +5,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/molecule-ai/molecule-relay/internal/events"
 	"github.com/molecule-ai/molecule-relay/internal/mcpchannel"
+	"github.com/molecule-ai/molecule-relay/pkg/events"
 )
 
 // TestPeerInfoMetaKeys: a peer message's envelope with the 2026-08

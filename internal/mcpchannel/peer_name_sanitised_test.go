@@ -5,8 +5,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/molecule-ai/molecule-relay/internal/events"
 	"github.com/molecule-ai/molecule-relay/internal/mcpchannel"
+	"github.com/molecule-ai/molecule-relay/pkg/events"
 )
 
 // A peer registers its own name and role: they must not start a line of

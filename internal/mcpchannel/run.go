@@ -11,8 +11,8 @@ import (
 
 	"github.com/molecule-ai/molecule-relay/internal/config"
 	"github.com/molecule-ai/molecule-relay/internal/poller"
+	"github.com/molecule-ai/molecule-relay/internal/relay"
 	"github.com/molecule-ai/molecule-relay/pkg/molecule"
-	"github.com/molecule-ai/molecule-relay/pkg/relay"
 )
 
 const (

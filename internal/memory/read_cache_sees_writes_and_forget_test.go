@@ -3,9 +3,9 @@ package memory_test
 import (
 	"testing"
 
-	"github.com/molecule-ai/molecule-relay/internal/events"
 	"github.com/molecule-ai/molecule-relay/internal/memory"
 	"github.com/molecule-ai/molecule-relay/internal/testkit/pipelinetest"
+	"github.com/molecule-ai/molecule-relay/pkg/events"
 )
 
 // A Store reads a conversation it read before from the last message it

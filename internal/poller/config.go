@@ -13,8 +13,8 @@ import (
 	"time"
 
 	"github.com/molecule-ai/molecule-relay/internal/configerr"
-	"github.com/molecule-ai/molecule-relay/internal/events"
 	"github.com/molecule-ai/molecule-relay/internal/stage"
+	"github.com/molecule-ai/molecule-relay/pkg/events"
 	"github.com/molecule-ai/molecule-relay/pkg/molecule"
 )
 

@@ -4,8 +4,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/molecule-ai/molecule-relay/internal/events"
 	"github.com/molecule-ai/molecule-relay/internal/poller"
+	"github.com/molecule-ai/molecule-relay/pkg/events"
 )
 
 // New rows are published while the cursor bucket answers nothing, from

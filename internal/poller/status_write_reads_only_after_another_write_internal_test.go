@@ -6,8 +6,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/molecule-ai/molecule-relay/internal/events"
 	"github.com/molecule-ai/molecule-relay/internal/testkit/natstest"
+	"github.com/molecule-ai/molecule-relay/pkg/events"
 )
 
 // A status write goes on the revision this process last wrote, without

@@ -39,8 +39,8 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/molecule-ai/molecule-relay/internal/configerr"
-	"github.com/molecule-ai/molecule-relay/internal/events"
 	"github.com/molecule-ai/molecule-relay/internal/kvlease"
+	"github.com/molecule-ai/molecule-relay/pkg/events"
 )
 
 // ErrInvalidConfig is matched by Run's configuration errors.

@@ -8,9 +8,9 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/molecule-ai/molecule-relay/internal/dlq"
-	"github.com/molecule-ai/molecule-relay/internal/events"
 	"github.com/molecule-ai/molecule-relay/internal/stage"
 	"github.com/molecule-ai/molecule-relay/internal/stage/crashpoint"
+	"github.com/molecule-ai/molecule-relay/pkg/events"
 )
 
 // firstDelivery is what a direct post counts as: the reply's first

@@ -5,9 +5,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/molecule-ai/molecule-relay/internal/events"
 	"github.com/molecule-ai/molecule-relay/internal/replier"
 	"github.com/molecule-ai/molecule-relay/internal/stage/crashpoint"
+	"github.com/molecule-ai/molecule-relay/pkg/events"
 )
 
 // A replier killed after the platform wrote its notify leaves a posting

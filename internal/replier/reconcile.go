@@ -11,7 +11,7 @@ import (
 
 	"github.com/cenkalti/backoff/v4"
 
-	"github.com/molecule-ai/molecule-relay/internal/events"
+	"github.com/molecule-ai/molecule-relay/pkg/events"
 	"github.com/molecule-ai/molecule-relay/pkg/molecule"
 )
 

@@ -8,9 +8,9 @@ import (
 
 	"github.com/nats-io/nats.go/jetstream"
 
-	"github.com/molecule-ai/molecule-relay/internal/events"
 	"github.com/molecule-ai/molecule-relay/internal/stage"
 	"github.com/molecule-ai/molecule-relay/internal/testkit/natstest"
+	"github.com/molecule-ai/molecule-relay/pkg/events"
 )
 
 // An ack waits for the server's confirmation (a double ack: the ack asks

@@ -8,8 +8,8 @@ import (
 	"time"
 
 	"github.com/molecule-ai/molecule-relay/internal/dlq"
-	"github.com/molecule-ai/molecule-relay/internal/events"
 	"github.com/molecule-ai/molecule-relay/internal/stage"
+	"github.com/molecule-ai/molecule-relay/pkg/events"
 )
 
 // A stage's step only says what should happen to its message; the Runner

@@ -16,9 +16,9 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/molecule-ai/molecule-relay/internal/dlq"
-	"github.com/molecule-ai/molecule-relay/internal/events"
 	"github.com/molecule-ai/molecule-relay/internal/stage"
 	"github.com/molecule-ai/molecule-relay/internal/testkit/natstest"
+	"github.com/molecule-ai/molecule-relay/pkg/events"
 )
 
 const ws = "35637291-d55e-4553-896c-13c2e02fe4f7"

@@ -9,8 +9,8 @@ import (
 	"time"
 
 	"github.com/molecule-ai/molecule-relay/internal/config"
+	"github.com/molecule-ai/molecule-relay/internal/relay"
 	"github.com/molecule-ai/molecule-relay/internal/testkit/pipelinetest"
-	"github.com/molecule-ai/molecule-relay/pkg/relay"
 	"go.opentelemetry.io/otel"
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 	"go.opentelemetry.io/otel/sdk/trace/tracetest"

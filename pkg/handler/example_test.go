@@ -6,7 +6,7 @@ import (
 	"fmt"
 	"strings"
 
-	"github.com/molecule-ai/molecule-relay/internal/events"
+	"github.com/molecule-ai/molecule-relay/pkg/events"
 	"github.com/molecule-ai/molecule-relay/pkg/handler"
 )
 

@@ -1,6 +1,6 @@
 package handler
 
-import "github.com/molecule-ai/molecule-relay/internal/events"
+import "github.com/molecule-ai/molecule-relay/pkg/events"
 
 // Message is the inbound message a handler answers: its text, its source
 // (a canvas user or a peer agent), the peer's workspace and name, its

@@ -12,7 +12,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/molecule-ai/molecule-relay/internal/events"
+	"github.com/molecule-ai/molecule-relay/pkg/events"
 	"github.com/molecule-ai/molecule-relay/pkg/handler"
 )
 

@@ -12,7 +12,7 @@ package crashpoint
 import (
 	"context"
 
-	"github.com/molecule-ai/molecule-relay/internal/events"
+	"github.com/molecule-ai/molecule-relay/pkg/events"
 )
 
 // Dispatcher holds the dispatcher's crash points.

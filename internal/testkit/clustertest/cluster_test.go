@@ -15,8 +15,8 @@ import (
 	"github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nats.go/jetstream"
 
-	"github.com/molecule-ai/molecule-relay/internal/events"
 	"github.com/molecule-ai/molecule-relay/internal/testkit/clustertest"
+	"github.com/molecule-ai/molecule-relay/pkg/events"
 )
 
 func TestMain(m *testing.M) {

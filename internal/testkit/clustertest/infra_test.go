@@ -11,9 +11,9 @@ import (
 
 	"github.com/nats-io/nats-server/v2/server"
 
-	"github.com/molecule-ai/molecule-relay/internal/events"
 	"github.com/molecule-ai/molecule-relay/internal/testkit/clustertest"
 	"github.com/molecule-ai/molecule-relay/internal/testkit/samtemplate"
+	"github.com/molecule-ai/molecule-relay/pkg/events"
 )
 
 // infraDocs parses every YAML file under infra/ and returns its documents by

@@ -10,10 +10,10 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
-	"github.com/molecule-ai/molecule-relay/internal/events"
 	"github.com/molecule-ai/molecule-relay/internal/poller"
 	"github.com/molecule-ai/molecule-relay/internal/pollgroup"
 	"github.com/molecule-ai/molecule-relay/internal/testkit/clustertest"
+	"github.com/molecule-ai/molecule-relay/pkg/events"
 )
 
 // actor is one user of accounts.conf with two connections: ok for what the

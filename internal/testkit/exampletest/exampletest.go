@@ -13,8 +13,8 @@ import (
 	"time"
 
 	"github.com/molecule-ai/molecule-relay/internal/config"
+	"github.com/molecule-ai/molecule-relay/internal/relay"
 	"github.com/molecule-ai/molecule-relay/internal/testkit/pipelinetest"
-	"github.com/molecule-ai/molecule-relay/pkg/relay"
 )
 
 // Token is the workspace token the relay under test holds: put in its

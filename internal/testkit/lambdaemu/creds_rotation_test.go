@@ -14,8 +14,8 @@ import (
 	"github.com/nats-io/nats-server/v2/server"
 
 	"github.com/molecule-ai/molecule-relay/internal/broker"
-	"github.com/molecule-ai/molecule-relay/internal/events"
 	"github.com/molecule-ai/molecule-relay/internal/testkit/natstest"
+	"github.com/molecule-ai/molecule-relay/pkg/events"
 	"github.com/molecule-ai/molecule-relay/pkg/molecule/moleculetest"
 )
 
