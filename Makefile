@@ -67,7 +67,7 @@ lint: ## gofmt check, staticcheck (pinned) and no tracked build output (go vet r
 	@out=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$out" ]; then echo "gofmt would change:"; echo "$$out"; exit 1; fi
 	.ci/check-tracked
 	@bad=$$($(GO) list -f '{{range .Imports}}{{$$.ImportPath}} imports {{.}}{{"\n"}}{{end}}' ./examples/... | grep '/internal/' || true); \
-		if [ -n "$$bad" ]; then echo "examples must use the public packages only (pkg/molecule, pkg/handler, pkg/events and the root package):"; echo "$$bad"; exit 1; fi
+		if [ -n "$$bad" ]; then echo "examples must use the public packages only (pkg/molecule, pkg/events and the root package):"; echo "$$bad"; exit 1; fi
 	$(GO) run $(STATICCHECK) $(PKGS)
 
 bench: ## benchmarks with their figures (pipeline: BENCH_COUNT=3 for medians, BENCH_FLAGS='-echo-msgs 20000')

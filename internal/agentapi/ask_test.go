@@ -9,8 +9,8 @@ import (
 	"time"
 
 	"github.com/molecule-ai/molecule-relay/internal/agentapi"
+	"github.com/molecule-ai/molecule-relay/internal/handler"
 	"github.com/molecule-ai/molecule-relay/internal/testkit/pipelinetest"
-	"github.com/molecule-ai/molecule-relay/pkg/handler"
 )
 
 // handlerKey marks the handler's context, as the dispatcher's values do.

@@ -7,8 +7,8 @@ import (
 	"strings"
 	"time"
 
+	"github.com/molecule-ai/molecule-relay/internal/handler"
 	"github.com/molecule-ai/molecule-relay/pkg/events"
-	"github.com/molecule-ai/molecule-relay/pkg/handler"
 )
 
 // maxBody caps a request body.

@@ -17,8 +17,8 @@ import (
 	"sync"
 	"time"
 
+	"github.com/molecule-ai/molecule-relay/internal/handler"
 	"github.com/molecule-ai/molecule-relay/pkg/events"
-	"github.com/molecule-ai/molecule-relay/pkg/handler"
 )
 
 // tokenBytes is the capability token's entropy: 256 bits.

@@ -6,8 +6,8 @@ import (
 	"testing"
 
 	"github.com/molecule-ai/molecule-relay/internal/delegate"
+	"github.com/molecule-ai/molecule-relay/internal/handler"
 	"github.com/molecule-ai/molecule-relay/pkg/events"
-	"github.com/molecule-ai/molecule-relay/pkg/handler"
 	"github.com/molecule-ai/molecule-relay/pkg/molecule"
 )
 

@@ -7,9 +7,9 @@ import (
 	"time"
 
 	"github.com/molecule-ai/molecule-relay/internal/dispatcher"
+	"github.com/molecule-ai/molecule-relay/internal/handler"
 	"github.com/molecule-ai/molecule-relay/internal/testkit/pipelinetest"
 	"github.com/molecule-ai/molecule-relay/pkg/events"
-	"github.com/molecule-ai/molecule-relay/pkg/handler"
 )
 
 // A's handler stops waiting after its question's timeout and answers the

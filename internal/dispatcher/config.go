@@ -6,10 +6,10 @@ import (
 	"time"
 
 	"github.com/molecule-ai/molecule-relay/internal/configerr"
+	"github.com/molecule-ai/molecule-relay/internal/handler"
 	"github.com/molecule-ai/molecule-relay/internal/memory"
 	"github.com/molecule-ai/molecule-relay/internal/stage"
 	"github.com/molecule-ai/molecule-relay/pkg/events"
-	"github.com/molecule-ai/molecule-relay/pkg/handler"
 )
 
 // ErrInvalidConfig is matched by every error Validate returns.

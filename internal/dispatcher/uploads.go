@@ -6,8 +6,8 @@ import (
 	"time"
 
 	"github.com/molecule-ai/molecule-relay/internal/filecache"
+	"github.com/molecule-ai/molecule-relay/internal/handler"
 	"github.com/molecule-ai/molecule-relay/pkg/events"
-	"github.com/molecule-ai/molecule-relay/pkg/handler"
 )
 
 // uploadTimeout bounds an answer's uploads (a 25 MiB file on a slow link).

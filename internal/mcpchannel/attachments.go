@@ -15,8 +15,8 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/molecule-ai/molecule-relay/internal/handler"
 	"github.com/molecule-ai/molecule-relay/pkg/events"
-	"github.com/molecule-ai/molecule-relay/pkg/handler"
 )
 
 func addAttachments(b *strings.Builder, meta map[string]string, atts []events.Attachment, files []handler.File) {

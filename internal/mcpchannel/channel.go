@@ -18,8 +18,8 @@ import (
 	"sort"
 	"sync"
 
+	"github.com/molecule-ai/molecule-relay/internal/handler"
 	"github.com/molecule-ai/molecule-relay/pkg/events"
-	"github.com/molecule-ai/molecule-relay/pkg/handler"
 )
 
 // Errors of the mcp handler; each is retryable (the message is shown again

@@ -6,8 +6,8 @@ import (
 	"time"
 	"unicode"
 
+	"github.com/molecule-ai/molecule-relay/internal/handler"
 	"github.com/molecule-ai/molecule-relay/pkg/events"
-	"github.com/molecule-ai/molecule-relay/pkg/handler"
 )
 
 // Method is the MCP notification Claude Code turns into a conversation

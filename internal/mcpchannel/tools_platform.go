@@ -20,10 +20,10 @@ import (
 
 	"github.com/molecule-ai/molecule-relay/internal/delegate"
 	"github.com/molecule-ai/molecule-relay/internal/filecache"
+	"github.com/molecule-ai/molecule-relay/internal/handler"
 	"github.com/molecule-ai/molecule-relay/internal/stage"
 	"github.com/molecule-ai/molecule-relay/internal/uuid"
 	"github.com/molecule-ai/molecule-relay/pkg/events"
-	"github.com/molecule-ai/molecule-relay/pkg/handler"
 	"github.com/molecule-ai/molecule-relay/pkg/molecule"
 )
 

@@ -12,9 +12,9 @@ import (
 
 	"github.com/nats-io/nats.go"
 
+	"github.com/molecule-ai/molecule-relay/internal/handler"
 	"github.com/molecule-ai/molecule-relay/internal/jsonappend"
 	"github.com/molecule-ai/molecule-relay/internal/jsonread"
-	"github.com/molecule-ai/molecule-relay/pkg/handler"
 )
 
 // maxBatch caps one direct get batch (TopologyConfig.HistoryTurns is at

@@ -4,9 +4,9 @@ import (
 	"context"
 	"testing"
 
+	"github.com/molecule-ai/molecule-relay/internal/handler"
 	"github.com/molecule-ai/molecule-relay/internal/memory"
 	"github.com/molecule-ai/molecule-relay/internal/testkit/pipelinetest"
-	"github.com/molecule-ai/molecule-relay/pkg/handler"
 )
 
 // canvasOf returns load, which fails t unless reader's Load of the

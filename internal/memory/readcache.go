@@ -8,7 +8,7 @@ import (
 	"sync"
 	"time"
 
-	"github.com/molecule-ai/molecule-relay/pkg/handler"
+	"github.com/molecule-ai/molecule-relay/internal/handler"
 )
 
 // A full read of a conversation costs the server one scan of the stream

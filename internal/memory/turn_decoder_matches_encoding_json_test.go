@@ -6,7 +6,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/molecule-ai/molecule-relay/pkg/handler"
+	"github.com/molecule-ai/molecule-relay/internal/handler"
 )
 
 // decodeRecord reads a stored message's turns through a hand decoder; it

@@ -3,9 +3,9 @@ package memory
 import (
 	"encoding/json"
 
+	"github.com/molecule-ai/molecule-relay/internal/handler"
 	"github.com/molecule-ai/molecule-relay/internal/jsonappend"
 	"github.com/molecule-ai/molecule-relay/pkg/events"
-	"github.com/molecule-ai/molecule-relay/pkg/handler"
 )
 
 // encodeTurns is json.Marshal(turns), the body of a stored message,

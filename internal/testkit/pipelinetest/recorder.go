@@ -4,7 +4,7 @@ import (
 	"context"
 	"sync"
 
-	"github.com/molecule-ai/molecule-relay/pkg/handler"
+	"github.com/molecule-ai/molecule-relay/internal/handler"
 )
 
 // Call is one handler invocation a Recorder saw.

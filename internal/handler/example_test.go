@@ -6,8 +6,8 @@ import (
 	"fmt"
 	"strings"
 
+	"github.com/molecule-ai/molecule-relay/internal/handler"
 	"github.com/molecule-ai/molecule-relay/pkg/events"
-	"github.com/molecule-ai/molecule-relay/pkg/handler"
 )
 
 // Parse builds a built-in handler from the spec string the CLI takes

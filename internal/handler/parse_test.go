@@ -9,7 +9,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/molecule-ai/molecule-relay/pkg/handler"
+	"github.com/molecule-ai/molecule-relay/internal/handler"
 )
 
 func TestParse(t *testing.T) {

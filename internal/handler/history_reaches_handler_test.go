@@ -10,7 +10,7 @@ import (
 	"reflect"
 	"testing"
 
-	"github.com/molecule-ai/molecule-relay/pkg/handler"
+	"github.com/molecule-ai/molecule-relay/internal/handler"
 )
 
 func historyRequest(text string) *handler.Request {

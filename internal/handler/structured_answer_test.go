@@ -12,8 +12,8 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/molecule-ai/molecule-relay/internal/handler"
 	"github.com/molecule-ai/molecule-relay/pkg/events"
-	"github.com/molecule-ai/molecule-relay/pkg/handler"
 )
 
 var wantAttachments = []events.Attachment{{URI: "https://files.example/r.pdf", Name: "r.pdf", MimeType: "application/pdf", Size: 1234}}

@@ -11,7 +11,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/molecule-ai/molecule-relay/pkg/handler"
+	"github.com/molecule-ai/molecule-relay/internal/handler"
 )
 
 type chatReq struct {
