@@ -150,7 +150,7 @@ func sum(m map[string]int) int {
 }
 
 // openServingMetrics opens the relay for stages and starts its metrics
-// endpoint; closeAll stops both.
+// endpoint and its console (each when configured); closeAll stops all.
 func openServingMetrics(ctx context.Context, cfg *config.Config, log *slog.Logger, stages relay.Stages) (rt *relay.Runtime, closeAll func(), err error) {
 	rt, err = relay.OpenStages(ctx, cfg, log, stages)
 	if err != nil {
@@ -161,5 +161,11 @@ func openServingMetrics(ctx context.Context, cfg *config.Config, log *slog.Logge
 		rt.Close()
 		return nil, nil, err
 	}
-	return rt, func() { stop(); rt.Close() }, nil
+	stopConsole, err := rt.ServeConsole()
+	if err != nil {
+		stop()
+		rt.Close()
+		return nil, nil, err
+	}
+	return rt, func() { stopConsole(); stop(); rt.Close() }, nil
 }

@@ -101,6 +101,11 @@ var (
 		{"MOLECULE_LOG_FORMAT", "text or json"},
 		{"MOLECULE_METRICS_ADDR", "serve /healthz and /metrics here, e.g. :8080"},
 	}}
+	groupConsole = settingGroup{"Console", []setting{
+		{"MOLECULE_CONSOLE_LISTEN", "serve the operator console here, e.g. 127.0.0.1:8090 (beyond loopback: needs the token)"},
+		{"MOLECULE_CONSOLE_TOKEN", "the console's access token (bearer, or its login page)"},
+		{"MOLECULE_CONSOLE_READ_ONLY", "refuse the console's actions: replay, purge, forget (true or false)"},
+	}}
 )
 
 // commandGroups are the setting groups a command's help lists; a command
@@ -109,20 +114,22 @@ func commandGroups(name string) []settingGroup {
 	name, _, _ = strings.Cut(name, " ") // "dlq list" → dlq
 	switch name {
 	case "poll":
-		return []settingGroup{groupPlatform, groupPoller, groupNATS, groupLogs}
+		return []settingGroup{groupPlatform, groupPoller, groupNATS, groupLogs, groupConsole}
 	case "dispatch":
 		// The agent API reaches the platform (peers, interim messages).
-		return []settingGroup{groupHandler, groupPlatform, groupNATS, groupLogs}
+		return []settingGroup{groupHandler, groupPlatform, groupNATS, groupLogs, groupConsole}
 	case "reply":
-		return []settingGroup{groupPlatform, groupReplier, groupNATS, groupLogs}
+		return []settingGroup{groupPlatform, groupReplier, groupNATS, groupLogs, groupConsole}
 	case "status":
 		return []settingGroup{groupPlatform, groupStatusGroup, groupNATS, groupLogs}
+	case "console":
+		return []settingGroup{groupConsole, groupNATS, groupLogs}
 	case "dlq", "history":
 		return []settingGroup{groupNATS, groupLogs}
 	case "dev":
 		return []settingGroup{groupHandler, groupLogs}
 	default: // connect, mcp
-		return []settingGroup{groupPlatform, groupPoller, groupHandler, groupReplier, groupNATS, groupLogs}
+		return []settingGroup{groupPlatform, groupPoller, groupHandler, groupReplier, groupNATS, groupLogs, groupConsole}
 	}
 }
 
@@ -161,6 +168,8 @@ var otherVars = []string{
 	"MOLECULE_DRAIN_IDLE", "MOLECULE_DRAIN_MARGIN", "MOLECULE_NATS_HEALTH_TIMEOUT",
 	"MOLECULE_POLLER_WINDOW", "MOLECULE_WAKE_INTERVAL", "MOLECULE_WORKSPACE_TOKENS_SECRET",
 	"MOLECULE_RELAY_ARGS", "MOLECULE_RELAY_BIN", "MOLECULE_RELAY_VERSION",
+	// The console's browser test (internal/console).
+	"MOLECULE_REQUIRE_BROWSER", "MOLECULE_CONSOLE_SCREENSHOTS",
 }
 
 // mcpOnlyVars are read by the mcp command alone (mcpEnviron), which

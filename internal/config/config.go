@@ -283,6 +283,18 @@ type Config struct {
 	// MetricsAddr serves /healthz and /metrics for long-running workers
 	// when set, e.g. ":8080".
 	MetricsAddr string `env:"MOLECULE_METRICS_ADDR"`
+	// ConsoleListen serves the operator console (internal/console) on
+	// this address, e.g. "127.0.0.1:8090", from connect, the stage
+	// commands and mcp. A non-loopback address needs ConsoleToken. If not
+	// set, no console (the console command defaults to 127.0.0.1:8090).
+	ConsoleListen string `env:"MOLECULE_CONSOLE_LISTEN"`
+	// ConsoleToken is asked of every console request (a bearer token, or
+	// once on its login page). If not set, the console serves loopback
+	// only.
+	ConsoleToken string `env:"MOLECULE_CONSOLE_TOKEN"`
+	// ConsoleReadOnly refuses the console's actions (replay, purge,
+	// forget). Default false.
+	ConsoleReadOnly bool `env:"MOLECULE_CONSOLE_READ_ONLY"`
 
 	// PushListen is the address the push ingress listens on, e.g. ":8081",
 	// for platforms without poll mode (OLD, 2026-04): each workspace is

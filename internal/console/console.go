@@ -52,14 +52,14 @@ type Options struct {
 
 // WorkspaceLive is what the serving process knows of one workspace now.
 type WorkspaceLive struct {
-	WorkspaceID string            `json:"workspace_id"`
+	WorkspaceID string             `json:"workspace_id"`
 	RateLimit   molecule.RateLimit `json:"rate_limit"`
 	// EventStream says whether the poller wakes on the workspace's event
 	// stream ("on", "off").
 	EventStream string `json:"event_stream,omitempty"`
 }
 
-func (o *Options) auth() bool { return o.Token != "" || o.basic() }
+func (o *Options) auth() bool  { return o.Token != "" || o.basic() }
 func (o *Options) basic() bool { return o.User != "" && o.Password != "" }
 
 // Console is the console's http.Handler. Close it when done.

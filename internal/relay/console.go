@@ -1,0 +1,45 @@
+//go:build !lambda.norpc
+
+package relay
+
+import (
+	"github.com/molecule-ai/molecule-relay/internal/console"
+)
+
+// ServeConsole serves the operator console (internal/console) on
+// MOLECULE_CONSOLE_LISTEN when it is set, with this process's rate
+// budgets; stop shuts it down. With no address it does nothing.
+func (rt *Runtime) ServeConsole() (stop func(), err error) {
+	if rt.Cfg.ConsoleListen == "" {
+		return func() {}, nil
+	}
+	c, err := console.New(rt.Conn.JS, rt.Topo, rt.ConsoleOptions())
+	if err != nil {
+		return nil, err
+	}
+	url, stop, err := console.Serve(rt.Cfg.ConsoleListen, c)
+	if err != nil {
+		return nil, err
+	}
+	rt.Log.Info("serving the console", "url", url, "read_only", rt.Cfg.ConsoleReadOnly)
+	return stop, nil
+}
+
+// ConsoleOptions are the console's options from the configuration, with
+// what this process knows of its workspaces.
+func (rt *Runtime) ConsoleOptions() console.Options {
+	sse := "off"
+	if rt.Cfg.SSE {
+		sse = "on"
+	}
+	return console.Options{
+		Token: rt.Cfg.ConsoleToken, ReadOnly: rt.Cfg.ConsoleReadOnly, Logger: rt.Log,
+		Live: func() []console.WorkspaceLive {
+			out := make([]console.WorkspaceLive, 0, len(rt.Clients))
+			for _, c := range rt.Clients {
+				out = append(out, console.WorkspaceLive{WorkspaceID: c.WorkspaceID(), RateLimit: c.RateLimit(), EventStream: sse})
+			}
+			return out
+		},
+	}
+}
