@@ -161,7 +161,7 @@ func openServingMetrics(ctx context.Context, cfg *config.Config, log *slog.Logge
 		rt.Close()
 		return nil, nil, err
 	}
-	stopConsole, err := rt.ServeConsole()
+	_, stopConsole, err := rt.ServeConsole()
 	if err != nil {
 		stop()
 		rt.Close()

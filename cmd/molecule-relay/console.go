@@ -44,7 +44,7 @@ func runConsole(ctx context.Context, env *cliEnv, args []string) error {
 		return err
 	}
 	defer rt.Close()
-	stop, err := rt.ServeConsole()
+	_, stop, err := rt.ServeConsole()
 	if err != nil {
 		return err
 	}

@@ -8,21 +8,22 @@ import (
 
 // ServeConsole serves the operator console (internal/console) on
 // MOLECULE_CONSOLE_LISTEN when it is set, with this process's rate
-// budgets; stop shuts it down. With no address it does nothing.
-func (rt *Runtime) ServeConsole() (stop func(), err error) {
+// budgets; url is its address and stop shuts it down. With no address
+// it does nothing.
+func (rt *Runtime) ServeConsole() (url string, stop func(), err error) {
 	if rt.Cfg.ConsoleListen == "" {
-		return func() {}, nil
+		return "", func() {}, nil
 	}
 	c, err := console.New(rt.Conn.JS, rt.Topo, rt.ConsoleOptions())
 	if err != nil {
-		return nil, err
+		return "", nil, err
 	}
-	url, stop, err := console.Serve(rt.Cfg.ConsoleListen, c)
+	url, stop, err = console.Serve(rt.Cfg.ConsoleListen, c)
 	if err != nil {
-		return nil, err
+		return "", nil, err
 	}
 	rt.Log.Info("serving the console", "url", url, "read_only", rt.Cfg.ConsoleReadOnly)
-	return stop, nil
+	return url, stop, nil
 }
 
 // ConsoleOptions are the console's options from the configuration, with

@@ -56,7 +56,9 @@
     for (const p of document.querySelectorAll("[data-panel]")) p.hidden = p.id !== "view-" + view;
     for (const a of document.querySelectorAll("nav a")) { if (a.dataset.view === view) a.setAttribute("aria-current", "page"); else a.removeAttribute("aria-current"); }
     clearInterval(refresher);
-    loaders[view]().catch(fail);
+    const panel = document.getElementById("view-" + view);
+    panel.removeAttribute("data-loaded");
+    loaders[view]().then(() => { panel.dataset.loaded = "1"; }, fail);
     if (view !== "flow" && view !== "conversations" && view !== "dlq") refresher = setInterval(() => loaders[current]().catch(() => {}), 3000);
   }
 
@@ -100,6 +102,10 @@
     const [key, row] = flowRow(m);
     const tbody = $("#flow-table tbody");
     const old = flowRows.get(key);
+    // When the row first appeared (ms since the epoch): the browser test
+    // measures arrival to appearance with it.
+    row.dataset.shownAt = old ? old.dataset.shownAt : String(Date.now());
+    row.dataset.polledAt = m.polled_at || "";
     if (old) old.replaceWith(row); else { if (!flowRows.size) tbody.replaceChildren(); tbody.prepend(row); }
     flowRows.set(key, row);
     if (openTimeline === key) timeline(m.workspace, m.activity, true).catch(() => {});

@@ -1,0 +1,187 @@
+package console_test
+
+import (
+	"context"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/chromedp/chromedp"
+	"github.com/chromedp/chromedp/kb"
+
+	"github.com/molecule-ai/molecule-relay/internal/config"
+	"github.com/molecule-ai/molecule-relay/internal/relay"
+	_ "github.com/molecule-ai/molecule-relay/internal/relay/embedded" // connect's own NATS, as the binary runs it
+	"github.com/molecule-ai/molecule-relay/internal/testkit/pipelinetest"
+	"github.com/molecule-ai/molecule-relay/pkg/molecule/moleculetest"
+)
+
+// failingHandler answers every message, except one containing "boom"
+// while the file fix does not exist: it then exits 65 (EX_DATAERR), a
+// permanent failure, and the message is dead-lettered at once.
+const failingHandler = `#!/bin/sh
+in=$(cat)
+case "$in" in *boom*) [ -f "$0.fixed" ] || { echo "cannot handle boom" >&2; exit 65; } ;; esac
+echo "answered"
+`
+
+// The console in a real browser (headless Chromium, driven with the
+// keyboard) while connect's Runtime runs on the embedded NATS against
+// the platform double: a message appears in the flow within 1 s of its
+// arrival on the inbound stream and its timeline shows it answered; a
+// message the handler refuses shows as a dead letter, is replayed (with
+// a confirmation) once the handler is fixed, and is answered; every
+// view passes axe-core with no serious or critical violation.
+func TestConsoleInBrowserShowsFlowAndReplaysDeadLetter(t *testing.T) {
+	exe := chromium(t)
+	axe := axeSource(t)
+
+	srv := moleculetest.NewServer()
+	t.Cleanup(srv.Close)
+	ws := srv.CreateWorkspace("agent")
+	script := filepath.Join(t.TempDir(), "agent.sh")
+	if err := os.WriteFile(script, []byte(failingHandler), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	const token = "console-test-token"
+	cfg, err := config.Load(nil, []string{
+		"MOLECULE_PLATFORM_URL=" + srv.URL(), "MOLECULE_WORKSPACE_ID=" + ws.ID, "MOLECULE_WORKSPACE_TOKEN=" + ws.Token,
+		"MOLECULE_HANDLER=exec:" + script, "NATS_STORE_DIR=" + t.TempDir(),
+		"MOLECULE_CONSOLE_LISTEN=127.0.0.1:0", "MOLECULE_CONSOLE_TOKEN=" + token,
+	})
+	if err == nil {
+		err = cfg.Validate(config.NeedPlatform | config.NeedHandler)
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	rt, err := relay.Open(pipelinetest.Ctx(t), cfg, pipelinetest.Logger())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(rt.Close)
+	url, stop, err := rt.ServeConsole()
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(stop)
+	running := pipelinetest.Start(t, func(ctx context.Context) error { return rt.Run(ctx, relay.All) })
+	t.Cleanup(func() { _ = running.Stop() })
+	pipelinetest.Eventually(t, 15*time.Second, "the poller's event stream", func() bool {
+		for _, r := range srv.Requests() {
+			if r.Method == "GET" && strings.HasSuffix(r.Path, "/events/stream") {
+				return true
+			}
+		}
+		return false
+	})
+
+	ctx := browser(t, exe)
+	axeCounts := map[string]int{}
+	check := func(where string) {
+		for k, v := range checkAccessibility(t, ctx, axe, where) {
+			axeCounts[k] += v
+		}
+	}
+
+	// Sign in with the keyboard.
+	run(t, ctx, "sign in",
+		chromedp.Navigate(url+"login"),
+		chromedp.WaitVisible(chromedp.CSS("#token")),
+		chromedp.SendKeys(chromedp.CSS("#token"), token),
+		chromedp.KeyEvent(kb.Enter),
+		chromedp.WaitVisible(chromedp.CSS("#view-overview")))
+	run(t, ctx, "overview", waitJS(`document.querySelector("#overview-table tbody").textContent.includes("`+ws.ID+`")`))
+	overview := text(t, ctx, "#overview-table tbody")
+	if !contains(overview, ws.ID, "ok", "yes (poll)") {
+		t.Errorf("overview: %q, want the workspace polled and registered", overview)
+	}
+	check("overview")
+	screenshot(t, ctx, "overview")
+
+	// A message appears in the flow, live.
+	run(t, ctx, "flow", view("flow"), waitJS(`document.querySelector("#flow-status").textContent.startsWith("Live")`))
+	sent := time.Now()
+	if code, _, err := srv.SendCanvas(context.Background(), ws.ID, "hello console"); err != nil || code != 200 {
+		t.Fatalf("send: %d %v", code, err)
+	}
+	type flowRow struct {
+		Key, Shown, Polled string
+	}
+	row := value(t, ctx, "message in the flow", poll[flowRow](`(() => { const r = document.querySelector("#flow-table tr[data-key]");
+		return r && {Key: r.dataset.key, Shown: r.dataset.shownAt, Polled: r.dataset.polledAt}; })()`))
+	shown := unixMS(t, row.Shown)
+	polled, err := time.Parse(time.RFC3339Nano, row.Polled)
+	if err != nil {
+		t.Fatalf("polled_at %q: %v", row.Polled, err)
+	}
+	arrival := shown.Sub(polled)
+	t.Logf("arrival (the poller's publish) to appearance in the console: %s; the platform's acceptance of the message to appearance: %s",
+		arrival.Round(time.Millisecond), shown.Sub(sent).Round(time.Millisecond))
+	if arrival > time.Second {
+		t.Errorf("the message appeared %s after its arrival, want within 1 s", arrival)
+	}
+	activity := row.Key[strings.Index(row.Key, "/")+1:]
+	run(t, ctx, "timeline",
+		waitJS(`document.querySelector('#flow-table tr[data-key$="/`+activity+`"] td:nth-child(5)').textContent === "answered"`),
+		press(`#flow-table tr[data-key$="/`+activity+`"] button`, kb.Enter),
+		chromedp.WaitVisible(chromedp.CSS("#timeline")),
+		waitJS(`document.querySelector("#timeline-steps").textContent.includes("answered by")`))
+	tl := text(t, ctx, "#timeline-steps")
+	if !contains(tl, "polled and published", "handler finished: replied", "answered by notify") {
+		t.Errorf("timeline %q: want the poll, the handler's run and the answer", tl)
+	}
+	run(t, ctx, "reveal", press("#timeline-reveal", kb.Enter), chromedp.WaitVisible(chromedp.CSS("#timeline-body")))
+	body := text(t, ctx, "#timeline-body")
+	if !contains(body, "hello console", "answered") {
+		t.Errorf("revealed body %q", body)
+	}
+	check("flow with a timeline")
+	screenshot(t, ctx, "flow")
+
+	// A dead letter, replayed once the handler is fixed, is answered.
+	if code, _, err := srv.SendCanvas(context.Background(), ws.ID, "boom please"); err != nil || code != 200 {
+		t.Fatalf("send: %d %v", code, err)
+	}
+	run(t, ctx, "dead letter in the flow", waitJS(`[...document.querySelectorAll("#flow-table td")].some(td => td.textContent === "dead letter")`))
+	run(t, ctx, "dead letters", view("dlq"), chromedp.WaitVisible(chromedp.CSS("#dlq-table tbody tr[data-seq]")))
+	dead := text(t, ctx, "#dlq-table tbody")
+	if !contains(dead, "dispatcher", "permanent_error") || strings.Contains(dead, "boom please") {
+		t.Errorf("dead letters %q: want the dispatcher's permanent error, without the message", dead)
+	}
+	run(t, ctx, "inspect", press("#dlq-table tbody tr[data-seq] button", kb.Enter), chromedp.WaitVisible(chromedp.CSS("#dlq-detail")))
+	check("dead letters")
+	screenshot(t, ctx, "dead-letters")
+	if err := os.WriteFile(script+".fixed", nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	run(t, ctx, "replay with confirmation",
+		press(`#dlq-table tbody tr[data-seq] button[data-action]`, kb.Enter),
+		chromedp.WaitVisible(chromedp.CSS("#confirm")),
+		chromedp.KeyEvent(kb.Tab), chromedp.KeyEvent(kb.Enter), // Cancel has the focus; Tab moves to Confirm
+		waitJS(`document.querySelector("#toast").textContent.startsWith("Replayed")`))
+	run(t, ctx, "replayed message answered", view("flow"),
+		waitJS(`[...document.querySelectorAll("#flow-table tr[data-key]")].filter(r => r.children[4].textContent === "answered").length === 2`))
+	pipelinetest.Eventually(t, 10*time.Second, "the replayed message's answer on the platform", func() bool {
+		return len(srv.Notifications(ws.ID)) == 2
+	})
+
+	for _, v := range []string{"conversations", "delegations", "mcp", "nats"} {
+		run(t, ctx, v, view(v), chromedp.WaitVisible(chromedp.CSS("#view-"+v+"[data-loaded]")))
+		check(v)
+		screenshot(t, ctx, v)
+	}
+	t.Logf("axe-core %s on 7 views: violations by impact %v (serious and critical fail the test)", axeVersion, axeCounts)
+}
+
+func unixMS(t *testing.T, s string) time.Time {
+	t.Helper()
+	n, err := strconv.ParseInt(s, 10, 64)
+	if err != nil {
+		t.Fatalf("shown at %q: %v", s, err)
+	}
+	return time.UnixMilli(n)
+}
