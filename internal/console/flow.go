@@ -63,12 +63,6 @@ type Message struct {
 	Attempts  int       `json:"attempts,omitempty"`
 	Error     string    `json:"error,omitempty"`
 	Steps     []Step    `json:"steps"`
-	// Timings in milliseconds: poll (created to polled), handle (polled
-	// to handled), post (handled to sent), total (created to sent).
-	PollMS   int64 `json:"poll_ms,omitempty"`
-	HandleMS int64 `json:"handle_ms,omitempty"`
-	PostMS   int64 `json:"post_ms,omitempty"`
-	TotalMS  int64 `json:"total_ms,omitempty"`
 
 	text, reply string // the bodies, sent only on a reveal
 }
@@ -77,17 +71,6 @@ func (m *Message) key() string { return m.Workspace + "/" + m.Activity }
 
 func (m *Message) step(at time.Time, stage, what, detail string) {
 	m.Steps = append(m.Steps, Step{At: at, Stage: stage, What: what, Detail: detail})
-}
-
-func (m *Message) timings() {
-	ms := func(a, b time.Time) int64 {
-		if a.IsZero() || b.IsZero() || b.Before(a) {
-			return 0
-		}
-		return b.Sub(a).Milliseconds()
-	}
-	m.PollMS, m.HandleMS = ms(m.CreatedAt, m.PolledAt), ms(m.PolledAt, m.HandledAt)
-	m.PostMS, m.TotalMS = ms(m.HandledAt, m.SentAt), ms(m.CreatedAt, m.SentAt)
 }
 
 // histogramBounds are the latency histogram's upper bounds in ms (the
@@ -212,7 +195,6 @@ func (f *flow) onMsg(msg *nats.Msg) {
 	if m == nil {
 		return
 	}
-	m.timings()
 	data, err := json.Marshal(m)
 	if err != nil {
 		return
@@ -346,7 +328,6 @@ func (f *flow) snapshot() ([]Message, Stats) {
 	for i := len(f.order) - 1; i >= 0; i-- {
 		m := *f.msgs[f.order[i]]
 		m.Steps = append([]Step(nil), m.Steps...)
-		m.timings()
 		out = append(out, m)
 	}
 	now := time.Now()
@@ -364,7 +345,6 @@ func (f *flow) get(ws, act string) (Message, bool) {
 	}
 	cp := *m
 	cp.Steps = append([]Step(nil), m.Steps...)
-	cp.timings()
 	return cp, true
 }
 

@@ -19,11 +19,16 @@ func (c *Console) flowSnapshot(*http.Request) (any, error) {
 	return flowView{Messages: msgs, Stats: st}, nil
 }
 
-// statsEvery is how often a watching page is sent the flow's stats.
-const statsEvery = time.Second
+// statsEvery is how often a watching page is sent the flow's stats;
+// after a change, within statsSoon.
+const (
+	statsEvery = time.Second
+	statsSoon  = 200 * time.Millisecond
+)
 
 // flowStream sends the page each changed message as a server-sent event
-// ("message"), and the stats every statsEvery ("stats").
+// ("message"), and the stats ("stats") every statsEvery, or statsSoon
+// after a change.
 func (c *Console) flowStream(w http.ResponseWriter, r *http.Request) {
 	fl, ok := w.(http.Flusher)
 	if !ok {
@@ -40,8 +45,10 @@ func (c *Console) flowStream(w http.ResponseWriter, r *http.Request) {
 	w.WriteHeader(http.StatusOK)
 	fmt.Fprint(w, ": watching\n\n")
 	fl.Flush()
-	tick := time.NewTicker(statsEvery)
+	tick := time.NewTicker(statsSoon)
 	defer tick.Stop()
+	var changed bool
+	var sent time.Time
 	for {
 		select {
 		case <-r.Context().Done():
@@ -52,7 +59,12 @@ func (c *Console) flowStream(w http.ResponseWriter, r *http.Request) {
 			}
 			fmt.Fprintf(w, "event: message\ndata: %s\n\n", data)
 			fl.Flush()
-		case <-tick.C:
+			changed = true
+		case now := <-tick.C:
+			if !changed && now.Sub(sent) < statsEvery {
+				continue
+			}
+			changed, sent = false, now
 			_, st := c.flow.snapshot()
 			b, _ := jsonOf(st)
 			fmt.Fprintf(w, "event: stats\ndata: %s\n\n", b)

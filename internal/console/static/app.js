@@ -31,7 +31,9 @@
   function fail(e) { toast("Error: " + e.message); }
   const time = (s) => { if (!s) return "never"; const d = new Date(s); return isNaN(d) ? "–" : d.toLocaleTimeString(); };
   const ago = (s) => { if (!s) return "never"; const secs = Math.round((Date.now() - new Date(s)) / 1000); return secs < 0 ? "now" : secs < 120 ? secs + " s ago" : Math.round(secs / 60) + " min ago"; };
-  const ms = (n) => (n ? n + " ms" : "–");
+  // span is the time from a to b (two timestamps) in ms, or "–".
+  const span = (a, b) => { if (!a || !b) return "–"; const d = new Date(b) - new Date(a); return isNaN(d) || d < 0 ? "–" : d + " ms"; };
+  const clock = (s) => { if (!s) return "–"; const d = new Date(s); return isNaN(d) ? "–" : d.toTimeString().slice(0, 8) + "." + String(d.getMilliseconds()).padStart(3, "0"); };
   const short = (id) => (id && id.length > 13 ? id.slice(0, 8) + "…" : id || "–");
   function fill(tbody, rows, empty, cols) {
     tbody.replaceChildren(...(rows.length ? rows : [el("tr", {}, el("td", { colspan: cols, class: "muted", text: empty }))]));
@@ -94,7 +96,8 @@
       el("td", { class: "mono", text: m.activity }),
       el("td", { text: m.source === "peer_agent" ? "peer " + short(m.peer) : m.source || "–" }),
       el("td", { class: "state-" + m.state, text: m.state.replace("_", " ") }),
-      el("td", { text: ms(m.poll_ms) }), el("td", { text: ms(m.handle_ms) }), el("td", { text: ms(m.post_ms) }), el("td", { text: ms(m.total_ms) }),
+      el("td", { text: span(m.created_at, m.polled_at) }), el("td", { text: span(m.polled_at, m.handled_at) }),
+      el("td", { text: span(m.handled_at, m.sent_at) }), el("td", { text: span(m.created_at, m.sent_at) }),
       el("td", {}, el("button", { type: "button", "aria-label": "Timeline of " + m.activity, onclick: () => timeline(m.workspace, m.activity) }, "Timeline")));
     return [key, row];
   }
@@ -141,7 +144,7 @@
     const m = v.message, box = $("#timeline");
     openTimeline = ws + "/" + act;
     $("#timeline-id").textContent = ws + " / " + act + " · " + m.state.replace("_", " ") + (m.error ? " · " + m.error : "");
-    const steps = m.steps.map((s) => el("li", {}, el("strong", { text: time(s.at) + " " + s.stage + ": " }), s.what + (s.detail ? " (" + s.detail + ")" : "")));
+    const steps = m.steps.map((s) => el("li", {}, el("strong", { text: clock(s.at) + " " + s.stage + ": " }), s.what + (s.detail ? " (" + s.detail + ")" : "")));
     for (const d of v.dead_letters) steps.push(el("li", {}, el("strong", { text: "dead letter " + d.seq + ": " }), (d.dead_letter.reason || "") + " " + (d.dead_letter.error || "")));
     $("#timeline-steps").replaceChildren(...steps);
     if (!quiet) { $("#timeline-body").hidden = true; box.hidden = false; box.focus(); }
