@@ -169,12 +169,26 @@ func TestConsoleInBrowserShowsFlowAndReplaysDeadLetter(t *testing.T) {
 		return len(srv.Notifications(ws.ID)) == 2
 	})
 
-	for _, v := range []string{"conversations", "delegations", "mcp", "nats"} {
+	// The conversation's memory: its turns without their texts, then
+	// forgotten, confirmed with the keyboard.
+	run(t, ctx, "conversation", view("conversations"), chromedp.WaitVisible(chromedp.CSS("#conv-list button")),
+		press("#conv-list button", kb.Enter), chromedp.WaitVisible(chromedp.CSS("#conv-detail")),
+		waitJS(`document.querySelectorAll("#conv-turns tbody tr").length >= 2`))
+	if turns := text(t, ctx, "#conv-turns tbody"); !contains(turns, "user", "agent") || strings.Contains(turns, "hello console") {
+		t.Errorf("conversation turns %q: want the user's and the agent's, without their texts", turns)
+	}
+	check("conversations")
+	screenshot(t, ctx, "conversations")
+	run(t, ctx, "forget with confirmation", press("#conv-forget", kb.Enter), chromedp.WaitVisible(chromedp.CSS("#confirm")),
+		chromedp.KeyEvent(kb.Tab), chromedp.KeyEvent(kb.Enter), waitJS(`document.querySelector("#toast").textContent === "Forgotten"`))
+
+	value(t, ctx, "clear the toast", chromedp.Evaluate[string](`document.querySelector("#toast").textContent = ""`))
+	for _, v := range []string{"delegations", "mcp", "nats"} {
 		run(t, ctx, v, view(v), chromedp.WaitVisible(chromedp.CSS("#view-"+v+"[data-loaded]")))
 		check(v)
 		screenshot(t, ctx, v)
 	}
-	t.Logf("axe-core %s on 7 views: violations by impact %v (serious and critical fail the test)", axeVersion, axeCounts)
+	t.Logf("axe-core %s on 7 views and the open timeline, dead letter and conversation: violations by impact %v (serious and critical fail the test)", axeVersion, axeCounts)
 }
 
 func unixMS(t *testing.T, s string) time.Time {
