@@ -32,7 +32,7 @@ var costRuns = flag.Int("console.cost", 0, "TestConsoleCostToTheRelay: interleav
 // message's arrival (the poller's publish) to its delivery on the page's
 // stream. Run it with
 //
-//	go test ./internal/console -run TestConsoleCostToTheRelay -console.cost 5 -v
+//	go test ./internal/console -run TestConsoleCostToTheRelay -v -timeout 0 -console.cost 5
 func TestConsoleCostToTheRelay(t *testing.T) {
 	if *costRuns == 0 {
 		t.Skip("a measurement: run with -console.cost N")
