@@ -14,6 +14,8 @@ import (
 	"sync"
 	"testing"
 
+	"github.com/nats-io/nats.go"
+
 	"github.com/molecule-ai/molecule-relay/internal/console"
 	"github.com/molecule-ai/molecule-relay/internal/dlq"
 	"github.com/molecule-ai/molecule-relay/internal/testkit/natstest"
@@ -30,6 +32,7 @@ const secretText = "the user's private words"
 type fixture struct {
 	srv  *httptest.Server
 	logs *syncBuffer
+	nc   *nats.Conn
 }
 
 type syncBuffer struct {
@@ -47,7 +50,7 @@ func (s *syncBuffer) String() string { s.mu.Lock(); defer s.mu.Unlock(); return 
 func newFixture(t *testing.T, opts console.Options) *fixture {
 	t.Helper()
 	ns := natstest.Start(t)
-	_, js := natstest.Connect(t, ns.ClientURL())
+	nc, js := natstest.Connect(t, ns.ClientURL())
 	ctx := pipelinetest.Ctx(t)
 	topo, err := events.EnsureTopology(ctx, js, events.TopologyConfig{})
 	if err != nil {
@@ -58,7 +61,7 @@ func newFixture(t *testing.T, opts console.Options) *fixture {
 		Error: "handler refused", Deliveries: 1, OriginalSubject: events.InboundSubject("ws-1"), Envelope: in}); err != nil {
 		t.Fatal(err)
 	}
-	f := &fixture{logs: &syncBuffer{}}
+	f := &fixture{logs: &syncBuffer{}, nc: nc}
 	opts.Logger = slog.New(slog.NewTextHandler(f.logs, &slog.HandlerOptions{Level: slog.LevelInfo}))
 	c, err := console.New(js, topo, opts)
 	if err != nil {
