@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"log/slog"
 
 	"github.com/molecule-ai/molecule-relay/internal/config"
 	"github.com/molecule-ai/molecule-relay/internal/console"
@@ -12,14 +13,19 @@ import (
 // MOLECULE_CONSOLE_LISTEN is not set: loopback, so no token is needed.
 const defaultConsoleListen = "127.0.0.1:8090"
 
-// runningRelay, when set, finds the NATS URL of a relay running on the
-// embedded store of cfg, so that the console joins it instead of opening
-// the store (which the running relay holds locked).
+// reachRunningRelay, when set, points cfg at the embedded server of a
+// relay running on the same store, so that the console joins it instead
+// of opening the store (which the running relay holds locked).
 //
-// HOOK (issue 40, item 1): the CLI's way into a running relay's embedded
-// server (s44-cli, internal/relay/embedded) fills this in; until then the
-// console command reaches a running relay through NATS_URL only.
-var runningRelay func(cfg *config.Config) (url string, ok bool)
+// HOOK (issue 40, item 1): the CLI's way into a running relay (branch
+// s44-cli: reachRunning in cmd/molecule-relay/running.go, on
+// embedded.Running) fills it in with one line once both are merged:
+//
+//	func init() { reachRunningRelay = reachRunning }
+//
+// Until then the console command reaches a running relay through
+// NATS_URL only.
+var reachRunningRelay func(cfg *config.Config, log *slog.Logger) error
 
 // runConsole serves the console against NATS_URL, or the embedded store.
 func runConsole(ctx context.Context, env *cliEnv, args []string) error {
@@ -27,17 +33,17 @@ func runConsole(ctx context.Context, env *cliEnv, args []string) error {
 	if err != nil {
 		return err
 	}
-	if cfg.NATS.URL == "" && runningRelay != nil {
-		if url, ok := runningRelay(cfg); ok {
-			cfg.NATS.URL = url
-		}
-	}
 	if cfg.ConsoleListen == "" {
 		cfg.ConsoleListen = defaultConsoleListen
 	}
-	log := cfg.NewLogger(env.stderr)
 	if err := console.CheckListen(cfg.ConsoleListen, console.Options{Token: cfg.ConsoleToken}); err != nil {
 		return usageError{err}
+	}
+	log := cfg.NewLogger(env.stderr)
+	if reachRunningRelay != nil {
+		if err := reachRunningRelay(cfg, log); err != nil {
+			return err
+		}
 	}
 	rt, err := relay.Open(ctx, cfg, log)
 	if err != nil {

@@ -67,8 +67,6 @@ type Message struct {
 	text, reply string // the bodies, sent only on a reveal
 }
 
-func (m *Message) key() string { return m.Workspace + "/" + m.Activity }
-
 func (m *Message) step(at time.Time, stage, what, detail string) {
 	m.Steps = append(m.Steps, Step{At: at, Stage: stage, What: what, Detail: detail})
 }
