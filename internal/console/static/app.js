@@ -101,15 +101,24 @@
       el("td", {}, el("button", { type: "button", "aria-label": "Timeline of " + m.activity, onclick: () => timeline(m.workspace, m.activity) }, "Timeline")));
     return [key, row];
   }
-  function upsert(m) {
+  const flowMsgs = new Map();
+  // upsert shows m, unless the page holds a newer state of it (more
+  // steps): the snapshot a view loads may be older than the stream's
+  // updates that overtook it. A new message goes on top, or at the
+  // bottom when it comes from the snapshot (older ones).
+  function upsert(m, fromSnapshot) {
     const [key, row] = flowRow(m);
+    const have = flowMsgs.get(key);
+    if (have && have.steps.length > m.steps.length) return;
+    flowMsgs.set(key, m);
     const tbody = $("#flow-table tbody");
     const old = flowRows.get(key);
     // When the row first appeared (ms since the epoch): the browser test
     // measures arrival to appearance with it.
     row.dataset.shownAt = old ? old.dataset.shownAt : String(Date.now());
     row.dataset.polledAt = m.polled_at || "";
-    if (old) old.replaceWith(row); else { if (!flowRows.size) tbody.replaceChildren(); tbody.prepend(row); }
+    if (fromSnapshot) row.className = "";
+    if (old) old.replaceWith(row); else { if (!flowRows.size) tbody.replaceChildren(); if (fromSnapshot) tbody.append(row); else tbody.prepend(row); }
     flowRows.set(key, row);
     if (openTimeline === key) timeline(m.workspace, m.activity, true).catch(() => {});
   }
@@ -134,9 +143,8 @@
   loaders.flow = async () => {
     watchFlow();
     const v = await api("/api/flow");
-    flowRows.clear();
-    const rows = v.messages.map((m) => { const [key, row] = flowRow(m); row.className = ""; flowRows.set(key, row); return row; });
-    fill($("#flow-table tbody"), rows, "No message seen since the console opened.", 10);
+    for (const m of v.messages) upsert(m, true);
+    if (!flowRows.size) fill($("#flow-table tbody"), [], "No message seen since a page opened the flow.", 10);
     stats(v.stats);
   };
   async function timeline(ws, act, quiet) {
@@ -172,7 +180,7 @@
         el("td", {}, el("input", { type: "checkbox", class: "pick", value: e.seq, "aria-label": "Select dead letter " + e.seq })),
         el("td", { text: e.seq }), el("td", { text: time(e.stored) }), el("td", { text: d.stage || "–" }),
         el("td", { class: "mono", text: short(d.workspace_id) }), el("td", { class: "mono", text: d.activity_id || "–" }),
-        el("td", { text: d.reason || e.decode_error || "–" }), el("td", { text: d.deliveries || "–" }), el("td", { text: d.error || "" }),
+        el("td", { text: d.reason || e.decode_error || "–" }), el("td", { text: d.deliveries || "–" }), el("td", { class: "wrap", text: d.error || "" }),
         el("td", {},
           el("button", { type: "button", "aria-label": "Inspect dead letter " + e.seq, onclick: () => inspect(e.seq) }, "Inspect"), " ",
           el("button", { type: "button", "data-action": true, "aria-label": "Replay dead letter " + e.seq, onclick: () => act("replay", [e.seq]), disabled: readOnly }, "Replay")));
