@@ -14,9 +14,10 @@ import (
 
 // stageFlags are the flags shared by connect, poll, dispatch and reply.
 type stageFlags struct {
-	once bool
-	idle time.Duration
-	json bool
+	once    bool
+	idle    time.Duration
+	json    bool
+	console consoleFlag
 }
 
 // openForInspection parses an inspection command's flags (status, dlq,
@@ -70,6 +71,7 @@ func (s *stageFlags) bind(fs *flag.FlagSet) {
 	fs.BoolVar(&s.once, "once", false, "do one bounded run and exit: 0 when everything was delivered, 1 when something failed or was dead-lettered")
 	fs.DurationVar(&s.idle, "idle", time.Second, "with --once: how long an empty queue must stay empty to count as drained")
 	fs.BoolVar(&s.json, "json", false, "with --once: print the run's report as JSON")
+	s.console.bind(fs)
 }
 
 func runConnect(ctx context.Context, env *cliEnv, args []string) error {
@@ -95,6 +97,7 @@ func runStages(ctx context.Context, env *cliEnv, name string, args []string, sta
 	if err != nil {
 		return err
 	}
+	sf.console.apply(cfg)
 	if sf.once && stages.Poll && cfg.PushListen != "" {
 		// The push ingress must be listening when the platform pushes; a
 		// bounded run cannot receive anything.

@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"flag"
 	"log/slog"
 
 	"github.com/molecule-ai/molecule-relay/internal/config"
@@ -57,4 +58,19 @@ func runConsole(ctx context.Context, env *cliEnv, args []string) error {
 	defer stop()
 	<-ctx.Done()
 	return nil
+}
+
+// consoleFlag is --console of connect, the stage commands and mcp: serve
+// the console on defaultConsoleListen unless MOLECULE_CONSOLE_LISTEN
+// names another address.
+type consoleFlag bool
+
+func (f *consoleFlag) bind(fs *flag.FlagSet) {
+	fs.BoolVar((*bool)(f), "console", false, "serve the operator console on "+defaultConsoleListen+" (MOLECULE_CONSOLE_LISTEN: another address)")
+}
+
+func (f consoleFlag) apply(cfg *config.Config) {
+	if f && cfg.ConsoleListen == "" {
+		cfg.ConsoleListen = defaultConsoleListen
+	}
 }

@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/molecule-ai/molecule-relay/internal/config"
 	"github.com/molecule-ai/molecule-relay/internal/testkit/natstest"
 	"github.com/molecule-ai/molecule-relay/internal/testkit/pipelinetest"
 	"github.com/molecule-ai/molecule-relay/pkg/molecule/moleculetest"
@@ -84,4 +85,20 @@ func freeListenAddr(t *testing.T) string {
 	}
 	defer ln.Close()
 	return ln.Addr().String()
+}
+
+// --console serves the console on 127.0.0.1:8090, unless
+// MOLECULE_CONSOLE_LISTEN names another address.
+func TestConsoleFlagServesOnTheDefaultAddressUnlessOneIsSet(t *testing.T) {
+	t.Parallel()
+	for _, tt := range []struct {
+		flag      consoleFlag
+		set, want string
+	}{{true, "", defaultConsoleListen}, {true, "127.0.0.1:9999", "127.0.0.1:9999"}, {false, "", ""}} {
+		cfg := &config.Config{ConsoleListen: tt.set}
+		tt.flag.apply(cfg)
+		if cfg.ConsoleListen != tt.want {
+			t.Errorf("--console=%v with %q: %q, want %q", tt.flag, tt.set, cfg.ConsoleListen, tt.want)
+		}
+	}
 }

@@ -30,14 +30,17 @@ func runMCP(ctx context.Context, env *cliEnv, args []string) error {
 	// holding the lease with SIGPIPE.
 	signal.Ignore(syscall.SIGPIPE)
 	var noWait bool
+	var withConsole consoleFlag
 	menv := *env
 	menv.environ = mcpEnviron(env.environ)
 	cfg, err := parseConfig(&menv, "mcp", args, config.NeedPlatform, func(fs *flag.FlagSet) {
+		withConsole.bind(fs)
 		fs.BoolVar(&noWait, "no-wait", false, "exit 3 when another session holds the channel, instead of serving the client and taking over when that session ends")
 	})
 	if err != nil {
 		return err
 	}
+	withConsole.apply(cfg)
 	log := cfg.NewLogger(env.stderr)
 	var ids []string
 	for _, w := range cfg.Workspaces() {
