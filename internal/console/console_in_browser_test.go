@@ -33,7 +33,8 @@ echo "answered"
 // the platform double: a message appears in the flow within 1 s of its
 // arrival on the inbound stream and its timeline shows it answered; a
 // message the handler refuses shows as a dead letter, is replayed (with
-// a confirmation) once the handler is fixed, and is answered; every
+// a confirmation) once the handler is fixed, and is answered; another is
+// selected and purged; a conversation is opened and forgotten; every
 // view passes axe-core with no serious or critical violation.
 func TestConsoleInBrowserShowsFlowAndReplaysDeadLetter(t *testing.T) {
 	exe := chromium(t)
@@ -168,6 +169,21 @@ func TestConsoleInBrowserShowsFlowAndReplaysDeadLetter(t *testing.T) {
 	pipelinetest.Eventually(t, 10*time.Second, "the replayed message's answer on the platform", func() bool {
 		return len(srv.Notifications(ws.ID)) == 2
 	})
+
+	// Another dead letter, selected with the space bar and purged.
+	if err := os.Remove(script + ".fixed"); err != nil {
+		t.Fatal(err)
+	}
+	if code, _, err := srv.SendCanvas(context.Background(), ws.ID, "boom again"); err != nil || code != 200 {
+		t.Fatalf("send: %d %v", code, err)
+	}
+	run(t, ctx, "second dead letter", waitJS(`[...document.querySelectorAll("#flow-table td")].some(td => td.textContent === "dead letter")`),
+		view("dlq"), chromedp.WaitVisible(chromedp.CSS("#dlq-table tbody tr[data-seq]")),
+		press("#dlq-table tbody tr[data-seq] input.pick", " "), waitJS(`document.querySelector("#dlq-table tbody tr[data-seq] input.pick").checked`),
+		press("#dlq-purge", kb.Enter), chromedp.WaitVisible(chromedp.CSS("#confirm")),
+		chromedp.KeyEvent(kb.Tab), chromedp.KeyEvent(kb.Enter),
+		waitJS(`document.querySelector("#toast").textContent.startsWith("Purged")`),
+		waitJS(`!document.querySelector("#dlq-table tbody tr[data-seq]")`))
 
 	// The conversation's memory: its turns without their texts, then
 	// forgotten, confirmed with the keyboard.
