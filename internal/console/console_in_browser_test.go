@@ -82,9 +82,15 @@ func TestConsoleInBrowserShowsFlowAndReplaysDeadLetter(t *testing.T) {
 
 	ctx := browser(t, exe)
 	axeCounts := map[string]int{}
+	// check runs axe-core on the page as it is, and looks for the
+	// workspace's and the console's tokens in it: never shown.
 	check := func(where string) {
 		for k, v := range checkAccessibility(t, ctx, axe, where) {
 			axeCounts[k] += v
+		}
+		html := value(t, ctx, "page of "+where, chromedp.Evaluate[string](`document.documentElement.outerHTML`))
+		if strings.Contains(html, ws.Token) || strings.Contains(html, token) {
+			t.Errorf("%s: the page shows a token", where)
 		}
 	}
 
