@@ -4,6 +4,7 @@ import (
 	"github.com/molecule-ai/molecule-relay/internal/config"
 	"github.com/molecule-ai/molecule-relay/internal/configerr"
 	"github.com/molecule-ai/molecule-relay/internal/delegate"
+	"github.com/molecule-ai/molecule-relay/internal/handler"
 )
 
 // Config is a relay's whole configuration, as LoadConfig reads it from the
@@ -38,3 +39,8 @@ var ErrInvalidConfig = configerr.ErrInvalid
 // ErrNoAnswer is returned by a handler's AskPeer when the peer did not
 // answer within the question's timeout.
 var ErrNoAnswer = delegate.ErrNoAnswer
+
+// SetHandler makes the dispatchers the runtime builds from now on (Run,
+// Once) run h, a Go program's own handler (the root package), instead of
+// the one MOLECULE_HANDLER names.
+func (rt *Runtime) SetHandler(h handler.Handler) { rt.goHandler = h }
