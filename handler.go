@@ -105,8 +105,9 @@ type File struct {
 // Answer is a handler's answer. The zero value sends nothing.
 type Answer struct {
 	Text string
-	// Attachments are sent with the text; a local file's URI is a path
-	// (file:///… or /…) the relay uploads first.
+	// Attachments are sent with the text. A local file (its URI a path,
+	// file:///… or /…) is uploaded first, for a canvas user only: a peer
+	// cannot read this workspace's uploads (attach an https URL).
 	Attachments []Attachment
 }
 
