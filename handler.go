@@ -7,8 +7,8 @@ import (
 	"log/slog"
 	"time"
 
+	"github.com/molecule-ai/molecule-relay/internal/delegate"
 	"github.com/molecule-ai/molecule-relay/internal/handler"
-	relayrt "github.com/molecule-ai/molecule-relay/internal/relay"
 	"github.com/molecule-ai/molecule-relay/pkg/events"
 	"github.com/molecule-ai/molecule-relay/pkg/molecule"
 )
@@ -131,7 +131,7 @@ type PeerAnswer struct {
 
 // ErrNoAnswer is returned by Context.Ask when the peer did not answer in
 // time.
-var ErrNoAnswer = relayrt.ErrNoAnswer
+var ErrNoAnswer = delegate.ErrNoAnswer
 
 // Context is a handler's context.Context for one message, and the
 // relay's agent API on the message's behalf: every call is scoped to the

@@ -61,14 +61,21 @@ func TestPublicSignaturesNameNoInternalType(t *testing.T) {
 // internal stage types.
 func TestPublicSignatureCheckFindsInternalTypes(t *testing.T) {
 	path := module + "/internal/relay"
+	pkg := loadExported(t, path)[path]
 	var found []string
-	for _, a := range exportedAPI(loadExported(t, path)[path]) {
+	for _, a := range exportedAPI(pkg) {
 		for _, leak := range internalTypes(a.typ) {
 			found = append(found, a.name+" names "+leak)
 		}
 	}
+	// An alias of an internal type, as a public package could declare it.
+	public := types.NewPackage(module+"/pkg/leaky", "leaky")
+	alias := types.NewAlias(types.NewTypeName(token.NoPos, public, "Runtime", nil), pkg.Scope().Lookup("Runtime").Type())
+	for _, leak := range internalTypes(types.NewSlice(alias)) {
+		found = append(found, "leaky.Runtime names "+leak)
+	}
 	for _, want := range []string{
-		"Config names internal/config.Config",                     // an alias
+		"leaky.Runtime names internal/relay.Runtime",              // an alias
 		"Runtime.Conn names internal/broker.Conn",                 // a field, through a pointer
 		"Runtime.Dispatcher names internal/handler.Handler",       // a parameter
 		"Runtime.Dispatcher names internal/dispatcher.Dispatcher", // a result

@@ -9,6 +9,7 @@ import (
 	"os"
 
 	"github.com/molecule-ai/molecule-relay/internal/config"
+	"github.com/molecule-ai/molecule-relay/internal/configerr"
 	relayrt "github.com/molecule-ai/molecule-relay/internal/relay"
 	_ "github.com/molecule-ai/molecule-relay/internal/relay/embedded" // NATS in the process when NATS_URL is empty, as connect
 )
@@ -108,7 +109,7 @@ func Stages(stages ...Stage) Option {
 
 // ErrInvalidConfig is matched (errors.Is) by every configuration error;
 // the error names the setting.
-var ErrInvalidConfig = relayrt.ErrInvalidConfig
+var ErrInvalidConfig = configerr.ErrInvalid
 
 // New configures a relay that runs h on every message and connects it.
 // With h nil the relay runs the built-in handler MOLECULE_HANDLER names
