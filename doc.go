@@ -2,7 +2,8 @@
 // program's own handler: the relay polls the workspaces' activity feeds
 // of the Molecule AI platform, runs the handler on every message through
 // NATS JetStream (embedded when NATS_URL is empty), and posts the answers,
-// each exactly once, as `molecule-relay connect` does.
+// as `molecule-relay connect` does and with its guarantees
+// (docs/guarantees.md).
 //
 // The shortest program reads its settings from the environment, like
 // connect (MOLECULE_PLATFORM_URL, MOLECULE_WORKSPACE_ID,
