@@ -65,6 +65,34 @@ func ExampleContext_Interim() {
 	// You have 0 peers.
 }
 
+// A bounded run, as `connect --once` in CI: it answers everything queued
+// and returns a report. The first run registers the workspace with the
+// platform, which then queues messages for it.
+func ExampleRelay_Once() {
+	platform, ws, settings, done := sandbox()
+	defer done()
+	ctx := context.Background()
+	r, err := relay.New(ctx, func(c *relay.Context, m *relay.Message) (relay.Answer, error) {
+		return relay.Answer{Text: "You said: " + m.Text}, nil
+	}, append(settings, relay.Platform(platform.URL()), relay.Workspace(ws.ID, ws.Token))...)
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer r.Close()
+	if _, err := r.Once(ctx, 200*time.Millisecond); err != nil {
+		log.Fatal(err)
+	}
+	if st, _, err := platform.SendCanvas(ctx, ws.ID, "hello"); err != nil || st != 200 {
+		log.Fatal(st, err)
+	}
+	rep, err := r.Once(ctx, 200*time.Millisecond)
+	if err != nil {
+		log.Fatal(err, rep.Failures)
+	}
+	fmt.Printf("handled %d, replied %d: %s\n", rep.Handled, rep.Replied, platform.Notifications(ws.ID)[0].Message)
+	// Output: handled 1, replied 1: You said: hello
+}
+
 // sandbox is the platform double with one workspace, and the settings of
 // a relay on its own embedded NATS in a fresh store that reads nothing
 // from the process's environment; done closes the double and removes the
