@@ -14,7 +14,8 @@ type Report struct {
 	Polled                         []Polled
 	Handled, Replied, DeadLettered uint64
 	// Failures names each workspace or stage that did not do its work,
-	// with its cause and what to do.
+	// with its cause and what to do, and each error tied to neither (a
+	// consumer that could not be read).
 	Failures []string
 }
 
