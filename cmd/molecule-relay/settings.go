@@ -37,7 +37,7 @@ var (
 		{"MOLECULE_AGENT_NAME", "agent card name"},
 	}}
 	groupPoller = settingGroup{"Poller", []setting{
-		{"MOLECULE_POLL_INTERVAL", "between polls: seconds (5) or a duration (500ms)"},
+		{"MOLECULE_POLL_INTERVAL", "between polls: a duration with its unit (5s, 500ms)"},
 		{"MOLECULE_SSE", "wake on the workspace's event stream (true or false)"},
 		{"MOLECULE_PAGE_LIMIT", "activity page size (at most 500)"},
 		{"MOLECULE_BACKLOG_WINDOW", "on a cold start, deliver messages this recent (0: none)"},
