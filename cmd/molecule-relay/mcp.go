@@ -31,7 +31,8 @@ func runMCP(ctx context.Context, env *cliEnv, args []string) error {
 	signal.Ignore(syscall.SIGPIPE)
 	var noWait bool
 	menv := *env
-	menv.environ = mcpEnviron(env.environ)
+	var dotEnvNote string
+	menv.environ, dotEnvNote = mcpEnviron(env.environ)
 	cfg, err := parseConfig(&menv, "mcp", args, config.NeedPlatform, func(fs *flag.FlagSet) {
 		fs.BoolVar(&noWait, "no-wait", false, "exit 3 when another session holds the channel, instead of serving the client and taking over when that session ends")
 	})
@@ -39,6 +40,9 @@ func runMCP(ctx context.Context, env *cliEnv, args []string) error {
 		return err
 	}
 	log := cfg.NewLogger(env.stderr)
+	if dotEnvNote != "" {
+		log.Info(dotEnvNote)
+	}
 	var ids []string
 	for _, w := range cfg.Workspaces() {
 		ids = append(ids, w.ID)
@@ -63,9 +67,11 @@ func runMCP(ctx context.Context, env *cliEnv, args []string) error {
 //     per user rather than one per project directory;
 //   - the agent's name defaults to "Claude Code (channel)".
 //
-// A variable the environment sets wins over the .env file. The two names
-// of one setting (ours and the channel's) must agree (config.Load).
-func mcpEnviron(environ []string) []string {
+// A setting the environment gives wins over the .env file, under whichever
+// name each gives it (dotEnvShadowed); note says in one line what the
+// .env gave that was not taken. The two names of one setting set in the
+// same place must agree (config.Load).
+func mcpEnviron(environ []string) (_ []string, note string) {
 	set := map[string]string{}
 	for _, kv := range environ {
 		if k, v, ok := strings.Cut(kv, "="); ok {
@@ -86,8 +92,17 @@ func mcpEnviron(environ []string) []string {
 		}
 	}
 	if stateDir != "" {
-		for _, kv := range readDotEnv(filepath.Join(stateDir, ".env")) {
+		path := filepath.Join(stateDir, ".env")
+		var skipped []string
+		for _, kv := range readDotEnv(path) {
+			if by := dotEnvShadowed(kv[0], set); by != "" {
+				skipped = append(skipped, kv[0]+" (the environment's "+by+")")
+				continue
+			}
 			add(kv[0], kv[1])
+		}
+		if len(skipped) > 0 {
+			note = "the environment wins over " + path + ": not taken from it " + strings.Join(skipped, ", ")
 		}
 	}
 	if stateDir != "" {
@@ -100,7 +115,41 @@ func mcpEnviron(environ []string) []string {
 	}
 	add("MOLECULE_AGENT_NAME", mcpAgentName)
 	// Read here, and by no other command: not handed on.
-	return slices.DeleteFunc(out, func(kv string) bool { return strings.HasPrefix(kv, "MOLECULE_STATE_DIR=") })
+	return slices.DeleteFunc(out, func(kv string) bool { return strings.HasPrefix(kv, "MOLECULE_STATE_DIR=") }), note
+}
+
+// workspaceVars name the workspaces and their credentials: one setting,
+// which the environment gives whole as soon as it names a workspace.
+var (
+	workspaceVars   = []string{"MOLECULE_WORKSPACE_ID", "MOLECULE_WORKSPACE_TOKEN", "MOLECULE_WORKSPACE_TOKEN_FILE", "MOLECULE_WORKSPACE_IDS", "MOLECULE_WORKSPACE_TOKENS", "MOLECULE_WORKSPACES_JSON", "MOLECULE_PLATFORM_URLS", "MOLECULE_ORG_IDS"}
+	workspaceNaming = []string{"MOLECULE_WORKSPACE_ID", "MOLECULE_WORKSPACE_IDS", "MOLECULE_WORKSPACES_JSON"}
+)
+
+// dotEnvShadowed is the variable of env that gives the setting the .env's
+// name stands for, or "": a .env's MOLECULE_WORKSPACE_IDS is not added to
+// an exported MOLECULE_WORKSPACE_ID (the workspace would be configured
+// twice, issue 41), nor its MOLECULE_POLL_INTERVAL_MS to an exported
+// MOLECULE_POLL_INTERVAL (the two would disagree).
+func dotEnvShadowed(name string, env map[string]string) string {
+	if slices.Contains(workspaceVars, name) {
+		for _, k := range workspaceNaming {
+			if _, ok := env[k]; ok {
+				return k
+			}
+		}
+		return ""
+	}
+	for _, s := range config.ChannelSettings {
+		if s.Name != name && s.Ours != name || strings.Contains(s.Ours, ",") {
+			continue
+		}
+		for _, k := range []string{s.Name, s.Ours} {
+			if _, ok := env[k]; ok && k != name {
+				return k
+			}
+		}
+	}
+	return ""
 }
 
 var dotEnvLine = regexp.MustCompile(`^([A-Z_][A-Z0-9_]*)=(.*)$`)
