@@ -60,6 +60,7 @@ func init() {
 		{"poll", "the poller stage only (--once: one poll of every workspace)", runStage("poll")},
 		{"dispatch", "the dispatcher stage only (--once: drain the inbound queue)", runStage("dispatch")},
 		{"reply", "the replier stage only (--once: drain the reply queue)", runStage("reply")},
+		{"doctor", "check a configuration without changing anything: platform, token, workspace state, poll mode, rate limit, event stream, NATS", runDoctor},
 		{"status", "workspaces, cursors, streams, consumer lag and dead letters (--json)", runStatus},
 		{"mcp", "Claude Code channel: an MCP stdio server on the durable pipeline (see README, Claude Code channel)", runMCP},
 		{"dlq", "dead letters: list | show SEQ | replay SEQ | purge", runDLQ},
