@@ -55,8 +55,9 @@ func (r *doctorReport) line(m checkMark, what, format string, a ...any) {
 // changing anything anywhere: it registers nothing, answers nothing, sends
 // no heartbeat, acks nothing and writes no row on the feed; it only reads
 // (GET requests, a NATS lookup, the store's lock file). Exit 0 when
-// nothing failed (warnings say what connect would change), 1 when a check
-// failed, 2 for a configuration that does not load.
+// nothing failed, 1 when a check failed (where connect --once would exit
+// 1 too: a paused workspace is one), 2 for a configuration that does not
+// load.
 func runDoctor(ctx context.Context, env *cliEnv, args []string) error {
 	cfg, err := parseConfig(env, "doctor", args, config.NeedPlatform, nil)
 	if err != nil {
@@ -154,7 +155,7 @@ func checkToken(ctx context.Context, rep *doctorReport, c *molecule.Client, regi
 	rep.line(markOK, "token", "accepted")
 	switch {
 	case st.Status == "paused":
-		rep.line(markWarn, "state", "paused: messages still queue on its feed; connect's start registers it, which un-pauses it (MOLECULE_REGISTER=false leaves it paused)")
+		rep.line(markFail, "state", "paused on the platform: connect fetches nothing from it (messages stay queued there) and --once exits 1; resume it in the canvas (a first connect on an empty store registers it, which un-pauses it)")
 	case st.Status == "online":
 		rep.line(markOK, "state", "online: an agent heartbeated it in the last 90 s; if that is not a relay of this configuration, two clients answer its messages")
 	case st.Status == "failed" || st.Status == "degraded":

@@ -139,17 +139,17 @@ func TestDoctorUnreachablePlatformExits1(t *testing.T) {
 	wantLines(t, r.stdout, "FAIL  platform       unreachable", "check MOLECULE_PLATFORM_URL", "1 failed")
 }
 
-// A paused workspace is a warning (connect would un-pause it by
-// registering): exit 0, and it stays paused.
-func TestDoctorPausedWorkspaceWarnsAndLeavesItPaused(t *testing.T) {
+// A paused workspace fails, as connect --once does (it fetches nothing
+// from it): exit 1, and it stays paused.
+func TestDoctorPausedWorkspaceExits1AndLeavesItPaused(t *testing.T) {
 	w := newDoctorWorld(t)
 	w.srv.Pause(w.ws.ID)
 	w.before = w.srv.Status(w.ws.ID)
 	r := w.doctor(t)
-	if r.code != exitOK {
-		t.Fatalf("exit %d, want 0", r.code)
+	if r.code != exitFailed {
+		t.Fatalf("exit %d, want 1", r.code)
 	}
-	wantLines(t, r.stdout, "warn  state          paused", "un-pauses it", "0 failed, 1 warning(s)")
+	wantLines(t, r.stdout, "FAIL  state          paused on the platform", "resume it in the canvas", "1 failed, 0 warning(s)")
 	if st := w.srv.Status(w.ws.ID).Status; st != "paused" {
 		t.Errorf("status %q after doctor, want paused", st)
 	}

@@ -127,6 +127,8 @@ func commandGroups(name string) []settingGroup {
 		return []settingGroup{groupPlatform, groupReplier, groupNATS, groupLogs}
 	case "status":
 		return []settingGroup{groupPlatform, groupStatusGroup, groupNATS, groupLogs}
+	case "doctor":
+		return []settingGroup{groupPlatform, groupPoller, groupNATS, groupLogs}
 	case "dlq", "history":
 		return []settingGroup{groupNATS, groupLogs}
 	case "dev":
