@@ -62,7 +62,7 @@ func init() {
 		{"reply", "the replier stage only (--once: drain the reply queue)", runStage("reply")},
 		{"doctor", "check a configuration without changing anything: platform, token, workspace state, poll mode, rate limit, event stream, NATS", runDoctor},
 		{"status", "workspaces, cursors, streams, consumer lag and dead letters (--json)", runStatus},
-		{"mcp", "Claude Code channel: an MCP stdio server on the durable pipeline (see README, Claude Code channel)", runMCP},
+		{"mcp", "Claude Code channel: an MCP stdio server on the durable pipeline; mcp install configures Claude Code for it (README, Claude Code channel)", runMCP},
 		{"dlq", "dead letters: list | show SEQ | replay SEQ | purge", runDLQ},
 		{"history", "conversation memory: show | forget <workspace> [conversation]", runHistory},
 		{"completion", "print a shell completion script: completion bash | zsh | fish", runCompletion},

@@ -3,7 +3,11 @@ package main
 import (
 	"bufio"
 	"context"
+	"encoding/json"
+	"errors"
 	"flag"
+	"fmt"
+	"io"
 	"os"
 	"os/signal"
 	"path/filepath"
@@ -11,6 +15,7 @@ import (
 	"slices"
 	"strings"
 	"syscall"
+	"time"
 
 	"github.com/molecule-ai/molecule-relay/internal/config"
 	"github.com/molecule-ai/molecule-relay/internal/mcpchannel"
@@ -29,16 +34,31 @@ func runMCP(ctx context.Context, env *cliEnv, args []string) error {
 	// write must fail with EPIPE and end the session, not kill the process
 	// holding the lease with SIGPIPE.
 	signal.Ignore(syscall.SIGPIPE)
+	if len(args) > 0 && args[0] == "install" {
+		return runMCPInstall(ctx, env, args[1:])
+	}
 	var noWait bool
 	menv := *env
 	var dotEnvNote string
 	menv.environ, dotEnvNote = mcpEnviron(env.environ)
+	// The warnings wait: a start that fails prints its reason first.
+	var warnings strings.Builder
+	menv.stderr = &warnings
 	cfg, err := parseConfig(&menv, "mcp", args, config.NeedPlatform, func(fs *flag.FlagSet) {
 		fs.BoolVar(&noWait, "no-wait", false, "exit 3 when another session holds the channel, instead of serving the client and taking over when that session ends")
 	})
-	if err != nil {
+	if errors.Is(err, flag.ErrHelp) {
+		io.WriteString(env.stderr, warnings.String())
 		return err
 	}
+	if err != nil {
+		refuseInitialize(env.stdin, env.stdout, err)
+		if warnings.Len() > 0 {
+			return fmt.Errorf("%w\n%s", err, strings.TrimRight(warnings.String(), "\n"))
+		}
+		return err
+	}
+	io.WriteString(env.stderr, warnings.String())
 	log := cfg.NewLogger(env.stderr)
 	if dotEnvNote != "" {
 		log.Info(dotEnvNote)
@@ -170,4 +190,45 @@ func readDotEnv(path string) [][2]string {
 		}
 	}
 	return kvs
+}
+
+// refuseInitialize answers the client's initialize request, if one comes
+// within a second, with a JSON-RPC error carrying why the start failed:
+// Claude Code's `claude mcp list` shows that message ("✘ Failed to
+// connect — -32603: …"), where an exit alone shows "Connection closed"
+// and leaves the reason in its log file (issue 41). A terminal on stdin
+// is not read.
+func refuseInitialize(stdin io.Reader, stdout io.Writer, cause error) {
+	if f, ok := stdin.(*os.File); ok {
+		if fi, err := f.Stat(); err != nil || fi.Mode()&os.ModeCharDevice != 0 {
+			return
+		}
+	}
+	msg, _, _ := strings.Cut(cause.Error(), "\n")
+	id := make(chan json.RawMessage, 1)
+	go func() {
+		sc := bufio.NewScanner(stdin)
+		sc.Buffer(make([]byte, 64<<10), 1<<20)
+		for sc.Scan() {
+			var req struct {
+				ID     json.RawMessage `json:"id"`
+				Method string          `json:"method"`
+			}
+			if json.Unmarshal(sc.Bytes(), &req) == nil && req.Method == "initialize" && len(req.ID) > 0 {
+				id <- req.ID
+				return
+			}
+		}
+		id <- nil // input ended without one
+	}()
+	select {
+	case rid := <-id:
+		if rid == nil {
+			return
+		}
+		resp, _ := json.Marshal(map[string]any{"jsonrpc": "2.0", "id": rid,
+			"error": map[string]any{"code": -32603, "message": "molecule-relay mcp: " + msg}})
+		_, _ = stdout.Write(append(resp, '\n'))
+	case <-time.After(time.Second):
+	}
 }
