@@ -17,10 +17,11 @@ import (
 type claudeIn struct {
 	t               *testing.T
 	bin, home, proj string
+	extra           []string // more of Claude Code's environment; later entries win
 }
 
 func (c claudeIn) env() []string {
-	return []string{"HOME=" + c.home, "PATH=" + os.Getenv("PATH"), "DISABLE_AUTOUPDATER=1", "DISABLE_TELEMETRY=1", "CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC=1"}
+	return append([]string{"HOME=" + c.home, "PATH=" + os.Getenv("PATH"), "DISABLE_AUTOUPDATER=1", "DISABLE_TELEMETRY=1", "CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC=1"}, c.extra...)
 }
 
 func (c claudeIn) run(args ...string) string {
@@ -109,5 +110,44 @@ func TestMCPStartFailurePrintsItsReasonFirst(t *testing.T) {
 	}
 	if err := json.Unmarshal(stdout.Bytes(), &resp); err != nil || !strings.Contains(resp.Error.Message, "MOLECULE_WORKSPACE_ID") || strings.Contains(resp.Error.Message, "\n") {
 		t.Errorf("stdout %q (%v); want a JSON-RPC error naming MOLECULE_WORKSPACE_ID, one line", stdout.String(), err)
+	}
+}
+
+// examples/claude/mcp.json, copied to a project as .mcp.json, reads the
+// variables the emulator and the README name (singular: one workspace)
+// from Claude Code's environment, the token from a mode-0600 file, and
+// mcp's own store; approved, it connects.
+func TestClaudeCodeConnectsWithTheExampleMCPJSON(t *testing.T) {
+	c := claudeIn{t: t, bin: claudeCLI(t), home: t.TempDir(), proj: t.TempDir()}
+	w := newMCPWorld(t)
+	example, err := os.ReadFile("../../examples/claude/mcp.json")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, name := range []string{"_IDS", "_TOKENS", "NATS_STORE_DIR", "MOLECULE_WORKSPACE_TOKEN\""} {
+		if bytes.Contains(example, []byte(name)) {
+			t.Errorf("the example names %s", name)
+		}
+	}
+	bin := t.TempDir()
+	if err := os.Symlink(relayBin(t), bin+"/molecule-relay"); err != nil {
+		t.Fatal(err)
+	}
+	tokenFile := t.TempDir() + "/token"
+	if err := os.WriteFile(tokenFile, []byte(w.ws.Token), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	// The approval `claude` asks for on a project's first start.
+	approved := `{"projects":{"` + c.proj + `":{"enabledMcpjsonServers":["molecule"],"hasTrustDialogAccepted":true}}}`
+	for path, body := range map[string][]byte{c.proj + "/.mcp.json": example, c.home + "/.claude.json": []byte(approved)} {
+		if err := os.WriteFile(path, body, 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	env := envMap(w.environ)
+	c.extra = []string{"PATH=" + bin + ":" + os.Getenv("PATH"), "MOLECULE_PLATFORM_URL=" + env["MOLECULE_PLATFORM_URL"],
+		"MOLECULE_WORKSPACE_ID=" + env["MOLECULE_WORKSPACE_ID"], "MOLECULE_WORKSPACE_TOKEN_FILE=" + tokenFile}
+	if line := c.listLine("molecule"); !strings.Contains(line, "✔ Connected") {
+		t.Fatalf("%q, want ✔ Connected", line)
 	}
 }
