@@ -163,7 +163,7 @@ func checkToken(ctx context.Context, rep *doctorReport, c *molecule.Client, regi
 	case registered: // awaiting_agent, offline, provisioning
 		rep.line(markOK, "state", "%s, registered before: no agent heartbeats it now; connect registers it again and heartbeats it", st.Status)
 	default:
-		rep.line(markOK, "state", "%s, never registered (it has no agent card): connect registers it in poll mode", st.Status)
+		rep.line(markOK, "state", "%s, never registered (it has no agent card): connect registers it", st.Status)
 	}
 	return true
 }

@@ -213,3 +213,22 @@ func TestDoctorTellsANeverRegisteredWorkspace(t *testing.T) {
 		t.Errorf("%d registrations after doctor", n)
 	}
 }
+
+// A platform before 2026-05 has no poll mode: doctor fails it unless push
+// mode is configured, as connect needs.
+func TestDoctorOldPlatformNeedsPushMode(t *testing.T) {
+	srv := moleculetest.NewServer(moleculetest.WithGeneration(moleculetest.Gen2026_04))
+	t.Cleanup(srv.Close)
+	ws := srv.CreateWorkspace("old")
+	environ := []string{"MOLECULE_PLATFORM_URL=" + srv.URL(), "MOLECULE_WORKSPACE_ID=" + ws.ID,
+		"MOLECULE_WORKSPACE_TOKEN=" + ws.Token, "NATS_STORE_DIR=" + filepath.Join(t.TempDir(), "nats"), "MOLECULE_SSE=false"}
+	r := runCLI(t, environ, "doctor")
+	t.Logf("exit %d\n%s", r.code, r.stdout)
+	if r.code != exitFailed || !strings.Contains(r.stdout, "FAIL  poll mode      none: the platform is older than 2026-05") {
+		t.Fatalf("exit %d; want 1 with the poll mode line failing", r.code)
+	}
+	r = runCLI(t, append(environ, "MOLECULE_PUSH_LISTEN=127.0.0.1:0", "MOLECULE_PUSH_URL=http://127.0.0.1:9"), "doctor")
+	if r.code != exitOK || !strings.Contains(r.stdout, "ok    poll mode      none (a platform before 2026-05); push mode is configured") {
+		t.Fatalf("with push mode: exit %d\n%s", r.code, r.stdout)
+	}
+}

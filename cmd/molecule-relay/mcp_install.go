@@ -162,7 +162,7 @@ func mcpTokenFile(own map[string]string, cfg *config.Config, dryRun bool) (strin
 func claudeAddJSON(ctx context.Context, env *cliEnv, claude, scope, name string, js []byte) error {
 	bin, err := exec.LookPath(claude)
 	if err != nil {
-		return fmt.Errorf("Claude Code's CLI %q is not on PATH (%w): install it, pass --claude PATH, or use --scope project (writes ./.mcp.json), or --print and add the JSON yourself", claude, err)
+		return fmt.Errorf("the Claude Code CLI %q is not on PATH (%w): install it, pass --claude PATH, or use --scope project (writes ./.mcp.json), or --print and add the JSON yourself", claude, err)
 	}
 	run := func(args ...string) ([]byte, error) {
 		cmd := exec.CommandContext(ctx, bin, args...)
