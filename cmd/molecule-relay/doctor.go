@@ -1,6 +1,7 @@
 package main
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -10,6 +11,7 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"sync"
 	"time"
 
 	"github.com/molecule-ai/molecule-relay/internal/broker"
@@ -63,17 +65,40 @@ func runDoctor(ctx context.Context, env *cliEnv, args []string) error {
 	if err != nil {
 		return err
 	}
-	rep := &doctorReport{w: env.stdout}
 	quiet := slog.New(slog.DiscardHandler)
-	for _, w := range cfg.Workspaces() {
-		checkWorkspace(ctx, rep, cfg, w, quiet)
-	}
+	rep := checkWorkspaces(ctx, env.stdout, cfg, quiet)
 	checkNATS(ctx, rep, cfg, quiet)
 	fmt.Fprintf(env.stdout, "\n%d failed, %d warning(s); nothing was registered, answered or written\n", rep.failed, rep.warns)
 	if rep.failed > 0 {
 		return fmt.Errorf("%d check(s) failed; each FAIL line says what to do", rep.failed)
 	}
 	return nil
+}
+
+// checkWorkspaces checks the workspaces a few at a time (each holds its
+// event stream for doctorStreamHold) and prints their reports in order.
+func checkWorkspaces(ctx context.Context, out io.Writer, cfg *config.Config, log *slog.Logger) *doctorReport {
+	ws := cfg.Workspaces()
+	reps := make([]*doctorReport, len(ws))
+	bufs := make([]bytes.Buffer, len(ws))
+	var wg sync.WaitGroup
+	slots := make(chan struct{}, 8)
+	for i, w := range ws {
+		reps[i] = &doctorReport{w: &bufs[i]}
+		wg.Go(func() {
+			slots <- struct{}{}
+			defer func() { <-slots }()
+			checkWorkspace(ctx, reps[i], cfg, w, log)
+		})
+	}
+	wg.Wait()
+	total := &doctorReport{w: out}
+	for i := range ws {
+		_, _ = bufs[i].WriteTo(out)
+		total.failed += reps[i].failed
+		total.warns += reps[i].warns
+	}
+	return total
 }
 
 // checkWorkspace runs the platform checks of one workspace, in the order

@@ -232,3 +232,20 @@ func TestDoctorOldPlatformNeedsPushMode(t *testing.T) {
 		t.Fatalf("with push mode: exit %d\n%s", r.code, r.stdout)
 	}
 }
+
+// Several workspaces are checked side by side and reported in the order
+// they are configured, the failures of all counted.
+func TestDoctorReportsEachWorkspaceInOrder(t *testing.T) {
+	srv := moleculetest.NewServer()
+	t.Cleanup(srv.Close)
+	a, b, c := srv.CreateWorkspace("a"), srv.CreateWorkspace("b"), srv.CreateWorkspace("c")
+	r := runCLI(t, []string{"MOLECULE_PLATFORM_URL=" + srv.URL(), "MOLECULE_WORKSPACE_IDS=" + a.ID + "," + b.ID + "," + c.ID,
+		"MOLECULE_WORKSPACE_TOKENS=" + a.Token + ",wrong," + c.Token, "NATS_STORE_DIR=" + filepath.Join(t.TempDir(), "nats")}, "doctor")
+	ia, ib, ic := strings.Index(r.stdout, "workspace "+a.ID), strings.Index(r.stdout, "workspace "+b.ID), strings.Index(r.stdout, "workspace "+c.ID)
+	if r.code != exitFailed || ia < 0 || !(ia < ib && ib < ic) || !strings.Contains(r.stdout, "1 failed") {
+		t.Fatalf("exit %d\n%s", r.code, r.stdout)
+	}
+	if fail := strings.Index(r.stdout, "FAIL  token"); fail < ib || fail > ic {
+		t.Errorf("the token failure is not in b's report:\n%s", r.stdout)
+	}
+}
