@@ -40,7 +40,7 @@ build: ## build the CLI and the three stage binaries into bin/
 # dev's binary carries no version stamp (it says "dev"): a new commit does
 # not relink it, so a warm `make dev` answers within a second.
 dev: ## build bin/dev/molecule-relay (with progress), then run the whole pipeline against an embedded platform double and embedded NATS
-	@echo "make dev: building bin/molecule-relay, then the pipeline against an embedded platform double"
+	@echo "make dev: building bin/dev/molecule-relay, then the pipeline against an embedded platform double"
 	@GO='$(GO)' sh infra/dev/build-with-progress.sh $(BIN)/dev/molecule-relay ./cmd/molecule-relay -buildvcs=false
 	@$(BIN)/dev/molecule-relay dev $(DEV_FLAGS)
 

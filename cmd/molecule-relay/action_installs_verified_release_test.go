@@ -105,14 +105,14 @@ func git(t *testing.T, dir string, args ...string) string {
 }
 
 // publish writes the release assets of tag as .goreleaser.yaml names
-// them: the archive for this machine holding bin, and checksums.txt.
+// them (TestReleaseNamesAgree): the archive for this machine holding bin, and checksums.txt.
 func publish(t *testing.T, releases, tag, bin string) (archive string) {
 	t.Helper()
 	dir := filepath.Join(releases, tag)
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		t.Fatal(err)
 	}
-	archive = fmt.Sprintf("molecule-relay_%s_%s_%s.tar.gz", strings.TrimPrefix(tag, "v"), runtime.GOOS, runtime.GOARCH)
+	archive = readGoreleaser(t).cliArchive(t, tag, runtime.GOOS, runtime.GOARCH)
 	exe, err := os.ReadFile(bin)
 	if err != nil {
 		t.Fatal(err)
