@@ -73,7 +73,7 @@ summary=$(awk '
 	/^  "(handled|replied|dead_lettered)": [0-9]+,?$/ { k = $1; gsub(/[":]/, "", k); v = $2; sub(/,$/, "", v); print k "=" v }
 	/^  "errors": \[/ { inerr = 1; next }
 	inerr && /^  \]/ { inerr = 0 }
-	inerr && /^    "/ { print "error=" str("x: " $0) }
+	inerr && /^    "/ { v = $0; sub(/^ *"/, "", v); sub(/",?$/, "", v); print "error=" v }
 	/^      "(workspace|stage|cause|error|action)": "/ { k = $1; gsub(/[":]/, "", k); f[k] = str($0) }
 	/^    }/ && ("cause" in f) {
 		who = (f["workspace"] != "") ? "workspace " f["workspace"] : f["stage"]
