@@ -160,7 +160,7 @@ func TestActionInstallsVerifiedReleaseBinary(t *testing.T) {
 
 	// The action's build step, from this checkout, stamps the release.
 	buildDir := t.TempDir()
-	if code, _, log := runStep(t, steps["build"], map[string]string{"inputs.version": "", "steps.resolve.outputs.version": "v0.1.0", "steps.resolve.outputs.bin-dir": buildDir}, base); code != 0 {
+	if code, _, log := runStep(t, steps["build"], map[string]string{"inputs.version": "", "steps.resolve.outputs.version": "v0.1.0", "steps.resolve.outputs.commit": "", "steps.resolve.outputs.bin-dir": buildDir}, base); code != 0 {
 		t.Fatalf("build step: exit %d\n%s", code, log)
 	}
 	built := filepath.Join(buildDir, "molecule-relay")
