@@ -60,8 +60,8 @@ func (g goreleaser) cliArchive(t *testing.T, tag, goos, goarch string) string {
 
 // One release, named alike everywhere: the chart's appVersion (its
 // default image tag) is the version its version names, and every
-// molecule-relay version the README, the chart's README, the Action and
-// the GitLab example name is that one, a tag goreleaser accepts (vX.Y.Z);
+// molecule-relay version the README, the chart's README, the Action, the
+// GitLab example and the plain manifests (infra/k8s) name is that one, a tag goreleaser accepts (vX.Y.Z);
 // install-relay.sh asks for goreleaser's archive and checksum names; and
 // the image the release workflow pushes is the chart's and the
 // Makefile's repository.
@@ -87,7 +87,8 @@ func TestReleaseNamesAgree(t *testing.T) {
 		t.Fatalf("Chart.yaml: appVersion %q, version %q; want a tag vX.Y.Z and the chart's version without the v", release, chart.Version)
 	}
 	named := regexp.MustCompile(`molecule-relay[@:/](v\d+\.\d+\.\d+)|molecule-relay_(\d+\.\d+\.\d+)_|MOLECULE_RELAY_VERSION[=:] *"?(v\d+\.\d+\.\d+)`)
-	for _, path := range []string{"README.md", "infra/helm/molecule-relay/README.md", "action.yml", "infra/ci/gitlab-ci.example.yml"} {
+	for _, path := range []string{"README.md", "infra/helm/molecule-relay/README.md", "action.yml", "infra/ci/gitlab-ci.example.yml",
+		"infra/k8s/dispatcher.yaml", "infra/k8s/replier.yaml", "infra/k8s/poller-cronjob.yaml"} {
 		n := 0
 		for _, m := range named.FindAllStringSubmatch(read(path), -1) {
 			v := m[1] + m[3]
