@@ -29,7 +29,7 @@ func TestHelmSchemaRefusesUnknownKeys(t *testing.T) {
 		}
 	}
 	// The keys the chart documents still render.
-	for _, set := range []string{"dispatcher.agentApi=false", "keda.enabled=true", "poller.mode=deployment", "keda.dispatcher.maxReplicaCount=9", "replier.replicas=3"} {
+	for _, set := range []string{"dispatcher.agentApi=false", "keda.enabled=true", "poller.mode=deployment", "keda.dispatcher.maxReplicaCount=9", "keda.replier.lagThreshold=40", "replier.replicas=3"} {
 		if _, err := render(t, h, set); err != nil {
 			t.Errorf("--set %s: %v", set, err)
 		}
