@@ -46,11 +46,12 @@ func actionSteps(t *testing.T) map[string]actionStep {
 	return steps
 }
 
-// runStep runs a shell step as the runner would: its env with every
-// ${{ expression }} taken from expr (a missing one fails the test),
-// GITHUB_ACTION_PATH the repository, and GITHUB_OUTPUT a fresh file. It
-// returns the exit code, the outputs and the log.
-func runStep(t *testing.T, s actionStep, expr map[string]string, base []string) (int, map[string]string, string) {
+// runStep runs a shell step as the runner would: in workspace (the job's
+// working directory, where the run step keeps .molecule-relay/), its env
+// with every ${{ expression }} taken from expr (a missing one fails the
+// test), GITHUB_ACTION_PATH the repository, and GITHUB_OUTPUT a fresh
+// file. It returns the exit code, the outputs and the log.
+func runStep(t *testing.T, workspace string, s actionStep, expr map[string]string, base []string) (int, map[string]string, string) {
 	t.Helper()
 	env := append([]string{}, base...)
 	for k, v := range s.Env {
@@ -70,7 +71,7 @@ func runStep(t *testing.T, s actionStep, expr map[string]string, base []string) 
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	cmd := exec.CommandContext(ctx, "sh", "-e", "-c", s.Run)
-	cmd.Env = env
+	cmd.Dir, cmd.Env = workspace, env
 	var log bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &log, &log
 	start := time.Now()
@@ -153,6 +154,7 @@ func TestActionInstallsVerifiedReleaseBinary(t *testing.T) {
 		}
 	}
 	steps := actionSteps(t)
+	workspace := t.TempDir()
 	base := []string{"PATH=" + os.Getenv("PATH"), "HOME=" + os.Getenv("HOME"), "RUNNER_TOOL_CACHE=" + t.TempDir(), "RUNNER_TEMP=" + t.TempDir()}
 	if c := os.Getenv("GOCACHE"); c != "" {
 		base = append(base, "GOCACHE="+c)
@@ -160,7 +162,7 @@ func TestActionInstallsVerifiedReleaseBinary(t *testing.T) {
 
 	// The action's build step, from this checkout, stamps the release.
 	buildDir := t.TempDir()
-	if code, _, log := runStep(t, steps["build"], map[string]string{"inputs.version": "", "steps.resolve.outputs.version": "v0.1.0", "steps.resolve.outputs.commit": "", "steps.resolve.outputs.bin-dir": buildDir}, base); code != 0 {
+	if code, _, log := runStep(t, workspace, steps["build"], map[string]string{"inputs.version": "", "steps.resolve.outputs.version": "v0.1.0", "steps.resolve.outputs.commit": "", "steps.resolve.outputs.bin-dir": buildDir}, base); code != 0 {
 		t.Fatalf("build step: exit %d\n%s", code, log)
 	}
 	built := filepath.Join(buildDir, "molecule-relay")
@@ -179,7 +181,7 @@ func TestActionInstallsVerifiedReleaseBinary(t *testing.T) {
 
 	resolve := func(ref string) map[string]string {
 		t.Helper()
-		code, out, log := runStep(t, steps["resolve"], map[string]string{"inputs.version": "", "github.action_ref": ref,
+		code, out, log := runStep(t, workspace, steps["resolve"], map[string]string{"inputs.version": "", "github.action_ref": ref,
 			"github.action_repository": "molecule-ai/molecule-relay", "github.server_url": "file://" + server}, base)
 		if code != 0 {
 			t.Fatalf("resolve %s: exit %d\n%s", ref, code, log)
@@ -188,7 +190,7 @@ func TestActionInstallsVerifiedReleaseBinary(t *testing.T) {
 	}
 	install := func(res map[string]string) (int, map[string]string, string) {
 		t.Helper()
-		return runStep(t, steps["release"], map[string]string{"steps.resolve.outputs.version": res["version"],
+		return runStep(t, workspace, steps["release"], map[string]string{"steps.resolve.outputs.version": res["version"],
 			"steps.resolve.outputs.bin-dir": res["bin-dir"], "steps.resolve.outputs.releases": res["releases"]}, base)
 	}
 
@@ -209,17 +211,19 @@ func TestActionInstallsVerifiedReleaseBinary(t *testing.T) {
 	srv := moleculetest.NewServer()
 	t.Cleanup(srv.Close)
 	ws := srv.CreateWorkspace("action")
-	store := t.TempDir()
 	run := func() (int, map[string]string, string) {
 		t.Helper()
-		return runStep(t, steps["run"], map[string]string{
+		return runStep(t, workspace, steps["run"], map[string]string{
 			"inputs.platform-url": srv.URL(), "inputs.workspace-id": ws.ID, "inputs.workspace-token": ws.Token,
 			"inputs.org-id": "", "inputs.handler": "echo", "inputs.handler-answer": "text", "inputs.nats-url": "",
 			"steps.resolve.outputs.bin-dir": rel["bin-dir"], "inputs.args": "--idle 200ms",
-		}, append(base, "NATS_STORE_DIR="+store))
+		}, base)
 	}
 	if code, out, log := run(); code != 0 || out["exit-reason"] != "ok" {
 		t.Fatalf("first run: exit %d, outputs %v\n%s", code, out, log)
+	}
+	if _, err := os.Stat(filepath.Join(workspace, ".molecule-relay", "nats")); err != nil {
+		t.Fatalf("the run step keeps no store in the job's directory: %v", err)
 	}
 	for _, text := range []string{"one", "two"} {
 		if code, _, err := srv.SendCanvas(context.Background(), ws.ID, text); err != nil || code != 200 {
