@@ -5,3 +5,6 @@ package embedded
 // lockStore is a no-op where flock is not available: there, nothing stops
 // two processes from sharing one NATS_STORE_DIR, so do not.
 func lockStore(dir string) (release func(), err error) { return func() {}, nil }
+
+// StoreHolder cannot tell where flock is not available: never held.
+func StoreHolder(dir string) (pid string, held bool, err error) { return "", false, nil }

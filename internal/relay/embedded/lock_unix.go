@@ -42,3 +42,27 @@ func lockStore(dir string) (release func(), err error) {
 	_, _ = f.WriteAt([]byte(strconv.Itoa(os.Getpid())+"\n"), 0)
 	return func() { f.Close() }, nil
 }
+
+// StoreHolder says whether a process holds dir's store lock now, and the
+// pid the lock file names, without creating anything or keeping a lock:
+// a shared lock is tried and dropped at once (molecule-relay doctor).
+func StoreHolder(dir string) (pid string, held bool, err error) {
+	f, err := os.Open(filepath.Join(dir, lockName))
+	if errors.Is(err, os.ErrNotExist) {
+		return "", false, nil
+	}
+	if err != nil {
+		return "", false, err
+	}
+	defer f.Close()
+	b, _ := os.ReadFile(f.Name())
+	pid = strings.TrimSpace(string(b))
+	switch err := syscall.Flock(int(f.Fd()), syscall.LOCK_SH|syscall.LOCK_NB); {
+	case errors.Is(err, syscall.EWOULDBLOCK):
+		return pid, true, nil
+	case err != nil:
+		return pid, false, err
+	}
+	_ = syscall.Flock(int(f.Fd()), syscall.LOCK_UN)
+	return pid, false, nil
+}
