@@ -4,10 +4,12 @@ import (
 	"context"
 	"flag"
 	"fmt"
+	"maps"
 	"math/rand/v2"
 	"net"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -94,14 +96,78 @@ func TestChaosPowerLoss(t *testing.T) {
 	waitAnswered(t, plat, agent, peers, ledger, *flagDrain)
 	waitQueuesEmpty(t, topo, 90*time.Second)
 	res := check(t, plat, agent, peers, ledger, hs, js)
-	res.seed = seed
+	res.seed, res.kills = seed, cuts.kills.Load()
 	res.report(t)
-	fmt.Printf("CHAOS power: store %s, sync %q: %d cuts, %d unsynced files and %d unsynced bytes dropped, %d restarts after a process exited by itself\n",
-		sys.kind, *flagSync, cuts.cuts.Load(), cuts.files.Load(), cuts.bytes.Load(), sys.selfExits())
+	fmt.Printf("CHAOS power: store %s, sync %q: %d cuts (%d SIGKILLs), %d unsynced files and %d unsynced bytes dropped, %d restarts after a process exited by itself, %d streams not loaded after a cut (metadata lost)\n",
+		sys.kind, *flagSync, cuts.cuts.Load(), cuts.kills.Load(), cuts.files.Load(), cuts.bytes.Load(), sys.selfExits(), unloadedStreams(sys.all()))
+	fmt.Printf("CHAOS power: rolled back (part: cuts): %s\n", cuts.String())
 }
 
 // cutCounts are what the cuts dropped.
-type cutCounts struct{ cuts, files, bytes atomic.Int64 }
+type cutCounts struct {
+	cuts, kills, files, bytes atomic.Int64
+
+	mu         sync.Mutex
+	rolledBack map[string]int // store part (a stream, a consumer's state) -> cuts that rolled it back
+}
+
+func (c *cutCounts) add(rep lazyfs.CutReport) {
+	c.cuts.Add(1)
+	c.files.Add(int64(rep.Files))
+	c.bytes.Add(rep.Bytes)
+	parts := map[string]bool{}
+	for _, p := range rep.Paths {
+		parts[storePart(p)] = true
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.rolledBack == nil {
+		c.rolledBack = map[string]int{}
+	}
+	for part := range parts {
+		c.rolledBack[part]++
+	}
+}
+
+// storePart names what a store file holds: its stream, with "/obs" for
+// its consumers' state and "/meta" for its metadata files.
+func storePart(path string) string {
+	dirs := strings.Split(path, "/")
+	i := slices.Index(dirs, "streams")
+	if i < 0 || i+1 >= len(dirs) {
+		return path
+	}
+	part := dirs[i+1]
+	switch {
+	case i+2 < len(dirs) && dirs[i+2] == "obs":
+		part += "/obs"
+	case i+2 == len(dirs)-1:
+		part += "/meta"
+	}
+	return part
+}
+
+func (c *cutCounts) String() string {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	parts := slices.Sorted(maps.Keys(c.rolledBack))
+	var b strings.Builder
+	for _, p := range parts {
+		fmt.Fprintf(&b, " %s:%d", p, c.rolledBack[p])
+	}
+	return strings.TrimSpace(b.String())
+}
+
+// unloadedStreams counts the server's warnings, in every process's log,
+// that a stream's metadata did not survive and the stream was not loaded.
+func unloadedStreams(procs []*chaos.Process) int {
+	n := 0
+	for _, p := range procs {
+		log := p.Tail(64 << 20)
+		n += strings.Count(log, "checksums do not match") + strings.Count(log, "Missing stream metafile") + strings.Count(log, "Error reading metafile")
+	}
+	return n
+}
 
 // mountLazyFS mounts a lazyfs of dir/backing on dir/store, unmounted at
 // cleanup (after the processes on it are stopped).
@@ -237,15 +303,15 @@ func cutPower(ctx context.Context, t *testing.T, rng *rand.Rand, disk *lazyfs.FS
 		}
 		sys.power.Lock()
 		for _, p := range sys.all() {
-			p.Kill()
+			if p.Kill() {
+				counts.kills.Add(1)
+			}
 		}
 		rep, err := disk.Cut()
 		if err != nil {
 			t.Errorf("cut: %v", err)
 		}
-		counts.cuts.Add(1)
-		counts.files.Add(int64(rep.Files))
-		counts.bytes.Add(rep.Bytes)
+		counts.add(rep)
 		t.Logf("chaos %6.1fs: power cut: every process SIGKILLed, %d files lost %d unsynced bytes", time.Since(start).Seconds(), rep.Files, rep.Bytes)
 		sys.startAll(t)
 		sys.power.Unlock()

@@ -26,6 +26,8 @@ import (
 	"fmt"
 	"os"
 	"os/exec"
+	"path/filepath"
+	"strings"
 	"sync"
 	"syscall"
 	"time"
@@ -36,6 +38,7 @@ import (
 
 // FS is a mounted lazyfs. Its methods are safe for concurrent use.
 type FS struct {
+	backing    string
 	mountpoint string
 	server     *fuse.Server
 
@@ -63,6 +66,9 @@ type extent struct {
 type CutReport struct {
 	Files int   // files with unsynced writes or truncates
 	Bytes int64 // bytes written to them since their last sync
+	// Paths are those files' paths under the mount point ("" for a file
+	// no longer linked).
+	Paths []string
 }
 
 // Unavailable says why FUSE cannot be mounted here (nil if it can): no
@@ -87,11 +93,15 @@ func Unavailable() error {
 // Mount mounts a lazyfs of backing on mountpoint (both existing
 // directories). Unmount it when done.
 func Mount(backing, mountpoint string) (*FS, error) {
+	backing, err := filepath.Abs(backing)
+	if err != nil {
+		return nil, err
+	}
 	var st syscall.Stat_t
 	if err := syscall.Stat(backing, &st); err != nil {
 		return nil, fmt.Errorf("lazyfs: backing directory: %w", err)
 	}
-	lfs := &FS{mountpoint: mountpoint, dirty: map[fileID]*undoLog{}}
+	lfs := &FS{backing: backing, mountpoint: mountpoint, dirty: map[fileID]*undoLog{}}
 	loop := &fs.LoopbackRoot{Path: backing, Dev: uint64(st.Dev)}
 	root := &node{LoopbackNode: &fs.LoopbackNode{RootData: loop}, lfs: lfs}
 	loop.RootNode = root
@@ -137,11 +147,25 @@ func (l *FS) Cut() (CutReport, error) {
 	for id, u := range l.dirty {
 		rep.Files++
 		rep.Bytes += u.written
+		rep.Paths = append(rep.Paths, l.pathOf(u.fd))
 		errs = append(errs, u.rollBack())
 		syscall.Close(u.fd)
 		delete(l.dirty, id)
 	}
 	return rep, errors.Join(errs...)
+}
+
+// pathOf is where fd's file is, relative to the mount point.
+func (l *FS) pathOf(fd int) string {
+	p, err := os.Readlink(fmt.Sprintf("/proc/self/fd/%d", fd))
+	if err != nil || strings.HasSuffix(p, " (deleted)") {
+		return ""
+	}
+	rel, err := filepath.Rel(l.backing, p)
+	if err != nil {
+		return ""
+	}
+	return rel
 }
 
 func (u *undoLog) rollBack() error {

@@ -2,6 +2,7 @@ package lazyfs_test
 
 import (
 	"path/filepath"
+	"slices"
 	"testing"
 )
 
@@ -26,6 +27,10 @@ func TestUnsyncedWriteIsLostOnCut(t *testing.T) {
 		if got := content(t, path); got != want {
 			t.Errorf("%s after the cut = %q, want %q", filepath.Base(path), got, want)
 		}
+	}
+	slices.Sort(rep.Paths)
+	if !slices.Equal(rep.Paths, []string{"fresh", "overwritten", "synced"}) {
+		t.Errorf("cut report paths = %v, want the three files", rep.Paths)
 	}
 	if rep.Files != 3 || rep.Bytes != int64(len(" and lost")+len("NEW")+len("never synced")) {
 		t.Errorf("cut report = %+v, want 3 files and the unsynced bytes", rep)
