@@ -132,6 +132,9 @@ func (c *cutCounts) add(rep lazyfs.CutReport) {
 // storePart names what a store file holds: its stream, with "/obs" for
 // its consumers' state and "/meta" for its metadata files.
 func storePart(path string) string {
+	if path == "" {
+		return "(unlinked files)"
+	}
 	dirs := strings.Split(path, "/")
 	i := slices.Index(dirs, "streams")
 	if i < 0 || i+1 >= len(dirs) {
