@@ -228,9 +228,10 @@ func startPowered(t *testing.T, dir, mnt, bin, platURL string, agent moleculetes
 	if *flagPowerNATS {
 		p.kind = "nats-server"
 		p.ns = startNATSOn(t, dir, mnt, port)
+		// MOLECULE_TOPOLOGY as shipped (ensure): a stream whose
+		// metadata a cut lost is created again, where a lookup-only
+		// relay could not start at all.
 		env = append(stageEnv(p.natsURL, platURL, agent, handlerURL), "MOLECULE_LOG_LEVEL=warn")
-		ensureTopology(t, connect(t, p.natsURL))
-		env = append(env, "MOLECULE_TOPOLOGY=lookup")
 	}
 	p.relay = append(p.relay, chaos.NewProcess("connect", bin, []string{"connect"}, env, filepath.Join(dir, "connect.log")))
 	if *flagPowerNATS {
