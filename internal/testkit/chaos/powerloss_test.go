@@ -129,25 +129,30 @@ func (c *cutCounts) add(rep lazyfs.CutReport) {
 	}
 }
 
-// storePart names what a store file holds: its stream, with "/obs" for
-// its consumers' state and "/meta" for its metadata files.
+// storePart names what a store file holds: its stream, then "meta" (the
+// stream's metadata), "obs" (its consumers' state), "blk" (its messages)
+// or the file's name (index.db: the stream's state, rebuilt from the
+// blocks when it does not match).
 func storePart(path string) string {
 	if path == "" {
 		return "(unlinked files)"
 	}
 	dirs := strings.Split(path, "/")
 	i := slices.Index(dirs, "streams")
-	if i < 0 || i+1 >= len(dirs) {
+	if i < 0 || i+2 >= len(dirs) {
 		return path
 	}
-	part := dirs[i+1]
+	base := dirs[len(dirs)-1]
+	kind := base
 	switch {
-	case i+2 < len(dirs) && dirs[i+2] == "obs":
-		part += "/obs"
+	case dirs[i+2] == "obs":
+		kind = "obs"
 	case i+2 == len(dirs)-1:
-		part += "/meta"
+		kind = "meta"
+	case strings.HasSuffix(base, ".blk"):
+		kind = "blk"
 	}
-	return part
+	return dirs[i+1] + "/" + kind
 }
 
 func (c *cutCounts) String() string {
