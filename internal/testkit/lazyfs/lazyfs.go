@@ -1,3 +1,5 @@
+//go:build linux
+
 // Package lazyfs is a FUSE filesystem for power-loss tests, after LazyFS
 // (the filesystem Jepsen used to cut the power under NATS 2.12.1): a
 // loopback over a backing directory whose file data is durable only once
@@ -60,15 +62,6 @@ type undoLog struct {
 type extent struct {
 	off  int64
 	data []byte
-}
-
-// CutReport says what a Cut dropped.
-type CutReport struct {
-	Files int   // files with unsynced writes or truncates
-	Bytes int64 // bytes written to them since their last sync
-	// Paths are those files' paths under the mount point ("" for a file
-	// no longer linked).
-	Paths []string
 }
 
 // Unavailable says why FUSE cannot be mounted here (nil if it can): no
