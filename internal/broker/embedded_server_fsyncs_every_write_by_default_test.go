@@ -25,7 +25,9 @@ func TestEmbeddedServerFsyncsEveryWriteByDefault(t *testing.T) {
 		{"30s", false, 30 * time.Second},
 	} {
 		c := connect(t, broker.Config{StoreDir: t.TempDir(), SyncInterval: tt.setting}, nil)
-		js := c.Server.(interface{ JetStreamConfig() *server.JetStreamConfig }).JetStreamConfig()
+		js := c.Server.(interface {
+			JetStreamConfig() *server.JetStreamConfig
+		}).JetStreamConfig()
 		if js.SyncAlways != tt.wantAlways || js.SyncInterval != tt.wantInterval {
 			t.Errorf("NATS_SYNC_INTERVAL %q: the server's SyncAlways=%v SyncInterval=%s, want %v and %s",
 				tt.setting, js.SyncAlways, js.SyncInterval, tt.wantAlways, tt.wantInterval)
