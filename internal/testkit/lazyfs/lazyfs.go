@@ -65,22 +65,51 @@ type extent struct {
 }
 
 // Unavailable says why FUSE cannot be mounted here (nil if it can): no
-// /dev/fuse, or neither root (a direct mount(2)) nor fusermount3.
+// /dev/fuse, neither root (a direct mount(2)) nor fusermount3, or a trial
+// mount that fails (a container without the right to mount). The answer
+// is worked out once per process.
 func Unavailable() error {
+	probeOnce.Do(func() { probeErr = probe() })
+	return probeErr
+}
+
+var (
+	probeOnce sync.Once
+	probeErr  error
+)
+
+func probe() error {
 	f, err := os.OpenFile("/dev/fuse", os.O_RDWR, 0)
 	if err != nil {
 		return fmt.Errorf("lazyfs: no FUSE on this machine: %w", err)
 	}
 	f.Close()
-	if os.Geteuid() == 0 {
-		return nil
+	if os.Geteuid() != 0 && !hasFusermount() {
+		return errors.New("lazyfs: not root and no fusermount3 in PATH (apt-get install fuse3)")
 	}
+	dir, err := os.MkdirTemp("", "lazyfs-probe-")
+	if err != nil {
+		return err
+	}
+	defer os.RemoveAll(dir)
+	backing, mnt := filepath.Join(dir, "b"), filepath.Join(dir, "m")
+	if err := errors.Join(os.Mkdir(backing, 0o700), os.Mkdir(mnt, 0o700)); err != nil {
+		return err
+	}
+	l, err := Mount(backing, mnt)
+	if err != nil {
+		return fmt.Errorf("lazyfs: FUSE does not mount here: %w", err)
+	}
+	return l.Unmount()
+}
+
+func hasFusermount() bool {
 	for _, bin := range []string{"fusermount3", "fusermount"} {
 		if _, err := exec.LookPath(bin); err == nil {
-			return nil
+			return true
 		}
 	}
-	return errors.New("lazyfs: not root and no fusermount3 in PATH (apt-get install fuse3)")
+	return false
 }
 
 // Mount mounts a lazyfs of backing on mountpoint (both existing
