@@ -24,7 +24,7 @@ IMAGE_REPO    ?= ghcr.io/molecule-ai/molecule-relay
 # but no registry; release: the distroless base of .ko.yaml.
 KO_BASE       ?= local
 
-.PHONY: help build dev test test-short chaos chaos-connect chaos-long chaos-cluster lint bench bench-one-at-a-time bench-fleet fuzz cover clean validate-infra image release-check
+.PHONY: help build dev test test-short chaos chaos-connect chaos-long chaos-cluster chaos-powerloss lint bench bench-one-at-a-time bench-fleet fuzz cover clean validate-infra image release-check
 
 include Makefile.deploy
 
@@ -62,6 +62,9 @@ chaos-long: ## chaos test, long: 10,000 messages at 40/s (CHAOS_RUNS=3 runs it t
 
 chaos-cluster: ## chaos test on a 3-node R3 nats-server cluster: a node SIGKILLed every 12 s (back after 3 s), random stage SIGKILLs; 2,000 messages at 33/s (CHAOS_RELAY_BIN: measure another build)
 	$(GO) test -count=1 -v -timeout 20m -run '^TestChaosCluster$$' ./internal/testkit/chaos -args -chaos.msgs=$(or $(CHAOS_MSGS),2000) -chaos.rate=$(or $(CHAOS_RATE),33) $(if $(CHAOS_RELAY_BIN),-chaos.relay-bin=$(CHAOS_RELAY_BIN)) $(CHAOS_FLAGS)
+
+chaos-powerloss: ## power-loss test: connect's store on a lazyfs FUSE mount, the power cut CHAOS_CUTS times under traffic (every process SIGKILLed, unsynced writes dropped); CHAOS_FLAGS=-chaos.sync=2m (nats-server's default), -chaos.powerloss-nats (a nats-server process's store)
+	$(GO) test -count=1 -v -timeout 15m -run '^TestChaosPowerLoss$$' ./internal/testkit/chaos -args -chaos.cuts=$(or $(CHAOS_CUTS),10) -chaos.msgs=$(or $(CHAOS_MSGS),600) -chaos.rate=$(or $(CHAOS_RATE),15) $(CHAOS_FLAGS)
 
 test-short: ## tests without the race detector (faster local loop)
 	$(GO) test -count=1 $(PKGS)

@@ -29,6 +29,7 @@ var (
 	flagSleepMsgs  = flag.Int("sleep-msgs", 3000, "messages per sleep-100ms run")
 	flagIdleMsgs   = flag.Int("idle-msgs", 30, "messages of the idle-latency run (one at a time)")
 	flagIdleWindow = flag.Duration("idle-window", 10*time.Second, "the idle-latency run first measures the relay's CPU over this long without messages (idle_us/s); 0 skips it")
+	flagStoreSync  = flag.String("store-sync", "", "the relay's NATS server fsyncs its store: always, or every duration (NATS_SYNC_INTERVAL); empty: nats-server's default (2m)")
 	flagSenders    = flag.Int("senders", 8, "concurrent HTTP senders injecting messages")
 	flagPeerEvery  = flag.Int("peer-every", 4, "every n-th message comes from a peer agent (its reply goes out as A2A); 0: canvas only")
 	flagProc       = flag.Bool("proc", true, "also run echo with the second dispatcher as a child `molecule-relay dispatch` process")
@@ -129,7 +130,7 @@ func start(b testing.TB, sc scenario) *pipeline {
 		PlatformURL: srv.URL(), AgentID: p.agent.ID, AgentToken: p.agent.Token, Handler: sc.handler,
 		Dispatchers: sc.dispatchers, ChildProc: sc.childProc, Concurrency: sc.concurrency, ReplyConc: sc.replyConc,
 		SSE: sc.sse, PollEvery: sc.pollEvery, Overlap: *flagOverlap, PooledHTTP: *flagPooledHTTP,
-		HistoryTurns: sc.historyTurns, Direct: *flagDirect,
+		HistoryTurns: sc.historyTurns, Direct: *flagDirect, StoreSync: *flagStoreSync,
 	})
 	p.conversations, p.childProc = sc.conversations, sc.childProc
 	if got := srv.Status(p.agent.ID).DeliveryMode; got != "poll" {

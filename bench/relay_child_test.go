@@ -16,8 +16,10 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/molecule-ai/molecule-relay/internal/broker"
 	"github.com/molecule-ai/molecule-relay/internal/dispatcher"
 	"github.com/molecule-ai/molecule-relay/internal/handler"
 	"github.com/molecule-ai/molecule-relay/internal/poller"
@@ -47,8 +49,9 @@ type relayConfig struct {
 	SSE                              bool
 	PollEvery, Overlap               time.Duration
 	PooledHTTP                       bool
-	HistoryTurns                     int  // MOLECULE_HISTORY_TURNS of every stage; 0: memory off
-	Direct                           bool // the in-process dispatchers post through the replier (MOLECULE_DIRECT_POST)
+	HistoryTurns                     int    // MOLECULE_HISTORY_TURNS of every stage; 0: memory off
+	Direct                           bool   // the in-process dispatchers post through the replier (MOLECULE_DIRECT_POST)
+	StoreSync                        string // the NATS server's sync (NATS_SYNC_INTERVAL: always or a duration); "": nats-server's default
 }
 
 // relayStats is the child's answer to "stats".
@@ -107,7 +110,16 @@ var sleepHandler = handler.Func(func(ctx context.Context, req *handler.Request) 
 // startRelay brings the stages up and returns once every dispatcher holds
 // a pull open and the poller seeded its cursor.
 func startRelay(t *testing.T, cfg relayConfig) *relay {
-	ns := natstest.Start(t)
+	ns := natstest.StartEdited(t, func(o *server.Options) {
+		if cfg.StoreSync != "" {
+			bc := broker.Config{SyncInterval: cfg.StoreSync}
+			always, interval, err := bc.StoreSync()
+			if err != nil {
+				t.Fatal(err)
+			}
+			o.SyncAlways, o.SyncInterval = always, interval
+		}
+	})
 	r := &relay{ns: ns, warns: &warnLog{}}
 	log := slog.New(slog.NewTextHandler(r.warns, &slog.HandlerOptions{Level: slog.LevelWarn}))
 	ctx, cancel := context.WithCancel(context.Background())

@@ -91,6 +91,7 @@ var (
 		{"NATS_URL", "server or cluster; empty: an embedded server"},
 		{"NATS_STORE_DIR", "embedded server's store"},
 		{"NATS_EMBEDDED_PORT", "embedded server's port (-1: a free one)"},
+		{"NATS_SYNC_INTERVAL", "embedded server's fsync: always, or a duration"},
 		{"NATS_CREDS", "credentials file"},
 		{"NATS_NKEY", "nkey seed file"},
 		{"NATS_USER", "user name"},

@@ -407,6 +407,10 @@ func TestValidate(t *testing.T) {
 		{"negative timeout", broker.Config{ConnectTimeout: -time.Second}, "NATS_CONNECT_TIMEOUT", "positive"},
 		{"port too big", broker.Config{EmbeddedPort: 70000}, "NATS_EMBEDDED_PORT", "70000"},
 		{"port too small", broker.Config{EmbeddedPort: -2}, "NATS_EMBEDDED_PORT", "-2"},
+		{"sync always", broker.Config{SyncInterval: "always"}, "", ""},
+		{"sync interval", broker.Config{SyncInterval: "2m"}, "", ""},
+		{"sync neither", broker.Config{SyncInterval: "sometimes"}, "NATS_SYNC_INTERVAL", `"sometimes" is neither "always" nor a positive duration`},
+		{"sync zero", broker.Config{SyncInterval: "0s"}, "NATS_SYNC_INTERVAL", "positive duration"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -443,14 +447,14 @@ func TestConfigFromEnvironment(t *testing.T) {
 	}
 	cfg.SetDefaults()
 	if cfg.URL != "" || cfg.StoreDir != broker.DefaultStoreDir || cfg.EmbeddedPort != -1 ||
-		cfg.ConnectTimeout != 5*time.Second || cfg.ClientName != broker.DefaultClientName {
+		cfg.ConnectTimeout != 5*time.Second || cfg.ClientName != broker.DefaultClientName || cfg.SyncInterval != broker.SyncAlways {
 		t.Fatalf("defaults from tags: %+v", cfg)
 	}
 	environ := map[string]string{
 		"NATS_URL": "nats://n1:4222", "NATS_CREDS": "/c", "NATS_NKEY": "/n", "NATS_USER": "u",
 		"NATS_PASSWORD": "p", "NATS_TOKEN": "t", "NATS_TLS_CA": "/ca", "NATS_TLS_CERT": "/cert",
 		"NATS_TLS_KEY": "/key", "NATS_STORE_DIR": "/s", "NATS_EMBEDDED_PORT": "4333",
-		"NATS_CONNECT_TIMEOUT": "750ms", "NATS_NAME": "worker-1",
+		"NATS_CONNECT_TIMEOUT": "750ms", "NATS_NAME": "worker-1", "NATS_SYNC_INTERVAL": "10s",
 	}
 	cfg = broker.Config{}
 	if err := env.ParseWithOptions(&cfg, env.Options{Environment: environ}); err != nil {
@@ -458,7 +462,7 @@ func TestConfigFromEnvironment(t *testing.T) {
 	}
 	want := broker.Config{URL: "nats://n1:4222", CredsFile: "/c", NKeySeedFile: "/n", User: "u", Password: "p",
 		Token: "t", TLSCAFile: "/ca", TLSCertFile: "/cert", TLSKeyFile: "/key", StoreDir: "/s", EmbeddedPort: 4333,
-		ConnectTimeout: 750 * time.Millisecond, ClientName: "worker-1"}
+		ConnectTimeout: 750 * time.Millisecond, ClientName: "worker-1", SyncInterval: "10s"}
 	if cfg != want {
 		t.Fatalf("parsed %+v\nwant   %+v", cfg, want)
 	}

@@ -22,6 +22,14 @@ const (
 	// DefaultClientName is the connection name shown by the server's
 	// monitoring endpoints.
 	DefaultClientName = "molecule-relay"
+	// DefaultSyncInterval makes the embedded server fsync every write
+	// before it acknowledges it (JetStream's SyncAlways): a power cut or
+	// an OS crash then loses nothing the relay was told is stored.
+	// nats-server's own default fsyncs every 2 minutes, and a cut rolls
+	// the store back by up to that (docs/powerloss.md has both, measured).
+	DefaultSyncInterval = SyncAlways
+	// SyncAlways is the SyncInterval that fsyncs every write.
+	SyncAlways = "always"
 )
 
 // Config says how to reach NATS. The zero value, after SetDefaults, starts
@@ -63,6 +71,12 @@ type Config struct {
 	// ClientName is the connection name the server shows. If not set,
 	// DefaultClientName.
 	ClientName string `env:"NATS_NAME"`
+	// SyncInterval is when the embedded server fsyncs its store, as
+	// nats-server's sync_interval: "always" (every write, before its
+	// acknowledgement) or a duration (in the background that often; what
+	// was written since is lost on a power cut or an OS crash, not on a
+	// process crash). If not set, DefaultSyncInterval.
+	SyncInterval string `env:"NATS_SYNC_INTERVAL"`
 }
 
 // ConfigError is returned by Validate. Var is the environment variable that
@@ -105,6 +119,22 @@ func (c *Config) SetDefaults() {
 	if c.ClientName == "" {
 		c.ClientName = DefaultClientName
 	}
+	if c.SyncInterval == "" {
+		c.SyncInterval = DefaultSyncInterval
+	}
+}
+
+// StoreSync is SyncInterval parsed: always, or every interval.
+func (c *Config) StoreSync() (always bool, interval time.Duration, err error) {
+	s := strings.TrimSpace(c.SyncInterval)
+	if strings.EqualFold(s, SyncAlways) {
+		return true, 0, nil
+	}
+	d, err := time.ParseDuration(s)
+	if err != nil || d <= 0 {
+		return false, 0, fmt.Errorf("%q is neither %q nor a positive duration (nats-server's default is 2m)", c.SyncInterval, SyncAlways)
+	}
+	return false, d, nil
 }
 
 // Validate reports the first wrong setting as a *ConfigError naming its
@@ -129,6 +159,9 @@ func (c *Config) Validate() error {
 		}
 		if c.EmbeddedPort < -1 || c.EmbeddedPort > 65535 {
 			return bad("NATS_EMBEDDED_PORT", "%d is outside -1..65535", c.EmbeddedPort)
+		}
+		if _, _, err := c.StoreSync(); err != nil {
+			return &ConfigError{Var: "NATS_SYNC_INTERVAL", Err: err}
 		}
 		return nil
 	}

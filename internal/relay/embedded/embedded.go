@@ -70,13 +70,18 @@ func (s *lockedServer) WaitForShutdown() {
 
 // startServer starts the server on a store this process holds locked.
 func startServer(cfg broker.Config, log *slog.Logger) (*server.Server, error) {
+	// Validated by broker.Connect; a config that skipped it gets
+	// nats-server's own default (interval 0).
+	syncAlways, syncInterval, _ := cfg.StoreSync()
 	ns, err := server.NewServer(&server.Options{
-		ServerName: "molecule-relay-embedded",
-		Host:       "127.0.0.1",
-		Port:       cfg.EmbeddedPort,
-		JetStream:  true,
-		StoreDir:   cfg.StoreDir,
-		NoSigs:     true,
+		ServerName:   "molecule-relay-embedded",
+		Host:         "127.0.0.1",
+		Port:         cfg.EmbeddedPort,
+		JetStream:    true,
+		StoreDir:     cfg.StoreDir,
+		SyncAlways:   syncAlways,
+		SyncInterval: syncInterval,
+		NoSigs:       true,
 		// No HTTP monitoring, no cluster, no leafnodes: a private server.
 	})
 	if err != nil {
@@ -106,7 +111,7 @@ func startServer(cfg broker.Config, log *slog.Logger) (*server.Server, error) {
 		ns.WaitForShutdown()
 		return nil, fmt.Errorf("%w: JetStream did not start on store %q", broker.ErrEmbedded, cfg.StoreDir)
 	}
-	log.Info("embedded nats-server started", "url", ns.ClientURL(), "store_dir", cfg.StoreDir)
+	log.Info("embedded nats-server started", "url", ns.ClientURL(), "store_dir", cfg.StoreDir, "sync_interval", cfg.SyncInterval)
 	return ns, nil
 }
 

@@ -228,17 +228,7 @@ func TestChaosCluster(t *testing.T) {
 // user and replicas).
 func startStagesEnv(t *testing.T, dir, bin, natsURL, platURL string, agent moleculetest.Workspace, handlerURL string, extra []string) []*chaos.Process {
 	t.Helper()
-	env := []string{
-		"PATH=" + os.Getenv("PATH"),
-		"NATS_URL=" + natsURL,
-		"MOLECULE_PLATFORM_URL=" + platURL,
-		"MOLECULE_WORKSPACE_ID=" + agent.ID,
-		"MOLECULE_WORKSPACE_TOKEN=" + agent.Token,
-		"MOLECULE_HANDLER=http:" + handlerURL,
-		"MOLECULE_POLL_INTERVAL=1s",
-		"MOLECULE_RECONCILE_SKEW=" + reconcileSkew,
-	}
-	env = append(env, extra...)
+	env := append(stageEnv(natsURL, platURL, agent, handlerURL), extra...)
 	var procs []*chaos.Process
 	add := func(name, cmd string) {
 		procs = append(procs, chaos.NewProcess(name, bin, []string{cmd}, env, filepath.Join(dir, name+".log")))
@@ -264,6 +254,21 @@ func startStagesEnv(t *testing.T, dir, bin, natsURL, platURL string, agent molec
 		}
 	}
 	return procs
+}
+
+// stageEnv is the environment of every relay process of the chaos tests
+// (natsURL empty: an embedded server).
+func stageEnv(natsURL, platURL string, agent moleculetest.Workspace, handlerURL string) []string {
+	return []string{
+		"PATH=" + os.Getenv("PATH"),
+		"NATS_URL=" + natsURL,
+		"MOLECULE_PLATFORM_URL=" + platURL,
+		"MOLECULE_WORKSPACE_ID=" + agent.ID,
+		"MOLECULE_WORKSPACE_TOKEN=" + agent.Token,
+		"MOLECULE_HANDLER=http:" + handlerURL,
+		"MOLECULE_POLL_INTERVAL=1s",
+		"MOLECULE_RECONCILE_SKEW=" + reconcileSkew,
+	}
 }
 
 // rollNodes SIGKILLs one node every -chaos.node-every, in rotation, and

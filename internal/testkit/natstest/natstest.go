@@ -26,6 +26,15 @@ func Start(t testing.TB) *Server {
 	return StartWithStore(t, t.TempDir(), -1)
 }
 
+// StartEdited starts a server with a fresh store directory and the
+// options edit changes (for example SyncAlways).
+func StartEdited(t testing.TB, edit func(*server.Options)) *Server {
+	t.Helper()
+	opts := &server.Options{Host: "127.0.0.1", Port: -1, JetStream: true, StoreDir: t.TempDir(), NoLog: true, NoSigs: true}
+	edit(opts)
+	return start(t, opts)
+}
+
 // StartWithStore starts a server on storeDir; port -1 picks a random port.
 // Restarting on the same dir and port simulates a NATS restart.
 func StartWithStore(t testing.TB, storeDir string, port int) *Server {
