@@ -182,7 +182,7 @@ func (p *pool) untilEmpty(ctx context.Context, got int) bool {
 		return true
 	}
 	if err != nil && ctx.Err() == nil {
-		p.log.WarnContext(ctx, "stage: consumer info failed; draining until the queue stays empty", "error", err)
+		p.log.WarnContext(ctx, "stage: stream or consumer info failed; draining until the queue stays empty for idle", "error", err)
 	}
 	left := p.opts.idle - time.Since(p.lastMsg)
 	if left <= 0 {
