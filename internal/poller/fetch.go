@@ -412,22 +412,6 @@ func (p *Poller) window(ctx context.Context, w *workspace, d time.Duration, from
 	return rows, reached, nil
 }
 
-// overlap re-reads the rows created in the last d (OverlapWindow, or a
-// quick re-read's span, rereadSpan) up to the cursor, and publishes them
-// again: rows the platform committed behind the cursor are delivered, the
-// ones already published are recognised (or dropped by the inbound
-// stream's de-duplication). The cursor is not moved.
-//
-// Rows after the cursor are not read: the next fetch reads every visible
-// one, and one that commits later, behind a cursor moved past it, is
-// behind the cursor of a later re-read. (With BatchRows they also belong
-// to the next batches: a batch is answered and checkpointed before the
-// next one is published.) The bound includes the cursor's own microsecond:
-// since_id passes rows that share it.
-func (p *Poller) overlap(ctx context.Context, w *workspace, d time.Duration, res *WorkspaceResult) error {
-	return p.overlapFrom(ctx, w, d, time.Time{}, res)
-}
-
 // onceSpan is a one-shot's overlap re-read (RunOnce), as overlapFrom's d
 // and from. Nothing reads the feed between two one-shot runs, so a row
 // that committed behind the previous run's cursor after that run's read
@@ -454,8 +438,20 @@ func (p *Poller) onceSpan(w *workspace, now time.Time) (d time.Duration, from ti
 	return now.Sub(from) + p.cfg.OverlapWindow, from
 }
 
-// overlapFrom is overlap, reading no further back than from (platform
-// clock; zero: d alone) when d's whole seconds reach further (rereadSpan).
+// overlapFrom re-reads the rows created in the last d (OverlapWindow, a
+// quick re-read's span, rereadSpan, or a one-shot's, onceSpan) up to the
+// cursor, reading no further back than from (platform clock; zero: d
+// alone) when d's whole seconds reach further, and publishes them
+// again: rows the platform committed behind the cursor are delivered, the
+// ones already published are recognised (or dropped by the inbound
+// stream's de-duplication). The cursor is not moved.
+//
+// Rows after the cursor are not read: the next fetch reads every visible
+// one, and one that commits later, behind a cursor moved past it, is
+// behind the cursor of a later re-read. (With BatchRows they also belong
+// to the next batches: a batch is answered and checkpointed before the
+// next one is published.) The bound includes the cursor's own microsecond:
+// since_id passes rows that share it.
 func (p *Poller) overlapFrom(ctx context.Context, w *workspace, d time.Duration, from time.Time, res *WorkspaceResult) error {
 	cur, err := p.loadCursor(ctx, w.id)
 	if err != nil {
