@@ -35,8 +35,10 @@ var ErrIncomplete = relayrt.ErrSomethingFailed
 
 // Once does one bounded run, as `connect --once`: it polls every
 // workspace once, handles everything fetched (and anything already
-// queued), posts every answer and returns. idle is how long an empty
-// queue must stay empty to count as drained (0: a second). With
+// queued), posts every answer and returns. An empty queue is drained at
+// once; idle is how long a message still queued but not delivered yet (a
+// retry waiting for its redelivery) is waited for before the run reports
+// it left queued (0: a second). With
 // MOLECULE_CHECKPOINT it works in checkpointed batches, for a runner
 // with an empty store (CI).
 func (r *Relay) Once(ctx context.Context, idle time.Duration) (*Report, error) {

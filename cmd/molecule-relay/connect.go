@@ -69,7 +69,7 @@ func parseConfig(env *cliEnv, name string, args []string, need config.Requiremen
 
 func (s *stageFlags) bind(fs *flag.FlagSet) {
 	fs.BoolVar(&s.once, "once", false, "do one bounded run and exit: 0 when everything was delivered, 1 when something failed or was dead-lettered")
-	fs.DurationVar(&s.idle, "idle", time.Second, "with --once: how long an empty queue must stay empty to count as drained")
+	fs.DurationVar(&s.idle, "idle", time.Second, "with --once: how long a stage waits for a message still queued but not delivered yet (a retry waiting for its redelivery) before the run reports it pending; an empty queue is done at once")
 	fs.BoolVar(&s.json, "json", false, "with --once: print the run's report as JSON")
 	s.console.bind(fs)
 }

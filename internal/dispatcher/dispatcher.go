@@ -128,6 +128,17 @@ func (d *Dispatcher) Drain(ctx context.Context, idle time.Duration) (Stats, erro
 	return d.Stats().sub(before), err
 }
 
+// DrainUntilEmpty is Drain for a queue nothing else adds to meanwhile
+// (connect --once): it ends as soon as the queue is empty and nothing is
+// in flight; idle bounds only the wait for a message still queued but not
+// redelivered yet (stage.Runner.DrainUntilEmpty).
+func (d *Dispatcher) DrainUntilEmpty(ctx context.Context, idle time.Duration) (Stats, error) {
+	before := d.Stats()
+	defer d.watchCancels(ctx)()
+	_, err := d.run.DrainUntilEmpty(ctx, idle)
+	return d.Stats().sub(before), err
+}
+
 // admit implements the start-margin rule for the pull loop: with a ctx
 // deadline, a pull may only wait until the last moment a handler can still
 // be started.

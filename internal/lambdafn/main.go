@@ -39,7 +39,7 @@ func worker(ctx context.Context, stage Stage, args, environ []string, stdout, st
 	fs.SetOutput(stderr)
 	fl := config.BindFlags(fs)
 	once := fs.Bool("once", false, "one bounded run, then exit: 0 when everything was done, 1 otherwise")
-	idle := fs.Duration("idle", time.Second, "with --once: how long an empty queue must stay empty to count as drained")
+	idle := fs.Duration("idle", time.Second, "with --once: how long a stage waits for a message still queued but not delivered yet (a retry waiting for its redelivery) before the run reports it pending; an empty queue is done at once")
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			return 0

@@ -153,6 +153,7 @@ func (p *Poller) fetchFromCursor(ctx context.Context, w *workspace, res *Workspa
 	if b := p.cfg.BatchRows; b > 0 {
 		limit = min(limit, b)
 	}
+	w.fetchedFrom = cur.CreatedAt
 	for {
 		res.Cursor = cur.Cursor
 		page, err := p.activity(ctx, w, molecule.ActivityQuery{Type: activityType, SinceID: cur.Cursor, Limit: limit}, res)
@@ -411,8 +412,36 @@ func (p *Poller) window(ctx context.Context, w *workspace, d time.Duration, from
 	return rows, reached, nil
 }
 
-// overlap re-reads the rows created in the last d (OverlapWindow, or a
-// quick re-read's span, rereadSpan) up to the cursor, and publishes them
+// onceSpan is a one-shot's overlap re-read (RunOnce), as overlapFrom's d
+// and from. Nothing reads the feed between two one-shot runs, so a row
+// that committed behind the previous run's cursor after that run's read
+// is found by none of its re-reads, and by a re-read of the last
+// OverlapWindow only when the next run comes within OverlapWindow. So the
+// re-read also reaches back to OverlapWindow before the cursor this
+// run's fetch started from (the checkpoint's, or the store's), however
+// long ago that is: the window where such a row lies, as a long-running
+// poller's re-reads cover it. (A run within OverlapEvery of the last
+// re-read skips its own: its cursor is at most that much newer than the
+// rows it would have found, well inside the OverlapWindow the next run
+// reaches back.) d adds
+// OverlapWindow for a platform clock ahead of this one; from (platform
+// clock) stops the read there.
+func (p *Poller) onceSpan(w *workspace, now time.Time) (d time.Duration, from time.Time) {
+	d = p.cfg.OverlapWindow
+	if w.fetchedFrom.IsZero() {
+		return d, time.Time{}
+	}
+	from = w.fetchedFrom.Add(-p.cfg.OverlapWindow)
+	if now.Sub(from) < d {
+		return d, time.Time{} // the last OverlapWindow reaches further
+	}
+	return now.Sub(from) + p.cfg.OverlapWindow, from
+}
+
+// overlapFrom re-reads the rows created in the last d (OverlapWindow, a
+// quick re-read's span, rereadSpan, or a one-shot's, onceSpan) up to the
+// cursor, reading no further back than from (platform clock; zero: d
+// alone) when d's whole seconds reach further, and publishes them
 // again: rows the platform committed behind the cursor are delivered, the
 // ones already published are recognised (or dropped by the inbound
 // stream's de-duplication). The cursor is not moved.
@@ -423,12 +452,6 @@ func (p *Poller) window(ctx context.Context, w *workspace, d time.Duration, from
 // to the next batches: a batch is answered and checkpointed before the
 // next one is published.) The bound includes the cursor's own microsecond:
 // since_id passes rows that share it.
-func (p *Poller) overlap(ctx context.Context, w *workspace, d time.Duration, res *WorkspaceResult) error {
-	return p.overlapFrom(ctx, w, d, time.Time{}, res)
-}
-
-// overlapFrom is overlap, reading no further back than from (platform
-// clock; zero: d alone) when d's whole seconds reach further (rereadSpan).
 func (p *Poller) overlapFrom(ctx context.Context, w *workspace, d time.Duration, from time.Time, res *WorkspaceResult) error {
 	cur, err := p.loadCursor(ctx, w.id)
 	if err != nil {

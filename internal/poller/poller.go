@@ -121,6 +121,10 @@ type workspace struct {
 	// followUpSlack (cycleMu): where the next quick one starts looking
 	// (rereadSpan).
 	rereadAt, rereadFloor time.Time
+	// fetchedFrom is the created_at of the cursor the last fetch started
+	// from (cycleMu): a one-shot's re-read reaches back behind it
+	// (onceSpan).
+	fetchedFrom time.Time
 	// broadcastAsked: the event stream announced a broadcast (or a read of
 	// them failed) since the last read; broadcastReadAt is when that read
 	// started (cycleMu). broadcast.go.
@@ -332,7 +336,7 @@ func (p *Poller) RunOnce(ctx context.Context) (Result, error) {
 				return
 			}
 			defer func() { <-sem }()
-			res.Workspaces[i] = p.cycle(ctx, w, cycleOpts{heartbeat: p.cfg.HeartbeatInterval > 0, checkState: true})
+			res.Workspaces[i] = p.cycle(ctx, w, cycleOpts{heartbeat: p.cfg.HeartbeatInterval > 0, checkState: true, once: true})
 		}()
 	}
 	wg.Wait()
@@ -361,6 +365,9 @@ func (p *Poller) FetchMore(ctx context.Context, prev Result) (Result, error) {
 type cycleOpts struct {
 	heartbeat  bool // send a heartbeat in this cycle (RunOnce)
 	checkState bool // read /state (else trust the last observation)
+	// once: a one-shot's cycle (RunOnce), whose overlap re-read reaches
+	// back behind the cursor it started from (onceSpan).
+	once bool
 	// quick, when positive, re-reads this recent window after the fetch
 	// (a follow-up after activity; see followUps).
 	quick time.Duration
@@ -545,7 +552,11 @@ func (p *Poller) poll(ctx context.Context, w *workspace, rec *statusRecord, res 
 	case err != nil || p.cfg.OverlapWindow <= 0:
 	case time.Since(rec.LastOverlapAt) >= p.cfg.OverlapEvery && !p.overlapNeedless(w, time.Now()):
 		started := time.Now()
-		if err = p.overlap(ctx, w, p.cfg.OverlapWindow, res); err == nil {
+		d, from := p.cfg.OverlapWindow, time.Time{}
+		if o.once {
+			d, from = p.onceSpan(w, started)
+		}
+		if err = p.overlapFrom(ctx, w, d, from, res); err == nil {
 			w.cad.noteOverlap(started)
 			now := time.Now().UTC()
 			set(func(r *statusRecord) { r.LastOverlapAt = now })

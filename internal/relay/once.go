@@ -32,19 +32,13 @@ func (rt *Runtime) onceStages(s Stages) (*onceRun, error) {
 	return &onceRun{rt: rt, s: s, d: d, r: r}, nil
 }
 
-// drain runs the dispatcher and replier until their queues are empty and
-// returns what is still queued. quick: try a short idle first, and the
-// full idle only when something is left.
-func (o *onceRun) drain(ctx context.Context, rep *OnceReport, idle time.Duration, quick bool) []Failure {
-	if quick {
-		if pend := o.drainWith(ctx, rep, min(idle, 100*time.Millisecond)); len(pend) == 0 {
-			return nil
-		}
-	}
-	return o.drainWith(ctx, rep, idle)
-}
-
-func (o *onceRun) drainWith(ctx context.Context, rep *OnceReport, idle time.Duration) []Failure {
+// drain runs the dispatcher, then the replier, until its queue is empty
+// (nothing else adds to them: the poller published the whole batch before
+// the drains began, and the replier starts after the dispatcher's last
+// reply), and returns what is still queued. idle bounds only the wait
+// for a message still queued but not delivered yet (a retry waiting for
+// its redelivery): an empty queue is done at once.
+func (o *onceRun) drain(ctx context.Context, rep *OnceReport, idle time.Duration) []Failure {
 	// The replies the dispatcher posted itself (direct posting) are the
 	// replier's, counted while the dispatcher drains.
 	var repliedBefore uint64
@@ -52,7 +46,7 @@ func (o *onceRun) drainWith(ctx context.Context, rep *OnceReport, idle time.Dura
 		repliedBefore = replied(o.r.Stats())
 	}
 	if o.d != nil {
-		st, err := o.d.Drain(ctx, idle)
+		st, err := o.d.DrainUntilEmpty(ctx, idle)
 		rep.Handled += st.Handled
 		rep.DeadLettered += st.DeadLettered
 		o.deadDispatch += st.DeadLettered
@@ -61,7 +55,7 @@ func (o *onceRun) drainWith(ctx context.Context, rep *OnceReport, idle time.Dura
 		}
 	}
 	if o.r != nil {
-		st, err := o.r.Drain(ctx, idle)
+		st, err := o.r.DrainUntilEmpty(ctx, idle)
 		rep.Replied += replied(o.r.Stats()) - repliedBefore
 		rep.DeadLettered += st.DeadLettered
 		o.deadReply += st.DeadLettered

@@ -137,8 +137,10 @@ func (r *OnceReport) fail(f Failure) {
 }
 
 // Once polls every workspace once, processes everything fetched (and
-// anything already queued), delivers every reply, and returns. idle is how
-// long a stage waits on an empty queue before it counts as drained.
+// anything already queued), delivers every reply, and returns. An empty
+// queue counts as drained at once; idle is how long a stage waits for a
+// message still queued but not delivered (a retry waiting for its
+// redelivery) before the run reports it pending.
 //
 // With every stage and checkpoints on (connect --once, MOLECULE_CHECKPOINT)
 // it works in batches of at most CheckpointBatch rows per workspace:
@@ -171,10 +173,7 @@ func (rt *Runtime) Once(ctx context.Context, s Stages, idle time.Duration) (*Onc
 	}
 	for round := 1; ; round++ {
 		more := batched && anyMore(res)
-		// Between batches a short idle is enough: the poller published
-		// the whole batch before the drains began. A retry waiting for
-		// its redelivery gets the full idle before the run gives up.
-		pend := o.drain(ctx, rep, idle, more)
+		pend := o.drain(ctx, rep, idle)
 		if len(pend) == 0 && batched && len(rep.Errors) == 0 {
 			rt.checkpoint(ctx, p, res, rep)
 		}

@@ -127,6 +127,17 @@ func (r *Replier) Drain(ctx context.Context, idle time.Duration) (Stats, error) 
 	return r.Stats().sub(before), err
 }
 
+// DrainUntilEmpty is Drain for a queue nothing else adds to meanwhile
+// (connect --once, after its dispatcher drained): it ends as soon as the
+// queue is empty and nothing is in flight; idle bounds only the wait for
+// a reply still queued but not redelivered yet
+// (stage.Runner.DrainUntilEmpty).
+func (r *Replier) DrainUntilEmpty(ctx context.Context, idle time.Duration) (Stats, error) {
+	before := r.Stats()
+	_, err := r.run.DrainUntilEmpty(ctx, idle)
+	return r.Stats().sub(before), err
+}
+
 // admit implements the start-margin rule for the pull loop: with a ctx
 // deadline, a pull may only wait until the last moment a post can still be
 // started, and none is made when no client's rate budget allows a post

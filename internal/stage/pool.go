@@ -21,6 +21,10 @@ type poolOptions struct {
 	// slots for it were taken) how long the pull may wait; a value <= 0
 	// stops fetching (the start-margin rule).
 	maxWait func() time.Duration
+	// emptied, when set, makes the drain end as soon as it says so with
+	// nothing in flight (until empty: see untilEmpty); idle then bounds
+	// only the wait for what the consumer holds and does not deliver.
+	emptied func(context.Context) (bool, error)
 }
 
 // pullEndMargin is added to a hand-back's delay so that the message comes
@@ -57,6 +61,12 @@ type pool struct {
 	workers  sync.WaitGroup
 	lastMsg  time.Time
 	failures int
+	// In a drain until empty: settled is signalled when a message in
+	// flight is done; next is the next pull's wait (0: take what is there
+	// and return at once), growing while the consumer holds messages it
+	// does not deliver.
+	settled chan struct{}
+	next    time.Duration
 }
 
 // runPool fetches from cons and calls process for each message on a
@@ -69,7 +79,7 @@ type pool struct {
 func runPool(ctx context.Context, js jetstream.JetStream, cons jetstream.Consumer, cfg Config, opts poolOptions, process func(jetstream.Msg, func(func()))) error {
 	p := &pool{cons: cons, cfg: cfg, opts: opts, process: process, log: cfg.Logger,
 		sem: make(chan struct{}, cfg.Concurrency), lastMsg: time.Now(),
-		work: make(chan jetstream.Msg), quit: make(chan struct{})}
+		work: make(chan jetstream.Msg), quit: make(chan struct{}), settled: make(chan struct{}, 1)}
 	p.parkFn = p.park
 	err := p.loop(ctx)
 	p.wg.Wait()
@@ -98,6 +108,9 @@ func (p *pool) loop(ctx context.Context) error {
 			p.release(n)
 			return nil
 		}
+		if p.opts.emptied != nil {
+			wait = min(wait, p.next)
+		}
 		got, err := p.pull(ctx, n, wait)
 		if errors.Is(err, nats.ErrConnectionClosed) {
 			return err
@@ -123,12 +136,66 @@ func (p *pool) loop(ctx context.Context) error {
 			p.log.InfoContext(ctx, "stage: pulls work again", "failed_pulls", p.failures)
 		}
 		p.failures = 0
+		if p.opts.emptied != nil {
+			if p.untilEmpty(ctx, got) {
+				return nil
+			}
+			continue
+		}
 		if p.opts.idle > 0 && got == 0 && p.inflight.Load() == 0 && time.Since(p.lastMsg) >= p.opts.idle {
 			return nil
 		}
 	}
 	return nil
 }
+
+// untilEmpty decides, in a drain until empty, after a pull that got got
+// messages, whether the drain is done, and sets the next pull's wait.
+// Nothing but this drain changes the queue, so it is empty when the
+// consumer says so (emptied); a message just published may not be
+// offered to it yet, an ack sent a moment ago may not be counted yet
+// (unconfirmed acks), and a retry may wait for its redelivery: each is
+// waited for with pulls of growing waits, for at most idle after the
+// last message.
+func (p *pool) untilEmpty(ctx context.Context, got int) bool {
+	switch {
+	case got > 0:
+		p.next = 0
+		return false
+	case p.inflight.Load() > 0:
+		// What is in flight may hand its message back: look again when
+		// one is done, or after a pull's wait (a redelivery that came
+		// meanwhile). idle counts from then.
+		p.next = 0
+		t := time.NewTimer(p.cfg.FetchWait)
+		defer t.Stop()
+		select {
+		case <-p.settled:
+		case <-t.C:
+		case <-ctx.Done():
+		}
+		p.lastMsg = time.Now()
+		return false
+	}
+	empty, err := p.opts.emptied(ctx)
+	if empty {
+		return true
+	}
+	if err != nil && ctx.Err() == nil {
+		p.log.WarnContext(ctx, "stage: stream or consumer info failed; draining until the queue stays empty for idle", "error", err)
+	}
+	left := p.opts.idle - time.Since(p.lastMsg)
+	if left <= 0 {
+		return true
+	}
+	p.next = min(max(2*p.next, untilEmptyFirstWait), left)
+	return false
+}
+
+// untilEmptyFirstWait is the first pull's wait in a drain until empty
+// when the consumer still holds what it does not deliver: time for the
+// server to count an ack just sent.
+const untilEmptyFirstWait = 5 * time.Millisecond
 
 // takeSlots takes one slot (blocking), then every free one up to
 // FetchBatch; false when ctx ended first.
@@ -176,11 +243,7 @@ func (p *pool) release(n int) {
 func (p *pool) pull(ctx context.Context, n int, wait time.Duration) (got int, err error) {
 	pullEnds := time.Now().Add(wait)
 	handBack := func(m jetstream.Msg) { _ = m.NakWithDelay(time.Until(pullEnds) + pullEndMargin) }
-	opts := []jetstream.FetchOpt{jetstream.FetchMaxWait(wait)}
-	if hb := pullHeartbeat(wait); hb > 0 {
-		opts = append(opts, jetstream.FetchHeartbeat(hb))
-	}
-	batch, err := p.cons.Fetch(n, opts...)
+	batch, err := p.fetch(n, wait)
 	if err != nil {
 		p.release(n)
 		return 0, err
@@ -217,6 +280,19 @@ func (p *pool) pull(ctx context.Context, n int, wait time.Duration) (got int, er
 		p.lastMsg = time.Now()
 		p.start(msg)
 	}
+}
+
+// fetch sends one pull for n messages that waits up to wait for them;
+// with a wait of 0 it takes what is there and ends at once.
+func (p *pool) fetch(n int, wait time.Duration) (jetstream.MessageBatch, error) {
+	if wait <= 0 {
+		return p.cons.FetchNoWait(n)
+	}
+	opts := []jetstream.FetchOpt{jetstream.FetchMaxWait(wait)}
+	if hb := pullHeartbeat(wait); hb > 0 {
+		opts = append(opts, jetstream.FetchHeartbeat(hb))
+	}
+	return p.cons.Fetch(n, opts...)
 }
 
 // start hands msg to an idle worker, or starts a worker for it.
@@ -288,6 +364,10 @@ func (p *pool) claimIdle() bool {
 func (p *pool) done() {
 	<-p.sem
 	p.inflight.Add(-1)
+	select {
+	case p.settled <- struct{}{}:
+	default:
+	}
 	p.wg.Done()
 }
 

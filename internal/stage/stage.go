@@ -166,7 +166,7 @@ func (r *Runner) Run(ctx context.Context) error {
 		defer close(sweepDone)
 		_ = dlq.SweepMaxDeliveries(sweepCtx, r.js, r.target, r.cfg.SweepInterval, r.log)
 	}()
-	err := r.pull(ctx, 0)
+	err := r.pull(ctx, poolOptions{})
 	stopSweep()
 	<-sweepDone
 	return err
@@ -179,8 +179,42 @@ func (r *Runner) Run(ctx context.Context) error {
 // and returns the shared counts of this drain. For CLI one-shots and
 // Lambda drains.
 func (r *Runner) Drain(ctx context.Context, idle time.Duration) (Stats, error) {
-	if idle <= 0 {
-		idle = time.Second
+	return r.drain(ctx, poolOptions{idle: idle})
+}
+
+// DrainUntilEmpty is Drain for a queue nothing else adds to (connect
+// --once: the poller published the whole batch before it began): it ends
+// as soon as the consumer holds nothing (nothing pending, nothing
+// unacknowledged) and nothing is in flight, without sitting out idle.
+// idle bounds only the wait for what the consumer still holds but does
+// not deliver yet (a retry's delayed redelivery): the caller finds it
+// still queued.
+func (r *Runner) DrainUntilEmpty(ctx context.Context, idle time.Duration) (Stats, error) {
+	return r.drain(ctx, poolOptions{idle: idle, emptied: r.emptied})
+}
+
+// emptied says whether the stage's consumer has been delivered every
+// message of its stream (its filter is the stream's subjects) and holds
+// none unacknowledged. Its NumPending, and a pull that does not wait, can
+// still miss a message whose publish was just acknowledged: the server
+// acks a publish before it tells the consumers (nats-server v2.15
+// stream.go processJetStreamMsg, sigq), while the stream's last sequence
+// is already there.
+func (r *Runner) emptied(ctx context.Context) (bool, error) {
+	si, err := r.target.Stream.Info(ctx)
+	if err != nil {
+		return false, err
+	}
+	ci, err := r.target.Consumer.Info(ctx)
+	if err != nil {
+		return false, err
+	}
+	return ci.Delivered.Stream >= si.State.LastSeq && ci.NumAckPending == 0 && ci.NumPending == 0, nil
+}
+
+func (r *Runner) drain(ctx context.Context, opts poolOptions) (Stats, error) {
+	if opts.idle <= 0 {
+		opts.idle = time.Second
 	}
 	before := r.stats.snapshot()
 	if n, err := dlq.SweepOnce(ctx, r.js, r.target); err != nil && ctx.Err() == nil {
@@ -191,12 +225,12 @@ func (r *Runner) Drain(ctx context.Context, idle time.Duration) (Stats, error) {
 	if sw, err := dlq.StartSweeper(r.js, r.target, r.log); err == nil {
 		defer sw.Stop()
 	}
-	err := r.pull(ctx, idle)
+	err := r.pull(ctx, opts)
 	return r.stats.snapshot().Sub(before), err
 }
 
-func (r *Runner) pull(ctx context.Context, idle time.Duration) error {
-	opts := poolOptions{idle: idle, maxWait: r.admitWait(ctx)}
+func (r *Runner) pull(ctx context.Context, opts poolOptions) error {
+	opts.maxWait = r.admitWait(ctx)
 	err := runPool(ctx, r.js, r.target.Consumer, r.cfg, opts, func(msg jetstream.Msg, park func(func())) {
 		r.process(ctx, &Delivery{Msg: msg, park: park})
 	})

@@ -55,7 +55,13 @@ func (e *env) target() stage.Target { return dlq.DispatcherTarget(e.topo) }
 
 func (e *env) publish(t *testing.T, n int) {
 	t.Helper()
-	for i := range n {
+	e.publishFrom(t, 0, n)
+}
+
+// publishFrom publishes n messages with the message ids from, from+1, …
+func (e *env) publishFrom(t *testing.T, from, n int) {
+	t.Helper()
+	for i := from; i < from+n; i++ {
 		m := &nats.Msg{Subject: events.InboundSubject(ws), Data: []byte(fmt.Sprintf(`{"n":%d}`, i)), Header: nats.Header{}}
 		m.Header.Set(jetstream.MsgIDHeader, fmt.Sprintf("m-%d", i))
 		if _, err := e.js.PublishMsg(ctx(t), m); err != nil {

@@ -89,7 +89,11 @@ func startServer(cfg broker.Config, log *slog.Logger) (*server.Server, error) {
 	}
 	sl := &serverLog{log: log.With("component", "nats-server"), fatal: make(chan string, 1)}
 	ns.SetLogger(sl, false, false)
-	go ns.Start()
+	// Start returns once the client listener is open (or failed, said on
+	// fatal), so the first readiness check passes: started on its own
+	// goroutine, the server was found ready only at the check's next
+	// 25 ms tick (nats-server v2.15 server.go readyForConnections).
+	ns.Start()
 	wait := max(cfg.ConnectTimeout, 10*time.Second)
 	ready := make(chan bool, 1)
 	go func() { ready <- ns.ReadyForConnections(wait) }()
