@@ -10,6 +10,7 @@ import (
 	"strconv"
 	"strings"
 	"syscall"
+	"time"
 
 	"github.com/molecule-ai/molecule-relay/internal/broker"
 )
@@ -29,7 +30,7 @@ func lockStore(dir string) (release func(), err error) {
 	if err != nil {
 		return nil, fmt.Errorf("lock file %q: %w", path, err)
 	}
-	if err := syscall.Flock(int(f.Fd()), syscall.LOCK_EX|syscall.LOCK_NB); err != nil {
+	if err := flockSoon(f); err != nil {
 		holder, _ := os.ReadFile(path)
 		f.Close()
 		if errors.Is(err, syscall.EWOULDBLOCK) {
@@ -41,4 +42,43 @@ func lockStore(dir string) (release func(), err error) {
 	_ = f.Truncate(0)
 	_, _ = f.WriteAt([]byte(strconv.Itoa(os.Getpid())+"\n"), 0)
 	return func() { f.Close() }, nil
+}
+
+// probeWait is how long lockStore keeps trying a lock held for a moment:
+// storeHeld (Running) takes it shared for microseconds to test it.
+const probeWait = 20 * time.Millisecond
+
+// flockSoon takes f's exclusive lock, trying again for probeWait while
+// it is held.
+func flockSoon(f *os.File) error {
+	deadline := time.Now().Add(probeWait)
+	for {
+		err := syscall.Flock(int(f.Fd()), syscall.LOCK_EX|syscall.LOCK_NB)
+		if !errors.Is(err, syscall.EWOULDBLOCK) || time.Now().After(deadline) {
+			return err
+		}
+		time.Sleep(time.Millisecond)
+	}
+}
+
+// storeHeld reports whether a live process holds dir's lock: a shared
+// lock cannot be had then. Taken, it is given back at once.
+func storeHeld(dir string) (bool, error) {
+	f, err := os.Open(filepath.Join(dir, lockName))
+	if errors.Is(err, os.ErrNotExist) {
+		return false, nil
+	}
+	if err != nil {
+		return false, fmt.Errorf("embedded: %w", err)
+	}
+	defer f.Close()
+	err = syscall.Flock(int(f.Fd()), syscall.LOCK_SH|syscall.LOCK_NB)
+	switch {
+	case errors.Is(err, syscall.EWOULDBLOCK):
+		return true, nil
+	case err != nil:
+		return false, fmt.Errorf("embedded: lock %q: %w", f.Name(), err)
+	}
+	_ = syscall.Flock(int(f.Fd()), syscall.LOCK_UN)
+	return false, nil
 }
