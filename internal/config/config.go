@@ -280,6 +280,15 @@ type Config struct {
 	LogLevel string `env:"MOLECULE_LOG_LEVEL" envDefault:"info"`
 	// LogFormat: text or json. Default text.
 	LogFormat string `env:"MOLECULE_LOG_FORMAT" envDefault:"text"`
+	// LogMessages logs one info line per message as it is received,
+	// handled (in how long) and answered (by notify or a2a) or
+	// dead-lettered: ids, workspace, kind and sizes, never a body or a
+	// token. Default true.
+	LogMessages bool `env:"MOLECULE_LOG_MESSAGES" envDefault:"true"`
+	// LogSlowHandler logs a handler still running every LogSlowHandler
+	// (the message's ids and how long it has run), so a hung handler is
+	// seen before its timeout. 0: never. Default 30s.
+	LogSlowHandler Seconds `env:"MOLECULE_LOG_SLOW_HANDLER" envDefault:"30s"`
 	// MetricsAddr serves /healthz and /metrics for long-running workers
 	// when set, e.g. ":8080".
 	MetricsAddr string `env:"MOLECULE_METRICS_ADDR"`
