@@ -8,6 +8,8 @@ import (
 	"sync"
 	"time"
 
+	"github.com/nats-io/nats.go"
+
 	"github.com/molecule-ai/molecule-relay/internal/dispatcher"
 	"github.com/molecule-ai/molecule-relay/internal/replier"
 	"github.com/molecule-ai/molecule-relay/internal/stage"
@@ -88,7 +90,15 @@ func (st *stopper) start(name string, run func() error) {
 	st.wg.Add(1)
 	go func() {
 		defer st.wg.Done()
-		if err := run(); err != nil && !errors.Is(err, context.Canceled) {
+		err := run()
+		switch {
+		case err == nil || errors.Is(err, context.Canceled):
+		case st.caller.Err() != nil && errors.Is(err, nats.ErrConnectionClosed):
+			// A stage still running when the grace ran out (wait gave
+			// up on it) meets the connection the caller then closed:
+			// the end of a stop, not a failure.
+			st.log.Debug("stage ended by the connection's close after the stop", "stage", name)
+		default:
 			st.log.Error("stage stopped", "stage", name, "err", err)
 			st.fail(fmt.Errorf("%s: %w", name, err))
 		}
