@@ -298,7 +298,10 @@ func (h *execHandler) result(ctx context.Context, waitErr error, stdout *capBuff
 // to stderr. The whole error (ExitError) goes to the dead letter.
 func (h *execHandler) logStderr(log *slog.Logger, how string, elapsed time.Duration, stderr *tailBuffer) {
 	tail := lastLines(strings.TrimSpace(stderr.String()), stderrLines)
-	if tail == "" {
+	switch {
+	case tail == "" && how == "killed":
+		return // its timeout, a cancel or a stop's cut: the caller says which
+	case tail == "":
 		log.Warn("handler: exec failed with nothing on stderr", "program", h.program, "how", how, "elapsed", elapsed.Round(time.Millisecond).String())
 		return
 	}
