@@ -28,6 +28,12 @@ func TestStopSummaryCountsWhatTheRunHandled(t *testing.T) {
 	w.SendCanvas("one")
 	w.SendCanvas("two")
 	w.WaitReplies(2, 15*time.Second)
+	// Their milestone lines come after the counts: both are counted
+	// before the stop begins.
+	pipelinetest.Eventually(t, 15*time.Second, "both handled and posted", func() bool {
+		l := logs.String()
+		return strings.Count(l, "dispatcher: message handled") == 2 && strings.Count(l, "replier: reply posted") == 2
+	})
 	cancel()
 	if err := <-done; err != nil {
 		t.Fatalf("Run: %v", err)
