@@ -17,8 +17,10 @@ import (
 // dlq show reach its server through the store: the dead-letter line names
 // the sequence, and dlq show SEQ prints that dead letter at that moment.
 // Before, both exited 1 ("NATS_STORE_DIR is in use by another process").
-// The first stop line says a second Ctrl-C exits at once; a clean stop
-// removes the published server, and status then opens the store itself.
+// history and dlq replay work too: the replayed message is answered by
+// the running relay. The first stop line says a second Ctrl-C exits at
+// once; a clean stop removes the published server, and status then opens
+// the store itself.
 func TestStatusAndDLQShowReachARunningConnect(t *testing.T) {
 	if testing.Short() {
 		t.Skip("starts a relay process")
@@ -53,6 +55,15 @@ func TestStatusAndDLQShowReachARunningConnect(t *testing.T) {
 	if strings.Contains(show.stdout, "poison") {
 		t.Errorf("dlq show without --show-body printed the message:\n%s", show.stdout)
 	}
+	if h := runCLI(t, environ, "history", "show", ws.ID); h.code != exitOK {
+		t.Errorf("history show while connect runs: exit %d\n%s\n%s", h.code, h.stdout, h.stderr)
+	}
+	// Fixed, the dead letter replayed into the running relay is answered.
+	writeScript(t, script, "#!/bin/sh\ncat >/dev/null\necho digested\n")
+	if rp := runCLI(t, environ, "dlq", "replay", m[1]); rp.code != exitOK {
+		t.Fatalf("dlq replay %s while connect runs: exit %d\n%s", m[1], rp.code, rp.stderr)
+	}
+	waitUntil(t, func() bool { n := srv.Notifications(ws.ID); return len(n) == 1 && n[0].Message == "digested" })
 
 	if err := c.cmd.Process.Signal(syscall.SIGINT); err != nil {
 		t.Fatal(err)
@@ -66,7 +77,7 @@ func TestStatusAndDLQShowReachARunningConnect(t *testing.T) {
 	if _, err := os.Stat(filepath.Join(store, "molecule-relay.server.json")); !os.IsNotExist(err) {
 		t.Errorf("the published server outlived a clean stop: %v", err)
 	}
-	if st := runCLI(t, environ, "status"); st.code != exitOK || !strings.Contains(st.stdout, "dead letters: 1") {
+	if st := runCLI(t, environ, "status"); st.code != exitOK || !strings.Contains(st.stdout, "dead letters: 0") {
 		t.Fatalf("status after the stop: exit %d\n%s\n%s", st.code, st.stdout, st.stderr)
 	}
 }
