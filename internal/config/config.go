@@ -280,10 +280,11 @@ type Config struct {
 	LogLevel string `env:"MOLECULE_LOG_LEVEL" envDefault:"info"`
 	// LogFormat: text or json. Default text.
 	LogFormat string `env:"MOLECULE_LOG_FORMAT" envDefault:"text"`
-	// LogMessages logs one info line per message as it is received,
-	// handled (in how long) and answered (by notify or a2a) or
-	// dead-lettered: ids, workspace, kind and sizes, never a body or a
-	// token. Default true.
+	// LogMessages logs an info line as each message is received, handled
+	// (in how long) and its reply posted (by notify or a2a): ids,
+	// workspace, kind and sizes, never a body or a token. If false, those
+	// lines are at debug; a dead letter is logged at warn either way.
+	// Default true.
 	LogMessages bool `env:"MOLECULE_LOG_MESSAGES" envDefault:"true"`
 	// LogSlowHandler logs a handler still running every LogSlowHandler
 	// (the message's ids and how long it has run), so a hung handler is
