@@ -213,7 +213,8 @@ func (st *stopper) report(overdue bool) {
 	}
 	if r := st.r; r != nil {
 		now := r.Stats()
-		attrs = append(attrs, "replies_posted", posted(now), "posted_while_stopping", posted(now)-posted(st.beforeR))
+		attrs = append(attrs, "replies_posted", posted(now), "posted_while_stopping", posted(now)-posted(st.beforeR),
+			"replies_dead_lettered", now.DeadLettered)
 		if n := r.InFlight(); n > 0 {
 			attrs = append(attrs, "posts_still_running", n)
 			left = append(left, fmt.Sprintf("%d post(s) still in flight are settled (looked up on the feed, never posted twice)", n))

@@ -44,7 +44,7 @@ func TestStopSummaryCountsWhatTheRunHandled(t *testing.T) {
 			summary = l
 		}
 	}
-	for _, want := range []string{" handled=2 ", " replies_posted=2 ", " handled_while_stopping=0 ", " dead_lettered=0 "} {
+	for _, want := range []string{" handled=2 ", " replies_posted=2 ", " handled_while_stopping=0 ", " dead_lettered=0 ", " replies_dead_lettered=0 "} {
 		if !strings.Contains(summary+" ", want) {
 			t.Errorf("stop summary lacks %q: %q", strings.TrimSpace(want), summary)
 		}
