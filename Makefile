@@ -37,9 +37,12 @@ build: ## build the CLI and the three stage binaries into bin/
 	$(GO) build -ldflags '$(LDFLAGS)' -o $(BIN)/dispatcher ./functions/dispatcher
 	$(GO) build -ldflags '$(LDFLAGS)' -o $(BIN)/replier ./functions/replier
 
-dev: ## run the whole pipeline against an embedded platform double and embedded NATS
-	@echo "make dev: building ./cmd/molecule-relay (a first build compiles everything: a minute or two; then seconds, go run caches the binary)"
-	@$(GO) run ./cmd/molecule-relay dev
+# dev's binary carries no version stamp (it says "dev"): a new commit does
+# not relink it, so a warm `make dev` answers within a second.
+dev: ## build bin/dev/molecule-relay (with progress), then run the whole pipeline against an embedded platform double and embedded NATS
+	@echo "make dev: building bin/dev/molecule-relay, then the pipeline against an embedded platform double"
+	@GO='$(GO)' sh infra/dev/build-with-progress.sh $(BIN)/dev/molecule-relay ./cmd/molecule-relay -buildvcs=false
+	@$(BIN)/dev/molecule-relay dev $(DEV_FLAGS)
 
 test: ## go vet, then every test with the race detector
 	$(GO) vet $(PKGS)

@@ -67,8 +67,8 @@ func TestCIScript(t *testing.T) {
 		t.Fatalf("second job: exit %d, %d replies\n%s", code, len(srv.Notifications(ws.ID)), out)
 	}
 	// The action's outputs.
-	if b, err := os.ReadFile(ghOutput); err != nil || string(b) != "answered=1\nfailed=0\ndead-lettered=0\n" {
-		t.Fatalf("GITHUB_OUTPUT: %q, %v; want answered=1, failed=0, dead-lettered=0", b, err)
+	if b, err := os.ReadFile(ghOutput); err != nil || string(b) != "handled=1\nreplied=1\ndead-lettered=0\nfailed=0\nexit-code=0\nexit-reason=ok\n" {
+		t.Fatalf("GITHUB_OUTPUT: %q, %v; want handled=1, replied=1, dead-lettered=0, failed=0, exit-code=0, exit-reason=ok", b, err)
 	}
 	// Workspaces on several tenants: MOLECULE_PLATFORM_URLS alone is enough.
 	if code, out := job("MOLECULE_PLATFORM_URL=", "MOLECULE_WORKSPACE_ID=", "MOLECULE_WORKSPACE_TOKEN=",
@@ -78,8 +78,12 @@ func TestCIScript(t *testing.T) {
 	if code, out := job("MOLECULE_PLATFORM_URL="); code != 2 || !strings.Contains(out, "MOLECULE_PLATFORM_URL is not set") {
 		t.Fatalf("no platform URL: exit %d\n%s", code, out)
 	}
-	if code, out := job("MOLECULE_POLL_INTERVAL=often"); code != 2 || !strings.Contains(out, "MOLECULE_POLL_INTERVAL") {
+	configOutput := filepath.Join(t.TempDir(), "github_output")
+	if code, out := job("MOLECULE_POLL_INTERVAL=often", "GITHUB_OUTPUT="+configOutput); code != 2 || !strings.Contains(out, "MOLECULE_POLL_INTERVAL") {
 		t.Fatalf("bad config: exit %d\n%s", code, out)
+	}
+	if b, err := os.ReadFile(configOutput); err != nil || !strings.Contains(string(b), "exit-code=2\nexit-reason=configuration\n") {
+		t.Fatalf("GITHUB_OUTPUT after a configuration error: %q, %v; want exit-code=2, exit-reason=configuration", b, err)
 	}
 	srv.Delete(ws.ID)
 	failedOutput := filepath.Join(t.TempDir(), "github_output")
@@ -87,8 +91,8 @@ func TestCIScript(t *testing.T) {
 	if code != 1 || !strings.Contains(out, "FAILED workspace "+ws.ID+": removed") || !strings.Contains(out, "::error") {
 		t.Fatalf("removed workspace: exit %d\n%s", code, out)
 	}
-	if b, err := os.ReadFile(failedOutput); err != nil || !strings.Contains(string(b), "failed=1\n") {
-		t.Fatalf("GITHUB_OUTPUT after a failed run: %q, %v; want failed=1", b, err)
+	if b, err := os.ReadFile(failedOutput); err != nil || !strings.Contains(string(b), "failed=1\nexit-code=1\nexit-reason=removed\n") {
+		t.Fatalf("GITHUB_OUTPUT after a failed run: %q, %v; want failed=1, exit-code=1, exit-reason=removed", b, err)
 	}
 }
 

@@ -80,6 +80,7 @@ func runEmulator(ctx context.Context, env *cliEnv, args []string) error {
 		em.out.printf(" (or: set -a; . %s; set +a)", envFile)
 	}
 	em.out.printf(":\n\n%s\n", block)
+	em.out.printf("With it, molecule-relay doctor checks the setup, and molecule-relay mcp install configures Claude Code for this workspace.\n\n")
 	em.out.printf("The peer workspace, to run a second relay as the peer agent:\n  MOLECULE_WORKSPACE_ID=%s MOLECULE_WORKSPACE_TOKEN=%s\n\n", em.peer.ID, em.peer.Token)
 	em.out.printf("Once the relay runs, type a line here to send it as a canvas user, or \"@peer text\" as the peer agent")
 	if controlURL != "" {

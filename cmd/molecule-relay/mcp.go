@@ -3,7 +3,11 @@ package main
 import (
 	"bufio"
 	"context"
+	"encoding/json"
+	"errors"
 	"flag"
+	"fmt"
+	"io"
 	"os"
 	"os/signal"
 	"path/filepath"
@@ -11,6 +15,7 @@ import (
 	"slices"
 	"strings"
 	"syscall"
+	"time"
 
 	"github.com/molecule-ai/molecule-relay/internal/config"
 	"github.com/molecule-ai/molecule-relay/internal/mcpchannel"
@@ -29,16 +34,35 @@ func runMCP(ctx context.Context, env *cliEnv, args []string) error {
 	// write must fail with EPIPE and end the session, not kill the process
 	// holding the lease with SIGPIPE.
 	signal.Ignore(syscall.SIGPIPE)
+	if len(args) > 0 && args[0] == "install" {
+		return runMCPInstall(ctx, env, args[1:])
+	}
 	var noWait bool
 	menv := *env
-	menv.environ = mcpEnviron(env.environ)
+	var dotEnvNote string
+	menv.environ, dotEnvNote = mcpEnviron(env.environ)
+	// The warnings wait: a start that fails prints its reason first.
+	var warnings strings.Builder
+	menv.stderr = &warnings
 	cfg, err := parseConfig(&menv, "mcp", args, config.NeedPlatform, func(fs *flag.FlagSet) {
 		fs.BoolVar(&noWait, "no-wait", false, "exit 3 when another session holds the channel, instead of serving the client and taking over when that session ends")
 	})
-	if err != nil {
+	if errors.Is(err, flag.ErrHelp) {
+		io.WriteString(env.stderr, warnings.String())
 		return err
 	}
+	if err != nil {
+		refuseInitialize(env.stdin, env.stdout, err)
+		if warnings.Len() > 0 {
+			return fmt.Errorf("%w\n%s", err, strings.TrimRight(warnings.String(), "\n"))
+		}
+		return err
+	}
+	io.WriteString(env.stderr, warnings.String())
 	log := cfg.NewLogger(env.stderr)
+	if dotEnvNote != "" {
+		log.Info(dotEnvNote)
+	}
 	var ids []string
 	for _, w := range cfg.Workspaces() {
 		ids = append(ids, w.ID)
@@ -63,9 +87,11 @@ func runMCP(ctx context.Context, env *cliEnv, args []string) error {
 //     per user rather than one per project directory;
 //   - the agent's name defaults to "Claude Code (channel)".
 //
-// A variable the environment sets wins over the .env file. The two names
-// of one setting (ours and the channel's) must agree (config.Load).
-func mcpEnviron(environ []string) []string {
+// A setting the environment gives wins over the .env file, under whichever
+// name each gives it (dotEnvShadowed); note says in one line what the
+// .env gave that was not taken. The two names of one setting set in the
+// same place must agree (config.Load).
+func mcpEnviron(environ []string) (_ []string, note string) {
 	set := map[string]string{}
 	for _, kv := range environ {
 		if k, v, ok := strings.Cut(kv, "="); ok {
@@ -86,8 +112,17 @@ func mcpEnviron(environ []string) []string {
 		}
 	}
 	if stateDir != "" {
-		for _, kv := range readDotEnv(filepath.Join(stateDir, ".env")) {
+		path := filepath.Join(stateDir, ".env")
+		var skipped []string
+		for _, kv := range readDotEnv(path) {
+			if by := dotEnvShadowed(kv[0], set); by != "" {
+				skipped = append(skipped, kv[0]+" (the environment's "+by+")")
+				continue
+			}
 			add(kv[0], kv[1])
+		}
+		if len(skipped) > 0 {
+			note = "the environment wins over " + path + ": not taken from it " + strings.Join(skipped, ", ")
 		}
 	}
 	if stateDir != "" {
@@ -100,7 +135,41 @@ func mcpEnviron(environ []string) []string {
 	}
 	add("MOLECULE_AGENT_NAME", mcpAgentName)
 	// Read here, and by no other command: not handed on.
-	return slices.DeleteFunc(out, func(kv string) bool { return strings.HasPrefix(kv, "MOLECULE_STATE_DIR=") })
+	return slices.DeleteFunc(out, func(kv string) bool { return strings.HasPrefix(kv, "MOLECULE_STATE_DIR=") }), note
+}
+
+// workspaceVars name the workspaces and their credentials: one setting,
+// which the environment gives whole as soon as it names a workspace.
+var (
+	workspaceVars   = []string{"MOLECULE_WORKSPACE_ID", "MOLECULE_WORKSPACE_TOKEN", "MOLECULE_WORKSPACE_TOKEN_FILE", "MOLECULE_WORKSPACE_IDS", "MOLECULE_WORKSPACE_TOKENS", "MOLECULE_WORKSPACES_JSON", "MOLECULE_PLATFORM_URLS", "MOLECULE_ORG_IDS"}
+	workspaceNaming = []string{"MOLECULE_WORKSPACE_ID", "MOLECULE_WORKSPACE_IDS", "MOLECULE_WORKSPACES_JSON"}
+)
+
+// dotEnvShadowed is the variable of env that gives the setting the .env's
+// name stands for, or "": a .env's MOLECULE_WORKSPACE_IDS is not added to
+// an exported MOLECULE_WORKSPACE_ID (the workspace would be configured
+// twice, issue 41), nor its MOLECULE_POLL_INTERVAL_MS to an exported
+// MOLECULE_POLL_INTERVAL (the two would disagree).
+func dotEnvShadowed(name string, env map[string]string) string {
+	if slices.Contains(workspaceVars, name) {
+		for _, k := range workspaceNaming {
+			if _, ok := env[k]; ok {
+				return k
+			}
+		}
+		return ""
+	}
+	for _, s := range config.ChannelSettings {
+		if s.Name != name && s.Ours != name || strings.Contains(s.Ours, ",") {
+			continue
+		}
+		for _, k := range []string{s.Name, s.Ours} {
+			if _, ok := env[k]; ok && k != name {
+				return k
+			}
+		}
+	}
+	return ""
 }
 
 var dotEnvLine = regexp.MustCompile(`^([A-Z_][A-Z0-9_]*)=(.*)$`)
@@ -121,4 +190,45 @@ func readDotEnv(path string) [][2]string {
 		}
 	}
 	return kvs
+}
+
+// refuseInitialize answers the client's initialize request, if one comes
+// within a second, with a JSON-RPC error carrying why the start failed:
+// Claude Code's `claude mcp list` shows that message ("✘ Failed to
+// connect — -32603: …"), where an exit alone shows "Connection closed"
+// and leaves the reason in its log file (issue 41). A terminal on stdin
+// is not read.
+func refuseInitialize(stdin io.Reader, stdout io.Writer, cause error) {
+	if f, ok := stdin.(*os.File); ok {
+		if fi, err := f.Stat(); err != nil || fi.Mode()&os.ModeCharDevice != 0 {
+			return
+		}
+	}
+	msg, _, _ := strings.Cut(cause.Error(), "\n")
+	id := make(chan json.RawMessage, 1)
+	go func() {
+		sc := bufio.NewScanner(stdin)
+		sc.Buffer(make([]byte, 64<<10), 1<<20)
+		for sc.Scan() {
+			var req struct {
+				ID     json.RawMessage `json:"id"`
+				Method string          `json:"method"`
+			}
+			if json.Unmarshal(sc.Bytes(), &req) == nil && req.Method == "initialize" && len(req.ID) > 0 {
+				id <- req.ID
+				return
+			}
+		}
+		id <- nil // input ended without one
+	}()
+	select {
+	case rid := <-id:
+		if rid == nil {
+			return
+		}
+		resp, _ := json.Marshal(map[string]any{"jsonrpc": "2.0", "id": rid,
+			"error": map[string]any{"code": -32603, "message": "molecule-relay mcp: " + msg}})
+		_, _ = stdout.Write(append(resp, '\n'))
+	case <-time.After(time.Second):
+	}
 }

@@ -31,7 +31,7 @@ func TestMCPReadsTheTypeScriptChannelsVariables(t *testing.T) {
 		}
 		return ""
 	}
-	env := mcpEnviron([]string{"HOME=" + home, "MOLECULE_WORKSPACE_IDS=ws-env"})
+	env, _ := mcpEnviron([]string{"HOME=" + home, "MOLECULE_WORKSPACE_IDS=ws-env"})
 	for k, want := range map[string]string{
 		"MOLECULE_PLATFORM_URL":     "https://from-dotenv.example",
 		"MOLECULE_WORKSPACE_IDS":    "ws-env", // the environment wins
@@ -46,7 +46,7 @@ func TestMCPReadsTheTypeScriptChannelsVariables(t *testing.T) {
 	}
 
 	other := t.TempDir()
-	env = mcpEnviron([]string{"HOME=" + home, "MOLECULE_STATE_DIR=" + other, "MOLECULE_AGENT_NAME=mine",
+	env, _ = mcpEnviron([]string{"HOME=" + home, "MOLECULE_STATE_DIR=" + other, "MOLECULE_AGENT_NAME=mine",
 		"MOLECULE_POLL_INTERVAL=2s", "MOLECULE_POLL_INTERVAL_MS=750", "NATS_STORE_DIR=/srv/nats"})
 	for k, want := range map[string]string{
 		"MOLECULE_PLATFORM_URL":  "", // no .env in that state directory

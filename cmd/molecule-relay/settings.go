@@ -35,15 +35,20 @@ var (
 		{"MOLECULE_ORG_ID", "SaaS tenant: X-Molecule-Org-Id"},
 		{"MOLECULE_ORG_IDS", "one org id per workspace of MOLECULE_WORKSPACE_IDS"},
 		{"MOLECULE_AGENT_NAME", "agent card name"},
+		{"MOLECULE_AGENT_DESC", "agent card description"},
 	}}
 	groupPoller = settingGroup{"Poller", []setting{
-		{"MOLECULE_POLL_INTERVAL", "between polls: seconds (5) or a duration (500ms)"},
+		{"MOLECULE_POLL_INTERVAL", "between polls: a duration with its unit (5s, 500ms)"},
+		{"MOLECULE_SAFETY_NET_INTERVAL", "with a healthy event stream, between polls (0: every MOLECULE_POLL_INTERVAL)"},
 		{"MOLECULE_SSE", "wake on the workspace's event stream (true or false)"},
 		{"MOLECULE_PAGE_LIMIT", "activity page size (at most 500)"},
 		{"MOLECULE_BACKLOG_WINDOW", "on a cold start, deliver messages this recent (0: none)"},
 		{"MOLECULE_BACKLOG_LIMIT", "on a cold start, deliver at most the newest this many (0: no cap)"},
 		{"MOLECULE_HEARTBEAT_INTERVAL", "between heartbeats, at most 30s (0: none)"},
 		{"MOLECULE_OVERLAP_WINDOW", "recent window re-read for late rows"},
+		{"MOLECULE_OVERLAP_EVERY", "how often the whole overlap window is re-read"},
+		{"MOLECULE_OVERLAP_FOLLOW_UPS", "quick re-reads after a poll that found messages, comma separated (0: none)"},
+		{"MOLECULE_SINGLETON", "another relay answers the workspace: warn, or refuse (stop polling it)"},
 		{"MOLECULE_REGISTER", "register each workspace at first start (true or false)"},
 		{"MOLECULE_CHECKPOINT", "connect --once: resume from a checkpoint row (true or false)"},
 		{"MOLECULE_ALLOW_SELF", "deliver messages the agent sent itself (true or false)"},
@@ -60,6 +65,8 @@ var (
 		{"MOLECULE_HANDLER_ANSWER", "how exec: and http: answers are read: text or json"},
 		{"MOLECULE_HANDLER_ENV", "variables an exec: handler also gets: names or prefixes*, e.g. ANTHROPIC_API_KEY,OPENAI_*"},
 		{"MOLECULE_HANDLER_TIMEOUT", "bound of one handler call"},
+		{"MOLECULE_FILES_DIR", "where attachments handed to the handler are kept, or off"},
+		{"MOLECULE_FILES_MAX_BYTES", "cap of one attachment"},
 		{"MOLECULE_CONCURRENCY", "handlers running at once"},
 		{"MOLECULE_REPLY_TO_REPLIES", "answer messages that are replies (true or false)"},
 		{"MOLECULE_MAX_HOPS", "relay replies allowed in one conversation"},
@@ -76,6 +83,7 @@ var (
 	}}
 	groupReplier = settingGroup{"Replier", []setting{
 		{"MOLECULE_REPLY_CONCURRENCY", "replies posted at once"},
+		{"MOLECULE_DIRECT_POST", "a dispatcher posts its replies itself when the replier is in the process (true or false)"},
 		{"MOLECULE_A2A_TIMEOUT", "X-Timeout of a reply to a peer (5s..30m)"},
 		{"MOLECULE_RECONCILE_SKEW", "clock skew allowed when reconciling a notify"},
 	}}
@@ -95,13 +103,15 @@ var (
 		{"NATS_NAME", "connection name"},
 		{"MOLECULE_STREAM_REPLICAS", "replicas of streams and buckets (3 on a cluster)"},
 		{"MOLECULE_TOPOLOGY", "ensure (create streams) or lookup (find them only)"},
+		{"MOLECULE_STARTUP_TIMEOUT", "how long a starting stage waits for JetStream"},
 	}}
-	groupLogs = settingGroup{"Logs and metrics", []setting{
+	groupLogs = settingGroup{"Logs, metrics and stopping", []setting{
 		{"MOLECULE_LOG_LEVEL", "debug, info, warn or error"},
 		{"MOLECULE_LOG_FORMAT", "text or json"},
 		{"MOLECULE_LOG_MESSAGES", "an info line as each message is received, handled and its reply posted (ids and sizes, never a body); false: at debug"},
 		{"MOLECULE_LOG_SLOW_HANDLER", "log a handler still running every this long (0: never)"},
 		{"MOLECULE_METRICS_ADDR", "serve /healthz and /metrics here, e.g. :8080"},
+		{"MOLECULE_STOP_GRACE", "after SIGTERM or SIGINT, time to finish and post what is in flight (1s..1h)"},
 	}}
 )
 
@@ -119,6 +129,8 @@ func commandGroups(name string) []settingGroup {
 		return []settingGroup{groupPlatform, groupReplier, groupNATS, groupLogs}
 	case "status":
 		return []settingGroup{groupPlatform, groupStatusGroup, groupNATS, groupLogs}
+	case "doctor":
+		return []settingGroup{groupPlatform, groupPoller, groupNATS, groupLogs}
 	case "dlq", "history":
 		return []settingGroup{groupNATS, groupLogs}
 	case "dev":

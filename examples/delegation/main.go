@@ -23,9 +23,7 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/molecule-ai/molecule-relay/internal/handler"
-	"github.com/molecule-ai/molecule-relay/internal/relay"
-	_ "github.com/molecule-ai/molecule-relay/internal/relay/embedded" // each relay's own NATS
+	relay "github.com/molecule-ai/molecule-relay"
 	"github.com/molecule-ai/molecule-relay/pkg/molecule/moleculetest"
 )
 
@@ -39,33 +37,33 @@ func main() {
 }
 
 // coordinator answers a canvas user by asking the researcher and waiting
-// (req.AskPeer: the relay's agent API, internal/delegate behind it). The
-// question is the n-th of this handler run, so a re-run after a crash finds
-// the answer instead of asking again.
-func coordinator(researcher string) handler.Func {
-	return func(ctx context.Context, req *handler.Request) (string, error) {
-		ans, err := req.AskPeer(ctx, handler.Question{PeerID: researcher, Text: req.Message.Text})
+// (Context.Ask: the relay's agent API). The question is the n-th of this
+// handler run, so a re-run after a crash finds the answer instead of
+// asking again.
+func coordinator(researcher string) relay.Handler {
+	return func(c *relay.Context, m *relay.Message) (relay.Answer, error) {
+		ans, err := c.Ask(relay.Question{PeerID: researcher, Text: m.Text})
 		if errors.Is(err, relay.ErrNoAnswer) {
-			return "The researcher did not answer in time; please ask again later.", nil
+			return relay.Answer{Text: "The researcher did not answer in time; please ask again later."}, nil
 		}
 		if err != nil {
-			return "", err
+			return relay.Answer{}, err
 		}
-		return "The researcher says: " + ans.Text, nil
+		return relay.Answer{Text: "The researcher says: " + ans.Text}, nil
 	}
 }
 
 // researcher answers every question it is asked.
-func researcher(string) handler.Func {
-	return func(_ context.Context, req *handler.Request) (string, error) {
-		return fmt.Sprintf("%q has %d words.", req.Message.Text, len(strings.Fields(req.Message.Text))), nil
+func researcher(string) relay.Handler {
+	return func(_ *relay.Context, m *relay.Message) (relay.Answer, error) {
+		return relay.Answer{Text: fmt.Sprintf("%q has %d words.", m.Text, len(strings.Fields(m.Text)))}, nil
 	}
 }
 
 // agent is one workspace and the handler its relay runs.
 type agent struct {
 	id, token string
-	handler   func(peer string) handler.Func
+	handler   func(peer string) relay.Handler
 	peer      string
 }
 
@@ -96,7 +94,7 @@ func run(ctx context.Context, environ []string, out io.Writer) error {
 	var wg sync.WaitGroup
 	errs := make(chan error, 2)
 	for _, a := range []agent{res, coord} {
-		rt, closeRelay, err := openRelay(ctx, platform, env["MOLECULE_ORG_ID"], a, log)
+		r, closeRelay, err := openRelay(ctx, platform, env["MOLECULE_ORG_ID"], a, log)
 		if err != nil {
 			return err
 		}
@@ -104,7 +102,7 @@ func run(ctx context.Context, environ []string, out io.Writer) error {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			if err := serve(ctx, rt, a); err != nil {
+			if err := r.Run(ctx); err != nil {
 				errs <- err
 				cancel()
 			}
@@ -128,55 +126,25 @@ func run(ctx context.Context, environ []string, out io.Writer) error {
 	}
 }
 
-// openRelay opens a relay for one workspace: its own embedded NATS (a
-// fresh store), configured like `molecule-relay connect` through the
-// environment variables. A cold start delivers the last minute of messages
-// (MOLECULE_BACKLOG_WINDOW), so the demo's question, sent as soon as the
-// platform accepts it, is not skipped by the first cursor.
-func openRelay(ctx context.Context, platform, org string, a agent, log *slog.Logger) (*relay.Runtime, func(), error) {
+// openRelay opens a relay for one workspace with the agent's Go handler:
+// its own embedded NATS (a fresh store), configured from code with the
+// settings of `molecule-relay connect`. A cold start delivers the last
+// minute of messages (MOLECULE_BACKLOG_WINDOW), so the demo's question,
+// sent as soon as the platform accepts it, is not skipped by the first
+// cursor.
+func openRelay(ctx context.Context, platform, org string, a agent, log *slog.Logger) (*relay.Relay, func(), error) {
 	store, err := os.MkdirTemp("", "delegation-nats-")
 	if err != nil {
 		return nil, nil, err
 	}
-	cfg, err := relay.LoadConfig(nil, []string{
-		"MOLECULE_PLATFORM_URL=" + platform, "MOLECULE_WORKSPACE_ID=" + a.id, "MOLECULE_WORKSPACE_TOKEN=" + a.token,
-		"MOLECULE_POLL_INTERVAL=1s", "MOLECULE_BACKLOG_WINDOW=1m", "NATS_STORE_DIR=" + store, "MOLECULE_ORG_ID=" + org,
-	})
-	if err == nil {
-		err = cfg.Validate(relay.NeedPlatform)
-	}
-	if err == nil {
-		var rt *relay.Runtime
-		if rt, err = relay.Open(ctx, cfg, log); err == nil {
-			return rt, func() { rt.Close(); _ = os.RemoveAll(store) }, nil
-		}
-	}
-	_ = os.RemoveAll(store)
-	return nil, nil, err
-}
-
-// serve runs the three stages of a relay with the agent's Go handler.
-func serve(ctx context.Context, rt *relay.Runtime, a agent) error {
-	d, err := rt.Dispatcher(a.handler(a.peer))
+	r, err := relay.New(ctx, a.handler(a.peer), relay.Environ(nil), relay.Logger(log),
+		relay.Platform(platform), relay.Workspace(a.id, a.token), relay.Setting("MOLECULE_ORG_ID", org),
+		relay.Setting("MOLECULE_POLL_INTERVAL", "1s"), relay.Setting("MOLECULE_BACKLOG_WINDOW", "1m"), relay.Setting("NATS_STORE_DIR", store))
 	if err != nil {
-		return err
+		_ = os.RemoveAll(store)
+		return nil, nil, err
 	}
-	r, err := rt.Replier()
-	if err != nil {
-		return err
-	}
-	p, err := rt.Poller()
-	if err != nil {
-		return err
-	}
-	var wg sync.WaitGroup
-	errs := make([]error, 3)
-	for i, fn := range []func(context.Context) error{d.Run, r.Run, p.Run} {
-		wg.Add(1)
-		go func() { defer wg.Done(); errs[i] = fn(ctx) }()
-	}
-	wg.Wait()
-	return errors.Join(errs...)
+	return r, func() { r.Close(); _ = os.RemoveAll(store) }, nil
 }
 
 // demo sends a canvas question to the coordinator and prints the answer

@@ -19,8 +19,9 @@
 #                           PATH, installed with `go install` if missing)
 #   MOLECULE_RELAY_VERSION  the version `go install` takes (default latest)
 #   MOLECULE_RELAY_ARGS     extra flags for connect --once (e.g. --idle 2s)
-# With GITHUB_OUTPUT set (GitHub Actions), it writes the run's counts
-# there: answered, failed and dead-lettered.
+# With GITHUB_OUTPUT set (GitHub Actions), it writes the run's outputs
+# there, from the relay's JSON report: handled, replied, dead-lettered,
+# failed (failures and errors), exit-code and exit-reason.
 #
 # State: with no NATS_URL the relay runs an embedded NATS in
 # NATS_STORE_DIR (default .molecule-relay/nats). On an ephemeral runner that
@@ -57,31 +58,63 @@ report=$(mktemp)
 trap 'rm -f "$report"' EXIT
 set +e
 # shellcheck disable=SC2086 # MOLECULE_RELAY_ARGS is a list of flags
-"$bin" connect --once ${MOLECULE_RELAY_ARGS:-} >"$report"
+"$bin" connect --once --json ${MOLECULE_RELAY_ARGS:-} >"$report"
 code=$?
 set -e
 cat "$report"
 
-# The report's summary line: "handled N, replied N, dead-lettered N"; one
-# "FAILED ..." line per failure, one "error: ..." line per error tied to no
-# workspace.
+# The JSON report (connect --once --json, indented by two spaces a level):
+# "handled", "replied", "dead_lettered" at the top level; each failure an
+# object in "failures" with "workspace", "stage", "cause", "error" and
+# "action"; "errors" the failures tied to no workspace. awk reads it by
+# its indentation (no jq on every runner) into name=value lines.
+summary=$(awk '
+	function str(line) { sub(/^[^:]*: "/, "", line); sub(/",?$/, "", line); return line }
+	/^  "(handled|replied|dead_lettered)": [0-9]+,?$/ { k = $1; gsub(/[":]/, "", k); v = $2; sub(/,$/, "", v); print k "=" v }
+	/^  "errors": \[/ { inerr = 1; next }
+	inerr && /^  \]/ { inerr = 0 }
+	inerr && /^    "/ { v = $0; sub(/^ *"/, "", v); sub(/",?$/, "", v); print "error=" v }
+	/^      "(workspace|stage|cause|error|action)": "/ { k = $1; gsub(/[":]/, "", k); f[k] = str($0) }
+	/^    }/ && ("cause" in f) {
+		who = (f["workspace"] != "") ? "workspace " f["workspace"] : f["stage"]
+		print "cause=" f["cause"]
+		print "FAILED " who ": " f["cause"] ((f["error"] != "") ? ": " f["error"] : "") "; " f["action"]
+		split("", f)
+	}' "$report")
+value() { printf '%s\n' "$summary" | sed -n "s/^$1=//p"; }
+failures=$(printf '%s\n' "$summary" | grep -e '^FAILED ' -e '^error=' | sed 's/^error=/error: /' || true)
+[ -z "$failures" ] || printf '%s\n' "$failures" >&2
+
+# Why the run ended: ok; configuration (exit 2: nothing was contacted);
+# for exit 1 the failures' causes (unauthorized, removed, paused,
+# dead_lettered, pending, ...; "error" for failures tied to no workspace),
+# comma-separated and each once.
+case $code in
+0) reason=ok ;;
+2) reason=configuration ;;
+*)
+	reason=$(value cause | awk '!seen[$0]++' | paste -s -d, -)
+	if [ -n "$(value error)" ]; then reason="${reason:+$reason,}error"; fi
+	reason=${reason:-exit-$code}
+	;;
+esac
 if [ -n "${GITHUB_OUTPUT:-}" ]; then
-	answered=$(sed -n 's/^handled [0-9]*, replied \([0-9]*\), dead-lettered [0-9]*$/\1/p' "$report")
-	dead=$(sed -n 's/^handled [0-9]*, replied [0-9]*, dead-lettered \([0-9]*\)$/\1/p' "$report")
-	failed=$(grep -c -e '^FAILED ' -e '^error: ' "$report" || true)
 	{
-		echo "answered=${answered:-0}"
-		echo "failed=${failed:-0}"
-		echo "dead-lettered=${dead:-0}"
+		echo "handled=$(value handled | grep . || echo 0)"
+		echo "replied=$(value replied | grep . || echo 0)"
+		echo "dead-lettered=$(value dead_lettered | grep . || echo 0)"
+		echo "failed=$(printf '%s\n' "$failures" | grep -c . || true)"
+		echo "exit-code=$code"
+		echo "exit-reason=$reason"
 	} >>"$GITHUB_OUTPUT"
 fi
 
 case $code in
 0) echo "molecule-relay-once: every workspace polled and every message answered" >&2 ;;
 2) echo "molecule-relay-once: configuration error (exit 2); see the message above" >&2 ;;
-*) echo "molecule-relay-once: the run failed (exit $code); the FAILED lines above name each workspace, the cause and what to do" >&2 ;;
+*) echo "molecule-relay-once: the run failed (exit $code: $reason); the FAILED lines above name each workspace, the cause and what to do" >&2 ;;
 esac
 if [ "$code" -ne 0 ] && [ "${GITHUB_ACTIONS:-}" = true ]; then
-	echo "::error title=molecule-relay::connect --once exited $code; see the FAILED lines in the log"
+	echo "::error title=molecule-relay::connect --once exited $code ($reason); see the FAILED lines in the log"
 fi
 exit $code

@@ -22,21 +22,27 @@ import (
 // ErrInvalid is matched by every validation error.
 var ErrInvalid = configerr.ErrInvalid
 
-// Seconds is a duration read from either Go syntax ("1m30s", "500ms") or a
-// bare number of seconds ("5", "0.5"), as the Python SDK's
-// MOLECULE_POLL_INTERVAL is.
+// Seconds is a duration in Go syntax ("1m30s", "500ms", "5s"). A number
+// without a unit is refused with the two readings it could have, except
+// 0: MOLECULE_POLL_INTERVAL=5000 once meant 5,000 s to the relay and 5 s
+// to whoever wrote it thinking of milliseconds (issue 41). The
+// TypeScript channel's *_MS and *_SECS variables carry their unit in
+// their name and are read in it (ChannelSettings).
 type Seconds time.Duration
 
-// UnmarshalText parses "5", "0.5" or "5s".
+// UnmarshalText parses "5s", "500ms" or "0".
 func (s *Seconds) UnmarshalText(b []byte) error {
 	v := strings.TrimSpace(string(b))
 	if f, err := strconv.ParseFloat(v, 64); err == nil {
-		*s = Seconds(time.Duration(f * float64(time.Second)))
+		if f != 0 {
+			return fmt.Errorf("%q has no unit; write %sms or %ss (a number and a unit, like 500ms, 5s or 1m)", v, v, v)
+		}
+		*s = 0
 		return nil
 	}
 	d, err := time.ParseDuration(v)
 	if err != nil {
-		return fmt.Errorf("%q is neither a number of seconds nor a duration like 5s or 1m", v)
+		return fmt.Errorf("%q is not a duration; use a number and a unit, like 500ms, 5s or 1m", v)
 	}
 	*s = Seconds(d)
 	return nil

@@ -31,7 +31,7 @@ func load(t *testing.T, args []string, environ ...string) (*config.Config, error
 func TestEnvironmentIsReadAndNotShadowedByFlags(t *testing.T) {
 	cfg, err := load(t, nil,
 		"MOLECULE_PLATFORM_URL=http://127.0.0.1:9/", "MOLECULE_WORKSPACE_ID="+wsA,
-		"MOLECULE_WORKSPACE_TOKEN="+tokA, "MOLECULE_POLL_INTERVAL=2", "MOLECULE_HANDLER=exec:./agent.sh")
+		"MOLECULE_WORKSPACE_TOKEN="+tokA, "MOLECULE_POLL_INTERVAL=2s", "MOLECULE_HANDLER=exec:./agent.sh")
 	if err != nil {
 		t.Fatal(err)
 	}

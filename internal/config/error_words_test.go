@@ -16,7 +16,7 @@ func TestBadValuesNameWhatIsAccepted(t *testing.T) {
 		{"MOLECULE_SSE=yes", `MOLECULE_SSE (--sse): "yes" is not a boolean; use true or false`},
 		{"MOLECULE_PAGE_LIMIT=ten", `MOLECULE_PAGE_LIMIT (--page-limit): "ten" is not a whole number`},
 		{"NATS_CONNECT_TIMEOUT=soon", `NATS_CONNECT_TIMEOUT (--nats-connect-timeout): "soon" is not a duration; use a number and a unit`},
-		{"MOLECULE_POLL_INTERVAL=often", `MOLECULE_POLL_INTERVAL (--poll-interval): "often" is neither a number of seconds nor a duration`},
+		{"MOLECULE_POLL_INTERVAL=often", `MOLECULE_POLL_INTERVAL (--poll-interval): "often" is not a duration; use a number and a unit`},
 	} {
 		fl := config.BindFlags(flag.NewFlagSet("x", flag.ContinueOnError))
 		_, err := config.Load(fl, []string{tc.env})

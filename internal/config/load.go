@@ -100,6 +100,9 @@ func Load(flags *Flags, environ []string) (*Config, error) {
 
 // describe rewrites env's errors so they name the variable, not the Go field.
 func (f *Flags) describe(err error, values map[string]string) error {
+	if f == nil { // Load without flags (the Lambda functions): the names still
+		f = BindFlags(flag.NewFlagSet("config", flag.ContinueOnError))
+	}
 	var agg env.AggregateError
 	if !errors.As(err, &agg) {
 		return fmt.Errorf("%w: %v", ErrInvalid, err)
@@ -107,7 +110,7 @@ func (f *Flags) describe(err error, values map[string]string) error {
 	var msgs []string
 	for _, e := range agg.Errors {
 		var pe env.ParseError
-		if errors.As(e, &pe) && f != nil {
+		if errors.As(e, &pe) {
 			if name, ok := f.fieldEnv[pe.Name]; ok {
 				msgs = append(msgs, fmt.Sprintf("%s (--%s): %v", name, f.flagOfEnv[name], inOurWords(pe.Type, values[name], pe.Err)))
 				continue

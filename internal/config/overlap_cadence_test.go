@@ -19,7 +19,7 @@ func TestOverlapCadenceIsConfigurable(t *testing.T) {
 		bad       string
 	}{
 		{nil, 30 * time.Second, []time.Duration{250 * time.Millisecond, time.Second, 3 * time.Second}, ""},
-		{[]string{"MOLECULE_OVERLAP_EVERY=10s", "MOLECULE_OVERLAP_FOLLOW_UPS=0.5,2s"}, 10 * time.Second, []time.Duration{500 * time.Millisecond, 2 * time.Second}, ""},
+		{[]string{"MOLECULE_OVERLAP_EVERY=10s", "MOLECULE_OVERLAP_FOLLOW_UPS=500ms,2s"}, 10 * time.Second, []time.Duration{500 * time.Millisecond, 2 * time.Second}, ""},
 		{[]string{"MOLECULE_OVERLAP_FOLLOW_UPS=0"}, 30 * time.Second, []time.Duration{0}, ""},
 		{[]string{"MOLECULE_OVERLAP_EVERY=3m"}, 0, nil, "MOLECULE_OVERLAP_EVERY"},
 	} {

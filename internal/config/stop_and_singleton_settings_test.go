@@ -26,10 +26,10 @@ func TestStopGraceAndSingletonSettings(t *testing.T) {
 	if cfg.StopGrace.D() != 25*time.Second || cfg.Singleton != "warn" {
 		t.Fatalf("defaults: grace %s, singleton %q; want 25s, warn", cfg.StopGrace, cfg.Singleton)
 	}
-	if cfg, err := load("MOLECULE_STOP_GRACE=10", "MOLECULE_SINGLETON=refuse"); err != nil || cfg.StopGrace.D() != 10*time.Second || cfg.Singleton != "refuse" {
+	if cfg, err := load("MOLECULE_STOP_GRACE=10s", "MOLECULE_SINGLETON=refuse"); err != nil || cfg.StopGrace.D() != 10*time.Second || cfg.Singleton != "refuse" {
 		t.Fatalf("10 s, refuse: %v %+v", err, cfg)
 	}
-	for _, bad := range [][2]string{{"MOLECULE_STOP_GRACE", "0.5"}, {"MOLECULE_STOP_GRACE", "2h"}, {"MOLECULE_SINGLETON", "maybe"}} {
+	for _, bad := range [][2]string{{"MOLECULE_STOP_GRACE", "500ms"}, {"MOLECULE_STOP_GRACE", "2h"}, {"MOLECULE_SINGLETON", "maybe"}} {
 		if _, err := load(bad[0] + "=" + bad[1]); err == nil || !strings.Contains(err.Error(), bad[0]) {
 			t.Errorf("%s=%s: error %v, want one naming the variable", bad[0], bad[1], err)
 		}

@@ -42,7 +42,7 @@ func TestTypeScriptChannelSettingsStandForTheRelays(t *testing.T) {
 // them silently winning.
 func TestBothNamesOfASettingMustAgree(t *testing.T) {
 	base := []string{"MOLECULE_PLATFORM_URL=http://127.0.0.1:9", "MOLECULE_WORKSPACE_ID=" + wsA, "MOLECULE_WORKSPACE_TOKEN=" + tokA}
-	if _, err := load(t, nil, append(base, "MOLECULE_POLL_INTERVAL=5", "MOLECULE_POLL_INTERVAL_MS=5000")...); err != nil {
+	if _, err := load(t, nil, append(base, "MOLECULE_POLL_INTERVAL=5s", "MOLECULE_POLL_INTERVAL_MS=5000")...); err != nil {
 		t.Errorf("agreeing names refused: %v", err)
 	}
 	_, err := load(t, nil, append(base, "MOLECULE_POLL_INTERVAL=2s", "MOLECULE_POLL_INTERVAL_MS=750")...)

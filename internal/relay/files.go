@@ -41,10 +41,10 @@ func (rt *Runtime) newFileCache() *filecache.Cache {
 }
 
 // uploader uploads the local files of answers, unless the handler is
-// http: (a remote service, whose paths are not this machine's: it must
+// MOLECULE_HANDLER's http: (a remote service, whose paths are not this machine's: it must
 // not make the relay upload a local file).
 func (rt *Runtime) uploader() dispatcher.Uploads {
-	if h := strings.ToLower(rt.Cfg.Handler); strings.HasPrefix(h, "http:") || strings.HasPrefix(h, "https:") {
+	if h := strings.ToLower(rt.Cfg.Handler); rt.goHandler == nil && (strings.HasPrefix(h, "http:") || strings.HasPrefix(h, "https:")) {
 		return nil
 	}
 	return rt.Uploader()

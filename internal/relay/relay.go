@@ -51,6 +51,8 @@ type Runtime struct {
 	// Hooks are called by the stage cores built after they are set (the
 	// Lambda functions' wake-ups of the next stage).
 	Hooks Hooks
+	// goHandler, when set (SetHandler), replaces MOLECULE_HANDLER's.
+	goHandler handler.Handler
 
 	instanceOnce sync.Once
 	instance     string
@@ -300,8 +302,13 @@ func (rt *Runtime) ClientMap() map[string]*molecule.Client {
 	return m
 }
 
-// Handler builds the configured handler.
-func (rt *Runtime) Handler() (handler.Handler, error) { return NewHandler(rt.Cfg) }
+// Handler is the handler SetHandler gave, or builds the configured one.
+func (rt *Runtime) Handler() (handler.Handler, error) {
+	if rt.goHandler != nil {
+		return rt.goHandler, nil
+	}
+	return NewHandler(rt.Cfg)
+}
 
 // NewHandler builds the handler cfg's MOLECULE_HANDLER names.
 func NewHandler(cfg *config.Config) (handler.Handler, error) {

@@ -27,7 +27,7 @@ const (
 	// stream: "does another process here poll this workspace?", on
 	// molecule.pollers.<workspace> (PollersSubject), answered with its
 	// instance id by each relay process that polls it and keeps a reply
-	// ledger (pkg/relay).
+	// ledger (internal/relay).
 	SubjectPollersPrefix = "molecule.pollers"
 )
 

@@ -9,6 +9,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/molecule-ai/molecule-relay/internal/config"
 	"github.com/molecule-ai/molecule-relay/internal/relay"
 	_ "github.com/molecule-ai/molecule-relay/internal/relay/embedded" // NATS in the process
 	"github.com/molecule-ai/molecule-relay/pkg/molecule/moleculetest"
@@ -28,7 +29,7 @@ func Example() {
 	}
 	defer os.RemoveAll(store)
 
-	cfg, err := relay.LoadConfig(nil, []string{
+	cfg, err := config.Load(nil, []string{
 		"MOLECULE_PLATFORM_URL=" + platform.URL(), "MOLECULE_WORKSPACE_ID=" + ws.ID, "MOLECULE_WORKSPACE_TOKEN=" + ws.Token,
 		"NATS_STORE_DIR=" + store, // no NATS_URL
 	})

@@ -44,8 +44,33 @@ func lockStore(dir string) (release func(), err error) {
 	return func() { f.Close() }, nil
 }
 
+// StoreHolder says whether a process holds dir's store lock now, and the
+// pid the lock file names, without creating anything or keeping a lock:
+// a shared lock is tried and dropped at once (molecule-relay doctor).
+func StoreHolder(dir string) (pid string, held bool, err error) {
+	f, err := os.Open(filepath.Join(dir, lockName))
+	if errors.Is(err, os.ErrNotExist) {
+		return "", false, nil
+	}
+	if err != nil {
+		return "", false, err
+	}
+	defer f.Close()
+	b, _ := os.ReadFile(f.Name())
+	pid = strings.TrimSpace(string(b))
+	switch err := syscall.Flock(int(f.Fd()), syscall.LOCK_SH|syscall.LOCK_NB); {
+	case errors.Is(err, syscall.EWOULDBLOCK):
+		return pid, true, nil
+	case err != nil:
+		return pid, false, err
+	}
+	_ = syscall.Flock(int(f.Fd()), syscall.LOCK_UN)
+	return pid, false, nil
+}
+
 // probeWait is how long lockStore keeps trying a lock held for a moment:
-// storeHeld (Running) takes it shared for microseconds to test it.
+// StoreHolder (Running, doctor) takes it shared for microseconds to test
+// it, and a relay starting then must not take that for another holder.
 const probeWait = 20 * time.Millisecond
 
 // flockSoon takes f's exclusive lock, trying again for probeWait while
@@ -61,24 +86,9 @@ func flockSoon(f *os.File) error {
 	}
 }
 
-// storeHeld reports whether a live process holds dir's lock: a shared
-// lock cannot be had then. Taken, it is given back at once.
+// storeHeld reports whether a live process holds dir's lock
+// (StoreHolder's probe).
 func storeHeld(dir string) (bool, error) {
-	f, err := os.Open(filepath.Join(dir, lockName))
-	if errors.Is(err, os.ErrNotExist) {
-		return false, nil
-	}
-	if err != nil {
-		return false, fmt.Errorf("embedded: %w", err)
-	}
-	defer f.Close()
-	err = syscall.Flock(int(f.Fd()), syscall.LOCK_SH|syscall.LOCK_NB)
-	switch {
-	case errors.Is(err, syscall.EWOULDBLOCK):
-		return true, nil
-	case err != nil:
-		return false, fmt.Errorf("embedded: lock %q: %w", f.Name(), err)
-	}
-	_ = syscall.Flock(int(f.Fd()), syscall.LOCK_UN)
-	return false, nil
+	_, held, err := StoreHolder(dir)
+	return held, err
 }

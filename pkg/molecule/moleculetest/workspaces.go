@@ -69,9 +69,13 @@ func (s *Server) handleGetWorkspace(w http.ResponseWriter, r *http.Request, id s
 		return
 	}
 	if ws.removed && s.gen >= Gen2026_05 && r.URL.Query().Get("include_removed") != "true" {
+		hint := "Regenerate workspace + token from the canvas → Tokens tab"
+		if s.gen >= Gen2026_08 { // enteros-core aeec8e47 handlers/workspace.go:1824
+			hint = "Create a replacement workspace in Canvas, then open Settings → Workspace Tokens → + New Token"
+		}
 		b := map[string]any{
 			"error":      "workspace removed",
-			"hint":       "Regenerate workspace + token from the canvas → Tokens tab",
+			"hint":       hint,
 			"id":         ws.id,
 			"removed_at": formatTime(ws.removedAt),
 		}
