@@ -28,7 +28,11 @@ func openForInspection(ctx context.Context, env *cliEnv, name string, args []str
 	if err != nil {
 		return nil, nil, err
 	}
-	rt, err := relay.Open(ctx, cfg, cfg.NewLogger(env.stderr))
+	log := cfg.NewLogger(env.stderr)
+	if err := reachRunning(cfg, log); err != nil {
+		return nil, nil, err
+	}
+	rt, err := relay.Open(ctx, cfg, log)
 	if err != nil {
 		return nil, nil, err
 	}

@@ -17,6 +17,7 @@ import (
 	"github.com/molecule-ai/molecule-relay/internal/version"
 	// The CLI embeds a NATS server when NATS_URL is not set.
 	"github.com/molecule-ai/molecule-relay/internal/mcpchannel"
+	"github.com/molecule-ai/molecule-relay/internal/relay"
 	_ "github.com/molecule-ai/molecule-relay/internal/relay/embedded"
 )
 
@@ -87,6 +88,7 @@ func runProcess(args []string) int {
 	defer stop()
 	if len(args) == 0 || args[0] != "mcp" {
 		context.AfterFunc(ctx, stop)
+		ctx = relay.WithSecondSignalExits(ctx)
 	}
 	return run(ctx, &cliEnv{stdin: os.Stdin, stdout: os.Stdout, stderr: os.Stderr, environ: os.Environ()}, args)
 }

@@ -109,6 +109,8 @@ var (
 	groupLogs = settingGroup{"Logs, metrics and stopping", []setting{
 		{"MOLECULE_LOG_LEVEL", "debug, info, warn or error"},
 		{"MOLECULE_LOG_FORMAT", "text or json"},
+		{"MOLECULE_LOG_MESSAGES", "an info line as each message is received, handled and its reply posted (ids and sizes, never a body); false: at debug"},
+		{"MOLECULE_LOG_SLOW_HANDLER", "log a handler still running every this long (0: never)"},
 		{"MOLECULE_METRICS_ADDR", "serve /healthz and /metrics here, e.g. :8080"},
 		{"MOLECULE_STOP_GRACE", "after SIGTERM or SIGINT, time to finish and post what is in flight (1s..1h)"},
 	}}

@@ -286,6 +286,16 @@ type Config struct {
 	LogLevel string `env:"MOLECULE_LOG_LEVEL" envDefault:"info"`
 	// LogFormat: text or json. Default text.
 	LogFormat string `env:"MOLECULE_LOG_FORMAT" envDefault:"text"`
+	// LogMessages logs an info line as each message is received, handled
+	// (in how long) and its reply posted (by notify or a2a): ids,
+	// workspace, kind and sizes, never a body or a token. If false, those
+	// lines are at debug; a dead letter is logged at warn either way.
+	// Default true.
+	LogMessages bool `env:"MOLECULE_LOG_MESSAGES" envDefault:"true"`
+	// LogSlowHandler logs a handler still running every LogSlowHandler
+	// (the message's ids and how long it has run), so a hung handler is
+	// seen before its timeout. 0: never. Default 30s.
+	LogSlowHandler Seconds `env:"MOLECULE_LOG_SLOW_HANDLER" envDefault:"30s"`
 	// MetricsAddr serves /healthz and /metrics for long-running workers
 	// when set, e.g. ":8080".
 	MetricsAddr string `env:"MOLECULE_METRICS_ADDR"`

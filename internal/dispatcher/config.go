@@ -27,6 +27,10 @@ type Config struct {
 	// HandlerTimeout bounds one handler run (its context's deadline). If
 	// not set, 5 minutes.
 	HandlerTimeout time.Duration
+	// LogSlowHandler: a handler still running is logged every
+	// LogSlowHandler, with its message's ids and how long it has run. If
+	// not set, never.
+	LogSlowHandler time.Duration
 	// MaxHops: an inbound message whose Hops is at least MaxHops gets no
 	// reply (loop guard). If not set, 3.
 	MaxHops int

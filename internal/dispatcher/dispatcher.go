@@ -223,6 +223,9 @@ func (d *Dispatcher) runHandler(runCtx context.Context, msg *message) (a handler
 		Logger:   msg.Log,
 		Progress: del.Progress,
 	}
+	defer d.watchSlow(msg)()
+	start := time.Now()
+	defer func() { msg.handlerTook = time.Since(start) }()
 	return d.callHandler(hctx, req)
 }
 
@@ -423,7 +426,7 @@ func (d *Dispatcher) complete(runCtx context.Context, m *message, a handler.Answ
 	default:
 		d.stats.skipped.Add(1)
 	}
-	log.DebugContext(ctx, "dispatcher: handled", "outcome", rec.Outcome)
+	d.logHandled(ctx, m, rec, a)
 	return stage.Ack(ackLost)
 }
 

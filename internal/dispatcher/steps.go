@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"log/slog"
+	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
 	"go.opentelemetry.io/otel/attribute"
@@ -25,6 +26,10 @@ type message struct {
 	suppressed string
 	// cancelled: its sender cancelled its task (tasks/cancel).
 	cancelled bool
+	// received is when this delivery reached the dispatcher; handlerTook
+	// how long its handler ran (the milestone lines, msglog.go).
+	received    time.Time
+	handlerTook time.Duration
 }
 
 // replayed says whether m is a dead letter's replay (dlq.Replay).
@@ -75,6 +80,7 @@ func (d *Dispatcher) traced(next stage.Step[*message]) stage.Step[*message] {
 		m.FinishIn(runCtx)
 		m.Log = tracing.Log(runCtx, stage.MessageLogger(d.log,
 			slog.String("workspace", m.in.WorkspaceID), slog.String("activity", m.in.ActivityID), slog.Uint64("delivery", m.Meta.NumDelivered)))
+		d.logReceived(runCtx, m)
 		return next(runCtx, m)
 	}
 }

@@ -22,7 +22,7 @@ func TestDirectPostDeadLetterIsStoredOnceAndReplaysToTheReplyStream(t *testing.T
 	}
 	refusal := events.Refusal{Reason: events.ReasonPermanent, Error: "talking to the user is disabled", At: time.Now().UTC()}
 	for i, want := range []bool{true, false} {
-		stored, err := dlq.PublishStored(ctx, js, dlq.OfDirectPost(wsA, "a1", reply, refusal))
+		_, stored, err := dlq.PublishStored(ctx, js, dlq.OfDirectPost(wsA, "a1", reply, refusal))
 		if err != nil || stored != want {
 			t.Fatalf("write %d: stored %v (%v), want %v", i+1, stored, err, want)
 		}

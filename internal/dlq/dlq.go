@@ -108,23 +108,29 @@ func MsgID(dl events.DeadLetter) string {
 // set to now when zero. A workspace id that is not a valid subject token is
 // published under UnknownWorkspace (the envelope keeps the original value).
 func Publish(ctx context.Context, js jetstream.JetStream, dl events.DeadLetter) error {
-	_, err := PublishStored(ctx, js, dl)
+	_, _, err := PublishStored(ctx, js, dl)
 	return err
 }
 
-// PublishStored is Publish that also says whether the stream stored the
-// dead letter: false when it dropped it as a copy of one it holds (the
-// same MsgID within its duplicate window).
-func PublishStored(ctx context.Context, js jetstream.JetStream, dl events.DeadLetter) (stored bool, err error) {
+// PublishStored is Publish that also returns the dead letter's sequence
+// in the dead-letter stream (what `dlq show SEQ` takes) and says whether
+// the stream stored it: false when it dropped it as a copy of one it holds
+// (the same MsgID within its duplicate window; seq is then that one's).
+func PublishStored(ctx context.Context, js jetstream.JetStream, dl events.DeadLetter) (seq uint64, stored bool, err error) {
 	msg, err := message(ctx, dl, MsgID(dl))
 	if err != nil {
-		return false, err
+		return 0, false, err
 	}
 	ack, err := js.PublishMsg(ctx, msg)
 	if err != nil {
-		return false, fmt.Errorf("dlq: publish dead letter of %s %s/%s: %w", dl.Stage, dl.WorkspaceID, dl.ActivityID, err)
+		return 0, false, fmt.Errorf("dlq: publish dead letter of %s %s/%s: %w", dl.Stage, dl.WorkspaceID, dl.ActivityID, err)
 	}
-	return !ack.Duplicate, nil
+	return ack.Sequence, !ack.Duplicate, nil
+}
+
+// Action is what a log line says to do about the dead letter at seq.
+func Action(seq uint64) string {
+	return fmt.Sprintf("inspect it with `molecule-relay dlq show %d`, fix the cause, then `molecule-relay dlq replay %d`", seq, seq)
 }
 
 // PublishAsync is Publish without the wait, for a stage that publishes

@@ -15,7 +15,7 @@ import (
 // in the events fixture file.
 func entryOf(t *testing.T, fixture string) dlq.Entry {
 	t.Helper()
-	raw, err := os.ReadFile("../events/testdata/" + fixture)
+	raw, err := os.ReadFile("../../pkg/events/testdata/" + fixture)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -113,14 +113,15 @@ func WorkspaceOfSubject(subject string) string {
 }
 
 // move copies the stored message seq into the dead-letter stream, then
-// deletes it from the work queue. A message already gone is not an error.
-func move(ctx context.Context, js jetstream.JetStream, t events.StageQueue, seq, deliveries uint64) (bool, error) {
+// deletes it from the work queue, and returns the dead letter's sequence.
+// A message already gone is not an error (0: nothing moved).
+func move(ctx context.Context, js jetstream.JetStream, t events.StageQueue, seq, deliveries uint64) (dlqSeq uint64, err error) {
 	m, err := t.Stream.GetMsg(ctx, seq)
 	if errors.Is(err, jetstream.ErrMsgNotFound) {
-		return false, nil
+		return 0, nil
 	}
 	if err != nil {
-		return false, fmt.Errorf("dlq: sweep read %d: %w", seq, err)
+		return 0, fmt.Errorf("dlq: sweep read %d: %w", seq, err)
 	}
 	stream, _ := queueNames(t)
 	dl := events.DeadLetter{
@@ -135,13 +136,14 @@ func move(ctx context.Context, js jetstream.JetStream, t events.StageQueue, seq,
 		OriginalSeq:     seq,
 		Envelope:        EnvelopeOf(m.Data),
 	}
-	if err := Publish(ctx, js, dl); err != nil {
-		return false, err
+	dlqSeq, _, err = PublishStored(ctx, js, dl)
+	if err != nil {
+		return 0, err
 	}
 	if err := deleteIfPresent(ctx, t.Stream, seq); err != nil {
-		return false, fmt.Errorf("dlq: sweep delete %d from %s: %w", seq, stream, err)
+		return 0, fmt.Errorf("dlq: sweep delete %d from %s: %w", seq, stream, err)
 	}
-	return true, nil
+	return dlqSeq, nil
 }
 
 // SweepOnce scans the target's stream for messages that hit MaxDeliver
@@ -191,11 +193,11 @@ func SweepOnce(ctx context.Context, js jetstream.JetStream, t events.StageQueue)
 	deliveries := uint64(info.Config.MaxDeliver)
 	n := 0
 	for _, seq := range candidates {
-		moved, err := move(ctx, js, t, seq, deliveries)
+		dlqSeq, err := move(ctx, js, t, seq, deliveries)
 		if err != nil {
 			return n, err
 		}
-		if moved {
+		if dlqSeq != 0 {
 			n++
 		}
 	}
@@ -214,6 +216,8 @@ type Sweeper struct {
 // StartSweeper subscribes to the target's max-deliveries advisories (queue
 // group, so one worker handles each) and returns a running Sweeper; stop it
 // with Stop. Each advisory's message is moved to the dead-letter stream.
+// logger names the stage already (a stage.Runner's does): the sweeper
+// adds no "stage" of its own, which would show twice on every line.
 func StartSweeper(js jetstream.JetStream, t events.StageQueue, logger *slog.Logger) (*Sweeper, error) {
 	if logger == nil {
 		logger = slog.Default()
@@ -222,7 +226,7 @@ func StartSweeper(js jetstream.JetStream, t events.StageQueue, logger *slog.Logg
 	if stream == "" || consumer == "" {
 		return nil, fmt.Errorf("dlq: sweep target lacks stream or consumer info")
 	}
-	s := &Sweeper{js: js, target: t, logger: logger.With("stage", t.Stage)}
+	s := &Sweeper{js: js, target: t, logger: logger}
 	subject := advisoryPrefix + "." + stream + "." + consumer
 	sub, err := js.Conn().QueueSubscribe(subject, sweepQueue, s.onAdvisory)
 	if err != nil {
@@ -243,13 +247,14 @@ func (s *Sweeper) onAdvisory(msg *nats.Msg) {
 	go func() {
 		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 		defer cancel()
-		moved, err := move(ctx, s.js, s.target, adv.StreamSeq, adv.Deliveries)
+		dlqSeq, err := move(ctx, s.js, s.target, adv.StreamSeq, adv.Deliveries)
 		if err != nil {
 			s.logger.Warn("dlq: sweep of max-delivered message failed; the periodic scan will retry", "seq", adv.StreamSeq, "error", err)
 			return
 		}
-		if moved {
-			s.logger.Warn("dlq: message exhausted its deliveries without an ack; moved to the dead-letter stream", "seq", adv.StreamSeq, "deliveries", adv.Deliveries)
+		if dlqSeq != 0 {
+			s.logger.Warn("dlq: message exhausted its deliveries without an ack; moved to the dead-letter stream", "seq", adv.StreamSeq, "deliveries", adv.Deliveries,
+				"dlq_seq", dlqSeq, "action", Action(dlqSeq))
 		}
 	}()
 }
@@ -282,9 +287,9 @@ func SweepMaxDeliveries(ctx context.Context, js jetstream.JetStream, t events.St
 	defer tick.Stop()
 	for {
 		if n, err := SweepOnce(ctx, js, t); err != nil && ctx.Err() == nil {
-			logger.Warn("dlq: sweep scan failed", "stage", t.Stage, "error", err)
+			logger.Warn("dlq: sweep scan failed", "error", err)
 		} else if n > 0 {
-			logger.Warn("dlq: moved max-delivered messages to the dead-letter stream", "stage", t.Stage, "count", n)
+			logger.Warn("dlq: moved max-delivered messages to the dead-letter stream", "count", n, "action", "inspect them with `molecule-relay dlq list`")
 		}
 		select {
 		case <-ctx.Done():

@@ -20,7 +20,7 @@ func Brief(err error) string {
 	if errors.As(err, &ee) {
 		c := *ee
 		c.Stderr = ""
-		return c.Error() + " (its stderr is logged at debug level)"
+		return c.Error() + " (the tail of its stderr is on the exec line before)"
 	}
 	return err.Error()
 }

@@ -24,8 +24,12 @@ const (
 	ExitTempFail = 75
 )
 
-// stderrTail is how much of a failed program's stderr an error keeps.
-const stderrTail = 2048
+// stderrTail is how much of a failed program's stderr an error keeps;
+// stderrLines how many of its last lines the warn line shows.
+const (
+	stderrTail  = 2048
+	stderrLines = 20
+)
 
 // pipeGrace is how long output is still read after the program exited and
 // its process group was killed, for a descendant that escaped the group
@@ -268,13 +272,14 @@ func (h *execHandler) awaitOutput(p *execPipes, copied *sync.WaitGroup, log *slo
 // of stderr, or ErrOutputTooLarge).
 func (h *execHandler) result(ctx context.Context, waitErr error, stdout *capBuffer, stderr *tailBuffer, elapsed time.Duration, log *slog.Logger) (string, error) {
 	if ctxErr := ctx.Err(); ctxErr != nil {
+		h.logStderr(log, "killed", elapsed, stderr)
 		return "", fmt.Errorf("handler: exec %s: killed after %s: %w", h.program, elapsed.Round(time.Millisecond), ctxErr)
 	}
 	if waitErr != nil {
 		var ee *exec.ExitError
 		if errors.As(waitErr, &ee) {
 			xe := &ExitError{Program: h.program, Code: ee.ExitCode(), Stderr: stderr.String()}
-			log.Debug("exec failed", "program", h.program, "code", xe.Code, "elapsed", elapsed)
+			h.logStderr(log, fmt.Sprintf("exit status %d", xe.Code), elapsed, stderr)
 			return "", xe
 		}
 		return "", fmt.Errorf("handler: exec %s: %w", h.program, waitErr)
@@ -284,4 +289,35 @@ func (h *execHandler) result(ctx context.Context, waitErr error, stdout *capBuff
 	}
 	log.Debug("exec done", "program", h.program, "elapsed", elapsed, "reply_bytes", len(stdout.buf))
 	return strings.TrimSpace(string(stdout.buf)), nil
+}
+
+// logStderr logs the tail of a failed program's stderr at warn level
+// (at most stderrLines lines of its last stderrTail bytes), where an
+// operator sees why it failed. Only a tail: what a program prints there
+// can be anything it was given, so a handler should not echo its message
+// to stderr. The whole error (ExitError) goes to the dead letter.
+func (h *execHandler) logStderr(log *slog.Logger, how string, elapsed time.Duration, stderr *tailBuffer) {
+	tail := lastLines(strings.TrimSpace(stderr.String()), stderrLines)
+	switch {
+	case tail == "" && how == "killed":
+		return // its timeout, a cancel or a stop's cut: the caller says which
+	case tail == "":
+		log.Warn("handler: exec failed with nothing on stderr", "program", h.program, "how", how, "elapsed", elapsed.Round(time.Millisecond).String())
+		return
+	}
+	log.Warn("handler: exec failed; the tail of its stderr", "program", h.program, "how", how, "elapsed", elapsed.Round(time.Millisecond).String(),
+		"stderr_tail", tail)
+}
+
+// lastLines is s's last n lines.
+func lastLines(s string, n int) string {
+	end := len(s)
+	for i := len(s) - 1; i >= 0; i-- {
+		if s[i] == '\n' {
+			if n--; n == 0 {
+				return "…" + s[i+1:end]
+			}
+		}
+	}
+	return s
 }

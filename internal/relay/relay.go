@@ -424,8 +424,9 @@ func (rt *Runtime) dispatcher(h handler.Handler, direct dispatcher.DirectPoster)
 	}
 	d, err := dispatcher.New(rt.Conn.JS, rt.Topo, h, dispatcher.Config{
 		Agent:          agent,
-		Config:         stage.Config{Concurrency: rt.Cfg.Concurrency, ConfirmAcks: rt.Cfg.Replicas > 1, Logger: rt.Log}, // stage.Open names the stage
+		Config:         stage.Config{Concurrency: rt.Cfg.Concurrency, ConfirmAcks: rt.Cfg.Replicas > 1, Logger: rt.Log, LogMessages: rt.Cfg.LogMessages}, // stage.Open names the stage
 		HandlerTimeout: rt.Cfg.HandlerTimeout.D(),
+		LogSlowHandler: rt.Cfg.LogSlowHandler.D(),
 		MaxHops:        rt.Cfg.MaxHops,
 		ReplyToReplies: rt.Cfg.ReplyToReplies,
 		ObserveHandler: rt.handlerObserver(),
@@ -463,7 +464,7 @@ func (rt *Runtime) Replier() (*replier.Replier, error) {
 		return nil, err
 	}
 	return replier.New(rt.Conn.JS, rt.Topo, rt.ClientMap(), replier.Config{
-		Config:        stage.Config{Concurrency: rt.Cfg.ReplyConcurrency, ConfirmAcks: rt.Cfg.Replicas > 1, Logger: rt.Log}, // stage.Open names the stage
+		Config:        stage.Config{Concurrency: rt.Cfg.ReplyConcurrency, ConfirmAcks: rt.Cfg.Replicas > 1, Logger: rt.Log, LogMessages: rt.Cfg.LogMessages}, // stage.Open names the stage
 		A2ATimeout:    rt.Cfg.A2ATimeout.D(),
 		ReconcileSkew: rt.Cfg.ReconcileSkew.D(),
 		Observer:      rt.replyObserver(),

@@ -8,6 +8,8 @@ import (
 	"sync"
 	"time"
 
+	"github.com/nats-io/nats.go"
+
 	"github.com/molecule-ai/molecule-relay/internal/dispatcher"
 	"github.com/molecule-ai/molecule-relay/internal/replier"
 	"github.com/molecule-ai/molecule-relay/internal/stage"
@@ -88,7 +90,15 @@ func (st *stopper) start(name string, run func() error) {
 	st.wg.Add(1)
 	go func() {
 		defer st.wg.Done()
-		if err := run(); err != nil && !errors.Is(err, context.Canceled) {
+		err := run()
+		switch {
+		case err == nil || errors.Is(err, context.Canceled):
+		case st.caller.Err() != nil && errors.Is(err, nats.ErrConnectionClosed):
+			// A stage still running when the grace ran out (wait gave
+			// up on it) meets the connection the caller then closed:
+			// the end of a stop, not a failure.
+			st.log.Debug("stage ended by the connection's close after the stop", "stage", name)
+		default:
 			st.log.Error("stage stopped", "stage", name, "err", err)
 			st.fail(fmt.Errorf("%s: %w", name, err))
 		}
@@ -116,6 +126,9 @@ func (st *stopper) begin() {
 	if st.r != nil {
 		st.beforeR = st.r.Stats()
 		attrs = append(attrs, "replies_in_flight", st.r.InFlight())
+	}
+	if secondSignalExits(st.caller) {
+		attrs = append(attrs, "hint", "press Ctrl-C again to exit at once; the work in flight is then redelivered at the next start")
 	}
 	st.log.Info("stop: finishing the work in flight; no new work is taken", attrs...)
 	st.endTake()
@@ -181,11 +194,14 @@ func (st *stopper) report(overdue bool) {
 	if st.began.IsZero() {
 		return
 	}
+	// The counts are the run's, since its start; *_while_stopping the
+	// part of them the stop finished.
 	attrs := []any{"took", time.Since(st.began).Round(time.Millisecond)}
 	var left []string
 	if d := st.d; d != nil {
 		now := d.Stats()
-		attrs = append(attrs, "handled", now.Handled-st.beforeD.Handled)
+		attrs = append(attrs, "handled", now.Handled, "handled_while_stopping", now.Handled-st.beforeD.Handled,
+			"dead_lettered", now.DeadLettered)
 		if cut := now.CutByStop - st.beforeD.CutByStop; cut > 0 {
 			attrs = append(attrs, "handlers_cut", cut)
 			left = append(left, fmt.Sprintf("%d handler(s) cut at the end of the grace were handed back and run again", cut))
@@ -197,7 +213,8 @@ func (st *stopper) report(overdue bool) {
 	}
 	if r := st.r; r != nil {
 		now := r.Stats()
-		attrs = append(attrs, "replies_posted", posted(now)-posted(st.beforeR))
+		attrs = append(attrs, "replies_posted", posted(now), "posted_while_stopping", posted(now)-posted(st.beforeR),
+			"replies_dead_lettered", now.DeadLettered)
 		if n := r.InFlight(); n > 0 {
 			attrs = append(attrs, "posts_still_running", n)
 			left = append(left, fmt.Sprintf("%d post(s) still in flight are settled (looked up on the feed, never posted twice)", n))
@@ -247,4 +264,18 @@ func (st *stopper) close() {
 	st.endReply()
 	st.endTake()
 	st.fail(nil)
+}
+
+type secondSignalKey struct{}
+
+// WithSecondSignalExits marks ctx as one whose end comes from a signal
+// that, sent again, ends the process at once (the CLI releases its
+// handlers after the first): the stop's first line then says so.
+func WithSecondSignalExits(ctx context.Context) context.Context {
+	return context.WithValue(ctx, secondSignalKey{}, true)
+}
+
+func secondSignalExits(ctx context.Context) bool {
+	v, _ := ctx.Value(secondSignalKey{}).(bool)
+	return v
 }

@@ -91,13 +91,13 @@ func (r *Replier) PostDirect(ctx context.Context, reply []byte, mark events.Post
 // drops that second copy. A dead letter stored counts in
 // Stats.DeadLettered.
 func (r *Replier) DeadLetterDirect(ctx context.Context, workspaceID, activityID string, reply []byte, refusal events.Refusal) error {
-	stored, err := dlq.PublishStored(ctx, r.js, dlq.OfDirectPost(workspaceID, activityID, reply, refusal))
+	seq, stored, err := dlq.PublishStored(ctx, r.js, dlq.OfDirectPost(workspaceID, activityID, reply, refusal))
 	if err != nil || !stored {
 		return err
 	}
 	r.stats.directDeadLettered.Add(1)
 	r.log.WarnContext(ctx, "replier: refused direct post dead-lettered", "workspace", workspaceID, "activity", activityID, "reason", refusal.Reason, "direct", true,
-		"action", "inspect it with `molecule-relay dlq show SEQ`, fix the cause, then `dlq replay SEQ`")
+		"dlq_seq", seq, "action", dlq.Action(seq))
 	return nil
 }
 

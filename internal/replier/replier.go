@@ -323,6 +323,10 @@ func (r *Replier) post(runCtx context.Context, j *job, rec events.ReplyRecord, r
 	if crashpoint.Hit(runCtx, crashpoint.ReplierOf(runCtx).AfterSent, j.rep) {
 		return stage.Abandon()
 	}
+	// The milestone line (stage.Config.LogMessages): sizes, not the text;
+	// the job's logger names the route (notify or a2a) and direct.
+	j.Log.Log(ctx, r.cfg.MessageLevel(), "replier: reply posted", "post_ms", time.Since(start).Milliseconds(),
+		"text_bytes", len(j.rep.Text), "attachments", len(j.rep.Attachments))
 	j.Log.DebugContext(ctx, "replier: reply delivered", "text", j.rep.Text)
 	return r.ack(runCtx, j)
 }

@@ -81,6 +81,18 @@ type Config struct {
 	// Logger receives the stage's events; never message bodies above
 	// debug level. If nil, slog.Default().
 	Logger *slog.Logger
+	// LogMessages: the stage logs each message's milestones at info
+	// level (the dispatcher: received, handled; the replier: posted),
+	// with ids, kinds and sizes only. If not set, at debug level.
+	LogMessages bool
+}
+
+// MessageLevel is the level of a message's milestone lines (LogMessages).
+func (c *Config) MessageLevel() slog.Level {
+	if c.LogMessages {
+		return slog.LevelInfo
+	}
+	return slog.LevelDebug
 }
 
 // SetDefaults fills every unset field except ProgressInterval, which New

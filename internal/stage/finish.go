@@ -219,14 +219,17 @@ func (r *Runner) deadLetter(runCtx context.Context, d *Delivery, reason string, 
 	}
 	ctx, cancel := r.OpContext(runCtx)
 	defer cancel()
-	if err := dlq.Publish(ctx, r.js, dl); err != nil {
+	seq, _, err := dlq.PublishStored(ctx, r.js, dl)
+	if err != nil {
 		r.log.ErrorContext(ctx, r.target.Stage+": dead letter not written; retrying the message", "subject", msg.Subject(), "reason", reason, "error", err)
 		r.retry(d, 0)
 		return
 	}
 	r.stats.deadLettered.Add(1)
+	// Why is reason; the error is the stage's line before this one (a
+	// handler's whole error may quote the message: it is in the dead letter).
 	r.log.WarnContext(ctx, r.target.Stage+": message dead-lettered", "workspace", dl.WorkspaceID, "activity", dl.ActivityID, "reason", reason, "deliveries", meta.NumDelivered,
-		"action", "inspect it with `molecule-relay dlq show SEQ`, fix the cause, then `dlq replay SEQ`")
+		"dlq_seq", seq, "action", dlq.Action(seq))
 	if err := msg.TermWithReason(reason); err == nil {
 		r.stats.terminated.Add(1)
 	}

@@ -28,17 +28,24 @@ func start(cfg broker.Config, log *slog.Logger) (broker.EmbeddedServer, error) {
 	if err != nil {
 		return nil, fmt.Errorf("%w: NATS_STORE_DIR: %w", broker.ErrEmbedded, err)
 	}
+	removeRunning(cfg.StoreDir) // a killed holder's
 	ns, err := startServer(cfg, log)
 	if err != nil {
 		release()
 		return nil, err
 	}
-	return &lockedServer{Server: ns, release: release}, nil
+	if err := publishRunning(cfg.StoreDir, ns.ClientURL()); err != nil {
+		log.Warn("embedded nats-server not published in its store; status, dlq and history cannot reach it while this process runs",
+			"store_dir", cfg.StoreDir, "error", err)
+	}
+	return &lockedServer{Server: ns, dir: cfg.StoreDir, release: release}, nil
 }
 
-// lockedServer releases the store's lock once the server has shut down.
+// lockedServer releases the store's lock once the server has shut down,
+// and is published in its store (Running) until then.
 type lockedServer struct {
 	*server.Server
+	dir     string
 	release func()
 	once    sync.Once
 }
@@ -54,8 +61,10 @@ const settleTimeout = 100 * time.Millisecond
 // server's stop discards them (nats-server v2.15 consumer.stopWithFlags
 // unregisters its ack queue unread), which would bring an acked message
 // back after a restart. broker.Conn.Close flushes the connection first,
-// so everything sent is in those queues by now.
+// so everything sent is in those queues by now. The server is unpublished
+// first: nobody is sent to a server that is going away.
 func (s *lockedServer) Shutdown() {
+	removeRunning(s.dir)
 	deadline := time.Now().Add(settleTimeout)
 	for len(*s.Ipqueuesz(&server.IpqueueszOptions{})) > 0 && time.Now().Before(deadline) {
 		time.Sleep(time.Millisecond)

@@ -10,6 +10,7 @@ import (
 	"strconv"
 	"strings"
 	"syscall"
+	"time"
 
 	"github.com/molecule-ai/molecule-relay/internal/broker"
 )
@@ -29,7 +30,7 @@ func lockStore(dir string) (release func(), err error) {
 	if err != nil {
 		return nil, fmt.Errorf("lock file %q: %w", path, err)
 	}
-	if err := syscall.Flock(int(f.Fd()), syscall.LOCK_EX|syscall.LOCK_NB); err != nil {
+	if err := flockSoon(f); err != nil {
 		holder, _ := os.ReadFile(path)
 		f.Close()
 		if errors.Is(err, syscall.EWOULDBLOCK) {
@@ -65,4 +66,29 @@ func StoreHolder(dir string) (pid string, held bool, err error) {
 	}
 	_ = syscall.Flock(int(f.Fd()), syscall.LOCK_UN)
 	return pid, false, nil
+}
+
+// probeWait is how long lockStore keeps trying a lock held for a moment:
+// StoreHolder (Running, doctor) takes it shared for microseconds to test
+// it, and a relay starting then must not take that for another holder.
+const probeWait = 20 * time.Millisecond
+
+// flockSoon takes f's exclusive lock, trying again for probeWait while
+// it is held.
+func flockSoon(f *os.File) error {
+	deadline := time.Now().Add(probeWait)
+	for {
+		err := syscall.Flock(int(f.Fd()), syscall.LOCK_EX|syscall.LOCK_NB)
+		if !errors.Is(err, syscall.EWOULDBLOCK) || time.Now().After(deadline) {
+			return err
+		}
+		time.Sleep(time.Millisecond)
+	}
+}
+
+// storeHeld reports whether a live process holds dir's lock
+// (StoreHolder's probe).
+func storeHeld(dir string) (bool, error) {
+	_, held, err := StoreHolder(dir)
+	return held, err
 }
