@@ -3,7 +3,6 @@ package main
 import (
 	"context"
 	"flag"
-	"log/slog"
 
 	"github.com/molecule-ai/molecule-relay/internal/config"
 	"github.com/molecule-ai/molecule-relay/internal/console"
@@ -13,20 +12,6 @@ import (
 // defaultConsoleListen is where `molecule-relay console` listens when
 // MOLECULE_CONSOLE_LISTEN is not set: loopback, so no token is needed.
 const defaultConsoleListen = "127.0.0.1:8090"
-
-// reachRunningRelay, when set, points cfg at the embedded server of a
-// relay running on the same store, so that the console joins it instead
-// of opening the store (which the running relay holds locked).
-//
-// HOOK (issue 40, item 1): the CLI's way into a running relay (branch
-// s44-cli: reachRunning in cmd/molecule-relay/running.go, on
-// embedded.Running) fills it in with one line once both are merged:
-//
-//	func init() { reachRunningRelay = reachRunning }
-//
-// Until then the console command reaches a running relay through
-// NATS_URL only.
-var reachRunningRelay func(cfg *config.Config, log *slog.Logger) error
 
 // runConsole serves the console against NATS_URL, or the embedded store.
 func runConsole(ctx context.Context, env *cliEnv, args []string) error {
@@ -41,10 +26,9 @@ func runConsole(ctx context.Context, env *cliEnv, args []string) error {
 		return usageError{err}
 	}
 	log := cfg.NewLogger(env.stderr)
-	if reachRunningRelay != nil {
-		if err := reachRunningRelay(cfg, log); err != nil {
-			return err
-		}
+	// A relay running on the same store holds it locked: join its server.
+	if err := reachRunning(cfg, log); err != nil {
+		return err
 	}
 	rt, err := relay.Open(ctx, cfg, log)
 	if err != nil {

@@ -6,6 +6,8 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -100,5 +102,62 @@ func TestConsoleFlagServesOnTheDefaultAddressUnlessOneIsSet(t *testing.T) {
 		if cfg.ConsoleListen != tt.want {
 			t.Errorf("--console=%v with %q: %q, want %q", tt.flag, tt.set, cfg.ConsoleListen, tt.want)
 		}
+	}
+}
+
+// `molecule-relay console` on the store of a running connect joins that
+// relay's embedded server (the store is locked by connect) instead of
+// failing with "in use by another process".
+func TestConsoleCommandJoinsARunningConnectOnItsStore(t *testing.T) {
+	t.Parallel()
+	srv := moleculetest.NewServer()
+	t.Cleanup(srv.Close)
+	ws := srv.CreateWorkspace("agent")
+	store := t.TempDir()
+	environ := []string{"NATS_STORE_DIR=" + store, "MOLECULE_CONSOLE_TOKEN=tok"}
+	start := func(extra []string, args ...string) (stop func() (int, string)) {
+		ctx, cancel := context.WithCancel(context.Background())
+		t.Cleanup(cancel) // a failed wait below still stops what started
+		done := make(chan int, 1)
+		var errb bytes.Buffer
+		go func() {
+			done <- run(ctx, &cliEnv{stdin: strings.NewReader(""), stdout: io.Discard, stderr: &errb,
+				environ: append(append([]string{}, environ...), extra...)}, args)
+		}()
+		return func() (int, string) {
+			cancel()
+			select {
+			case code := <-done:
+				return code, errb.String()
+			case <-time.After(30 * time.Second):
+				t.Fatalf("%v did not stop", args)
+				return 0, ""
+			}
+		}
+	}
+	stopConnect := start([]string{"MOLECULE_PLATFORM_URL=" + srv.URL(), "MOLECULE_WORKSPACE_ID=" + ws.ID,
+		"MOLECULE_WORKSPACE_TOKEN=" + ws.Token, "MOLECULE_HANDLER=echo"}, "connect")
+	pipelinetest.Eventually(t, 30*time.Second, "connect publishing its embedded server in the store", func() bool {
+		_, err := os.Stat(filepath.Join(store, "molecule-relay.server.json"))
+		return err == nil
+	})
+	addr := freeListenAddr(t)
+	stopConsole := start([]string{"MOLECULE_CONSOLE_LISTEN=" + addr}, "console")
+	pipelinetest.Eventually(t, 30*time.Second, "the console on connect's store listing the workspace", func() bool {
+		req, _ := http.NewRequest("GET", "http://"+addr+"/api/overview", nil)
+		req.Header.Set("Authorization", "Bearer tok")
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			return false
+		}
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(resp.Body)
+		return resp.StatusCode == 200 && strings.Contains(string(b), ws.ID)
+	})
+	if code, stderr := stopConsole(); code != exitOK {
+		t.Errorf("console: exit %d\n%s", code, stderr)
+	}
+	if code, stderr := stopConnect(); code != exitOK {
+		t.Errorf("connect: exit %d\n%s", code, stderr)
 	}
 }
