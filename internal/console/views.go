@@ -152,33 +152,30 @@ func seqOf(r *http.Request) (uint64, error) {
 }
 
 func (c *Console) dlqShow(r *http.Request) (any, error) {
-	seq, err := seqOf(r)
-	if err != nil {
-		return nil, err
-	}
-	e, err := c.dlqGet(r, seq)
+	_, e, err := c.dlqEntry(r)
 	if err != nil {
 		return nil, err
 	}
 	return e.Redacted(), nil
 }
 
-func (c *Console) dlqGet(r *http.Request, seq uint64) (*dlq.Entry, error) {
+// dlqEntry reads the dead letter the request's path names.
+func (c *Console) dlqEntry(r *http.Request) (uint64, *dlq.Entry, error) {
+	seq, err := seqOf(r)
+	if err != nil {
+		return 0, nil, err
+	}
 	e, err := dlq.Get(r.Context(), c.js, seq)
 	if errors.Is(err, dlq.ErrNotFound) {
-		return nil, httpError{http.StatusNotFound, err}
+		return 0, nil, httpError{http.StatusNotFound, err}
 	}
-	return e, err
+	return seq, e, err
 }
 
 // dlqReveal returns the dead letter's envelope whole (the message's text
 // and row), logged.
 func (c *Console) dlqReveal(r *http.Request) (any, error) {
-	seq, err := seqOf(r)
-	if err != nil {
-		return nil, err
-	}
-	e, err := c.dlqGet(r, seq)
+	seq, e, err := c.dlqEntry(r)
 	if err != nil {
 		return nil, err
 	}

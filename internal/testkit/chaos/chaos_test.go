@@ -92,14 +92,7 @@ func TestChaos(t *testing.T) {
 	js := connect(t, ns.URL())
 	topo := ensureTopology(t, js)
 
-	plat := moleculetest.NewServer(moleculetest.WithRateLimit(0, 0), moleculetest.WithoutRequestLog(), moleculetest.WithSeed(seed))
-	t.Cleanup(plat.Close)
-	agent := plat.CreateWorkspace("chaos-agent")
-	peers := make([]moleculetest.Workspace, peerCount)
-	for i := range peers {
-		peers[i] = plat.CreateWorkspace(fmt.Sprintf("chaos-peer-%d", i))
-		registerPoll(t, plat, peers[i])
-	}
+	plat, agent, peers := chaosPlatform(t, seed)
 	hs := newHandlerServer(t)
 
 	stages := startStages(t, dir, relayBin, ns.URL(), plat.URL(), agent, hs.url)
@@ -675,4 +668,20 @@ func (r *result) report(t *testing.T) {
 	for _, l := range lines {
 		fmt.Println(l)
 	}
+}
+
+// chaosPlatform is the chaos runs' platform double: no rate limit, no
+// request log, seeded faults; the agent's workspace and peerCount peers
+// registered in poll mode.
+func chaosPlatform(t *testing.T, seed uint64) (*moleculetest.Server, moleculetest.Workspace, []moleculetest.Workspace) {
+	t.Helper()
+	plat := moleculetest.NewServer(moleculetest.WithRateLimit(0, 0), moleculetest.WithoutRequestLog(), moleculetest.WithSeed(seed))
+	t.Cleanup(plat.Close)
+	agent := plat.CreateWorkspace("chaos-agent")
+	peers := make([]moleculetest.Workspace, peerCount)
+	for i := range peers {
+		peers[i] = plat.CreateWorkspace(fmt.Sprintf("chaos-peer-%d", i))
+		registerPoll(t, plat, peers[i])
+	}
+	return plat, agent, peers
 }

@@ -96,14 +96,7 @@ func TestChaosCluster(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	plat := moleculetest.NewServer(moleculetest.WithRateLimit(0, 0), moleculetest.WithoutRequestLog(), moleculetest.WithSeed(seed))
-	t.Cleanup(plat.Close)
-	agent := plat.CreateWorkspace("chaos-agent")
-	peers := make([]moleculetest.Workspace, peerCount)
-	for i := range peers {
-		peers[i] = plat.CreateWorkspace(fmt.Sprintf("chaos-peer-%d", i))
-		registerPoll(t, plat, peers[i])
-	}
+	plat, agent, peers := chaosPlatform(t, seed)
 	hs := newHandlerServer(t)
 	sink := newSpanSink(t)
 
