@@ -20,6 +20,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/molecule-ai/molecule-relay/internal/broker"
 	"github.com/molecule-ai/molecule-relay/pkg/molecule"
 	"github.com/molecule-ai/molecule-relay/pkg/molecule/moleculetest"
 )
@@ -29,7 +30,7 @@ var (
 	flagSleepMsgs  = flag.Int("sleep-msgs", 3000, "messages per sleep-100ms run")
 	flagIdleMsgs   = flag.Int("idle-msgs", 30, "messages of the idle-latency run (one at a time)")
 	flagIdleWindow = flag.Duration("idle-window", 10*time.Second, "the idle-latency run first measures the relay's CPU over this long without messages (idle_us/s); 0 skips it")
-	flagStoreSync  = flag.String("store-sync", "", "the relay's NATS server fsyncs its store: always, or every duration (NATS_SYNC_INTERVAL); empty: nats-server's default (2m)")
+	flagStoreSync  = flag.String("store-sync", broker.DefaultSyncInterval, "the relay's NATS server fsyncs its store: always (the shipped default), or every duration (NATS_SYNC_INTERVAL; 2m is nats-server's own default)")
 	flagSenders    = flag.Int("senders", 8, "concurrent HTTP senders injecting messages")
 	flagPeerEvery  = flag.Int("peer-every", 4, "every n-th message comes from a peer agent (its reply goes out as A2A); 0: canvas only")
 	flagProc       = flag.Bool("proc", true, "also run echo with the second dispatcher as a child `molecule-relay dispatch` process")

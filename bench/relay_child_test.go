@@ -51,7 +51,7 @@ type relayConfig struct {
 	PooledHTTP                       bool
 	HistoryTurns                     int    // MOLECULE_HISTORY_TURNS of every stage; 0: memory off
 	Direct                           bool   // the in-process dispatchers post through the replier (MOLECULE_DIRECT_POST)
-	StoreSync                        string // the NATS server's sync (NATS_SYNC_INTERVAL: always or a duration); "": nats-server's default
+	StoreSync                        string // the NATS server's sync (NATS_SYNC_INTERVAL: always or a duration); "": the shipped default (always)
 }
 
 // relayStats is the child's answer to "stats".
@@ -111,14 +111,15 @@ var sleepHandler = handler.Func(func(ctx context.Context, req *handler.Request) 
 // a pull open and the poller seeded its cursor.
 func startRelay(t *testing.T, cfg relayConfig) *relay {
 	ns := natstest.StartEdited(t, func(o *server.Options) {
-		if cfg.StoreSync != "" {
-			bc := broker.Config{SyncInterval: cfg.StoreSync}
-			always, interval, err := bc.StoreSync()
-			if err != nil {
-				t.Fatal(err)
-			}
-			o.SyncAlways, o.SyncInterval = always, interval
+		bc := broker.Config{SyncInterval: cfg.StoreSync}
+		if bc.SyncInterval == "" {
+			bc.SyncInterval = broker.DefaultSyncInterval
 		}
+		always, interval, err := bc.StoreSync()
+		if err != nil {
+			t.Fatal(err)
+		}
+		o.SyncAlways, o.SyncInterval = always, interval
 	})
 	r := &relay{ns: ns, warns: &warnLog{}}
 	log := slog.New(slog.NewTextHandler(r.warns, &slog.HandlerOptions{Level: slog.LevelWarn}))
