@@ -4,7 +4,6 @@ import (
 	"flag"
 	"fmt"
 	"io"
-	"slices"
 	"sort"
 	"strings"
 
@@ -89,7 +88,8 @@ var (
 	}}
 	groupNATS = settingGroup{"NATS", []setting{
 		{"NATS_URL", "server or cluster; empty: an embedded server"},
-		{"NATS_STORE_DIR", "embedded server's store"},
+		{"NATS_STORE_DIR", "embedded server's store (default: one per workspace set in the user's state directory)"},
+		{"MOLECULE_STATE_DIR", "base of the default store (default ~/.local/state/molecule-relay); mcp: the channel's state directory"},
 		{"NATS_EMBEDDED_PORT", "embedded server's port (-1: a free one)"},
 		{"NATS_SYNC_INTERVAL", "embedded server's fsync: always, or a duration"},
 		{"NATS_CREDS", "credentials file"},
@@ -187,10 +187,6 @@ var otherVars = []string{
 	"MOLECULE_REQUIRE_BROWSER", "MOLECULE_CONSOLE_SCREENSHOTS",
 }
 
-// mcpOnlyVars are read by the mcp command alone (mcpEnviron), which
-// takes them out of the environment it hands on; any other command warns.
-var mcpOnlyVars = []string{"MOLECULE_STATE_DIR"}
-
 // unknownVarWarnings names each MOLECULE_* variable of environ that no part
 // of the relay reads, with the closest known one when it is a likely
 // misspelling: a mistyped variable would otherwise be silently ignored.
@@ -214,10 +210,6 @@ func unknownVarWarnings(environ []string) []string {
 			continue
 		}
 		if _, ok := known[k]; ok {
-			continue
-		}
-		if slices.Contains(mcpOnlyVars, k) {
-			out = append(out, k+" is read by molecule-relay mcp only (the TypeScript channel's state directory; ignored here)")
 			continue
 		}
 		if best := closest(k, names); best != "" {

@@ -267,6 +267,13 @@ type Config struct {
 
 	// NATS connection (NATS_URL empty: embedded server).
 	NATS broker.Config
+	// StateDir replaces the per-user state directory as the base of the
+	// embedded server's default store: StateDir/<platform host>-<first
+	// workspace>-<hash of the workspaces>/nats (broker.StoreLocation). If
+	// not set, $XDG_STATE_HOME/molecule-relay, ~/.local/state/molecule-relay
+	// or, on macOS, ~/Library/Application Support/molecule-relay. The mcp
+	// command reads it as the TypeScript channel's state directory.
+	StateDir string `env:"MOLECULE_STATE_DIR"`
 	// Replicas of streams and buckets (3 on a cluster). Default 1.
 	Replicas int `env:"MOLECULE_STREAM_REPLICAS" envDefault:"1"`
 	// Topology: "ensure" creates or updates the streams, consumers and
