@@ -25,6 +25,7 @@ type storeWorld struct {
 	state   string // MOLECULE_STATE_DIR
 	environ []string
 	sent    []string
+	stderr  string // the last connect's
 }
 
 func newStoreWorld(t *testing.T, settings ...string) *storeWorld {
@@ -91,8 +92,10 @@ func (w *storeWorld) connect(n int) {
 		time.Sleep(20 * time.Millisecond) // polling the double's record
 	}
 	cancel()
-	if code := <-done; code != exitOK {
-		w.t.Fatalf("connect: exit %d\n%s", code, errb.String())
+	code := <-done
+	w.stderr = errb.String()
+	if code != exitOK {
+		w.t.Fatalf("connect: exit %d\n%s", code, w.stderr)
 	}
 }
 
