@@ -87,9 +87,9 @@ func stateBase(getenv func(string) string) string {
 }
 
 // storeKey names a relay's store folder: the platform's host, the first
-// workspace id (so a person can tell the folders apart) and a short hash
-// of the sorted set of workspace ids (so the order they are listed in does
-// not matter, and two sets sharing a first id do not share a store).
+// of the sorted workspace ids (so a person can tell the folders apart)
+// and a short hash of the sorted set (so the order they are listed in does
+// not matter, and two sets sharing an id do not share a store).
 func storeKey(platformURL string, ids []string) string {
 	host := "platform"
 	if u, err := url.Parse(strings.TrimSpace(platformURL)); err == nil && u.Host != "" {
@@ -99,8 +99,8 @@ func storeKey(platformURL string, ids []string) string {
 	slices.Sort(sorted)
 	sum := sha256.Sum256([]byte(strings.Join(sorted, "\n")))
 	first := "none"
-	if len(ids) > 0 {
-		first = ids[0]
+	if len(sorted) > 0 {
+		first = sorted[0]
 	}
 	return safeName(host) + "-" + safeName(first) + "-" + hex.EncodeToString(sum[:])[:8]
 }
