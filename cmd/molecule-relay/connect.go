@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"time"
 
+	"github.com/molecule-ai/molecule-relay/internal/broker"
 	"github.com/molecule-ai/molecule-relay/internal/config"
 	"github.com/molecule-ai/molecule-relay/internal/relay"
 )
@@ -31,6 +32,12 @@ func openForInspection(ctx context.Context, env *cliEnv, name string, args []str
 	log := cfg.NewLogger(env.stderr)
 	if err := reachRunning(cfg, log); err != nil {
 		return nil, nil, err
+	}
+	if cfg.NATS.Embedded() && !broker.StoreExists(cfg.NATS.StoreDir) {
+		// Starting a server here would create an empty store and report
+		// it healthy: the relay's store is elsewhere, or there is none.
+		return nil, nil, fmt.Errorf("no relay store at %s (%s): start the relay with connect first, or point NATS_STORE_DIR (or MOLECULE_STATE_DIR) at its store, or NATS_URL at its NATS server",
+			cfg.NATS.StoreDir, cfg.NATS.StoreFrom)
 	}
 	rt, err := relay.Open(ctx, cfg, log)
 	if err != nil {

@@ -48,7 +48,15 @@ func relayBin(t *testing.T) string {
 }
 
 func TestMain(m *testing.M) {
+	// A relay's default store is in the user's state directory: the tests'
+	// relays (this process's and the binaries it starts) keep theirs here.
+	state, err := os.MkdirTemp("", "molecule-relay-state-")
+	if err != nil {
+		panic(err)
+	}
+	os.Setenv("XDG_STATE_HOME", state)
 	code := m.Run()
+	_ = os.RemoveAll(state)
 	if binDir != "" {
 		_ = os.RemoveAll(binDir)
 	}

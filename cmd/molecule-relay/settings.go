@@ -4,7 +4,6 @@ import (
 	"flag"
 	"fmt"
 	"io"
-	"slices"
 	"sort"
 	"strings"
 
@@ -50,7 +49,8 @@ var (
 		{"MOLECULE_OVERLAP_FOLLOW_UPS", "quick re-reads after a poll that found messages, comma separated (0: none)"},
 		{"MOLECULE_SINGLETON", "another relay answers the workspace: warn, or refuse (stop polling it)"},
 		{"MOLECULE_REGISTER", "register each workspace at first start (true or false)"},
-		{"MOLECULE_CHECKPOINT", "connect --once: resume from a checkpoint row (true or false)"},
+		{"MOLECULE_CHECKPOINT", "write the cursor as a checkpoint row on each feed and resume from it on an empty or rolled-back store (true or false)"},
+		{"MOLECULE_CHECKPOINT_EVERY", "how often a long-running connect writes its checkpoint (default 1m)"},
 		{"MOLECULE_ALLOW_SELF", "deliver messages the agent sent itself (true or false)"},
 		{"MOLECULE_PUSH_LISTEN", "old platforms: push ingress address, e.g. :8081"},
 		{"MOLECULE_PUSH_URL", "old platforms: public URL of the push ingress"},
@@ -89,7 +89,8 @@ var (
 	}}
 	groupNATS = settingGroup{"NATS", []setting{
 		{"NATS_URL", "server or cluster; empty: an embedded server"},
-		{"NATS_STORE_DIR", "embedded server's store"},
+		{"NATS_STORE_DIR", "embedded server's store (default: one per workspace set in the user's state directory)"},
+		{"MOLECULE_STATE_DIR", "base of the default store (default ~/.local/state/molecule-relay); mcp: the channel's state directory"},
 		{"NATS_EMBEDDED_PORT", "embedded server's port (-1: a free one)"},
 		{"NATS_SYNC_INTERVAL", "embedded server's fsync: always, or a duration"},
 		{"NATS_CREDS", "credentials file"},
@@ -187,10 +188,6 @@ var otherVars = []string{
 	"MOLECULE_REQUIRE_BROWSER", "MOLECULE_CONSOLE_SCREENSHOTS",
 }
 
-// mcpOnlyVars are read by the mcp command alone (mcpEnviron), which
-// takes them out of the environment it hands on; any other command warns.
-var mcpOnlyVars = []string{"MOLECULE_STATE_DIR"}
-
 // unknownVarWarnings names each MOLECULE_* variable of environ that no part
 // of the relay reads, with the closest known one when it is a likely
 // misspelling: a mistyped variable would otherwise be silently ignored.
@@ -214,10 +211,6 @@ func unknownVarWarnings(environ []string) []string {
 			continue
 		}
 		if _, ok := known[k]; ok {
-			continue
-		}
-		if slices.Contains(mcpOnlyVars, k) {
-			out = append(out, k+" is read by molecule-relay mcp only (the TypeScript channel's state directory; ignored here)")
 			continue
 		}
 		if best := closest(k, names); best != "" {

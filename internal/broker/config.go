@@ -13,8 +13,10 @@ import (
 
 // Defaults of Config, applied by SetDefaults.
 const (
-	// DefaultStoreDir is the embedded server's JetStream store directory.
-	DefaultStoreDir = ".molecule-relay/nats"
+	// DefaultStoreDir is the embedded server's JetStream store directory
+	// of a Config that names none. The CLI and relay.Run name one: the
+	// per-user StoreLocation (statedir.go).
+	DefaultStoreDir = LegacyStoreDir
 	// DefaultEmbeddedPort makes the embedded server pick a free loopback port.
 	DefaultEmbeddedPort = -1
 	// DefaultConnectTimeout bounds the first connection to NATS.
@@ -59,8 +61,12 @@ type Config struct {
 	TLSCertFile string `env:"NATS_TLS_CERT"`
 	TLSKeyFile  string `env:"NATS_TLS_KEY"`
 	// StoreDir is the embedded server's JetStream store. If not set,
-	// DefaultStoreDir (relative to the working directory).
-	StoreDir string `env:"NATS_STORE_DIR" envDefault:".molecule-relay/nats"`
+	// config.Load sets StoreLocation's (the per-user state directory);
+	// SetDefaults, DefaultStoreDir (relative to the working directory).
+	StoreDir string `env:"NATS_STORE_DIR"`
+	// StoreFrom says where StoreDir came from (StoreFromSetting, ...), for
+	// the line the embedded server's start logs. Not a setting.
+	StoreFrom string
 	// EmbeddedPort is the embedded server's client port on 127.0.0.1. If not
 	// set (0 or -1), a free port is picked; Conn.URL reports it.
 	EmbeddedPort int `env:"NATS_EMBEDDED_PORT" envDefault:"-1"`

@@ -152,11 +152,18 @@ type Config struct {
 	// SSE holds the workspace event stream for instant wake-ups in
 	// long-running mode. Default true.
 	SSE bool `env:"MOLECULE_SSE" envDefault:"true"`
-	// Checkpoint: connect --once writes its cursor as a checkpoint row on
-	// each workspace's own feed at the end of a clean run, and a run whose
-	// store has no cursor resumes from the newest checkpoint (an ephemeral
-	// CI runner). Default true.
+	// Checkpoint: the relay writes its cursor as a checkpoint row on each
+	// workspace's own feed (connect --once at the end of a clean run; a
+	// long-running connect every CheckpointEvery and at a clean stop),
+	// and a run whose store has no cursor, or one behind the checkpoint (a
+	// restored or rolled-back store), resumes from the newest checkpoint.
+	// Default true.
 	Checkpoint bool `env:"MOLECULE_CHECKPOINT" envDefault:"true"`
+	// CheckpointEvery is how often a long-running connect writes a
+	// checkpoint, when its cursor moved and every message up to it was
+	// answered or dead-lettered. A relay killed AND its store lost answers
+	// again at most what it answered since its last checkpoint. Default 1m.
+	CheckpointEvery Seconds `env:"MOLECULE_CHECKPOINT_EVERY" envDefault:"1m"`
 
 	// Handler is the dispatcher's handler spec: echo, exec:<prog> [args],
 	// http:<url>, openai:<base url>. Default "echo".
@@ -267,6 +274,13 @@ type Config struct {
 
 	// NATS connection (NATS_URL empty: embedded server).
 	NATS broker.Config
+	// StateDir replaces the per-user state directory as the base of the
+	// embedded server's default store: StateDir/<platform host>-<first
+	// workspace>-<hash of the workspaces>/nats (broker.StoreLocation). If
+	// not set, $XDG_STATE_HOME/molecule-relay, ~/.local/state/molecule-relay
+	// or, on macOS, ~/Library/Application Support/molecule-relay. The mcp
+	// command reads it as the TypeScript channel's state directory.
+	StateDir string `env:"MOLECULE_STATE_DIR"`
 	// Replicas of streams and buckets (3 on a cluster). Default 1.
 	Replicas int `env:"MOLECULE_STREAM_REPLICAS" envDefault:"1"`
 	// Topology: "ensure" creates or updates the streams, consumers and
@@ -496,6 +510,8 @@ func (c *Config) validateLimits() error {
 		return bad("MOLECULE_BACKLOG_LIMIT", "%d is outside 0..100000 (0: no cap)", c.BacklogLimit)
 	case c.HeartbeatInterval.D() < 0 || c.HeartbeatInterval.D() > 30*time.Second:
 		return bad("MOLECULE_HEARTBEAT_INTERVAL", "%s is outside 0..30s (0: none; the platform marks a workspace offline after about 90 s without one)", c.HeartbeatInterval)
+	case c.CheckpointEvery.D() < time.Second || c.CheckpointEvery.D() > 24*time.Hour:
+		return bad("MOLECULE_CHECKPOINT_EVERY", "%s is outside 1s..24h (each checkpoint is one row on every workspace's feed whose cursor moved)", c.CheckpointEvery)
 	case c.OverlapWindow.D() < 0 || c.OverlapWindow.D() > 30*time.Minute:
 		return bad("MOLECULE_OVERLAP_WINDOW", "%s is outside 0..30m (it must stay inside the stream's duplicate window)", c.OverlapWindow)
 	case c.OverlapEvery.D() < time.Second || (c.OverlapWindow.D() > 0 && c.OverlapEvery.D() >= c.OverlapWindow.D()):

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/caarlos0/env/v11"
+	"github.com/molecule-ai/molecule-relay/internal/broker"
 )
 
 // Flags binds one command-line flag per environment variable of Config to
@@ -92,6 +93,7 @@ func Load(flags *Flags, environ []string) (*Config, error) {
 	if err := env.ParseWithOptions(&cfg, env.Options{Environment: m}); err != nil {
 		return nil, flags.describe(err, m)
 	}
+	cfg.placeStore(m)
 	cfg.NATS.SetDefaults()
 	// From the process's environment only: a flag is not a variable.
 	cfg.HandlerEnviron = handlerEnviron(cfg.HandlerEnv, environ)
@@ -155,4 +157,24 @@ func inOurWords(t reflect.Type, value string, err error) error {
 		return fmt.Errorf("%q is not a whole number", value)
 	}
 	return err
+}
+
+// placeStore sets the embedded server's store when NATS_STORE_DIR does
+// not: the per-user one of these workspaces (broker.StoreLocation), so a
+// relay finds its store from any working directory (issue 37).
+func (c *Config) placeStore(m map[string]string) {
+	if c.NATS.StoreDir != "" {
+		c.NATS.StoreFrom = broker.StoreFromSetting
+		return
+	}
+	ws := c.Workspaces()
+	ids := make([]string, len(ws))
+	for i, w := range ws {
+		ids[i] = w.ID
+	}
+	platform := c.PlatformURL
+	if len(ws) > 0 && ws[0].PlatformURL != "" {
+		platform = ws[0].PlatformURL
+	}
+	c.NATS.StoreDir, c.NATS.StoreFrom = broker.StoreLocation(func(k string) string { return m[k] }, platform, ids)
 }

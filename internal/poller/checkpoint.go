@@ -69,7 +69,7 @@ func CheckpointSummary(cp Checkpoint) string {
 	if !cp.CursorCreatedAt.IsZero() {
 		upTo = "every message up to " + cp.CursorCreatedAt.UTC().Format("2006-01-02 15:04:05 UTC")
 	}
-	return "Molecule Relay bookmark (connect --once): " + upTo +
+	return "Molecule Relay bookmark: " + upTo +
 		" is answered; the next run starts after it. Not a message, nothing to do."
 }
 
@@ -98,12 +98,68 @@ func (p *Poller) writeCheckpoint(ctx context.Context, w *workspace) error {
 	if err != nil || cur.UpdatedAt.IsZero() {
 		return err
 	}
+	return p.writeCheckpointOf(ctx, w, cur, w.sent.all())
+}
+
+// CheckpointAnswered writes, on the feed of each workspace whose cursor
+// moved since this process last wrote one, a checkpoint of the cursor as
+// it is now, but only if answered, asked after the cursors were read,
+// reports that every message published so far was answered or dead
+// lettered (the dispatcher's and the replier's queues are empty): so a
+// checkpoint never covers a message in flight. A long-running relay calls
+// it every MOLECULE_CHECKPOINT_EVERY, so that one starting on an empty,
+// lost or rolled-back store resumes there (issue 37). It returns whether
+// the queues were empty.
+func (p *Poller) CheckpointAnswered(ctx context.Context, answered func(context.Context) (bool, error)) (bool, error) {
+	type snap struct {
+		w    *workspace
+		cur  *cursorEntry
+		sent []recentID
+	}
+	var snaps []snap
+	for _, w := range p.ws {
+		if _, push := p.cfg.Push[w.id]; push {
+			continue
+		}
+		cur, err := p.loadCursor(ctx, w.id)
+		if err != nil {
+			return false, err
+		}
+		if cur.UpdatedAt.IsZero() || cur.Cursor == w.cpWritten {
+			continue
+		}
+		// Read before answered is asked: whatever they name was published
+		// before, so an empty queue then means it was answered.
+		snaps = append(snaps, snap{w, cur, w.sent.all()})
+	}
+	if len(snaps) == 0 {
+		return true, nil
+	}
+	ok, err := answered(ctx)
+	if err != nil || !ok {
+		return ok, err
+	}
+	var errs []error
+	for _, sn := range snaps {
+		if err := p.writeCheckpointOf(ctx, sn.w, sn.cur, sn.sent); err != nil {
+			sn.w.log.WarnContext(ctx, "poller: checkpoint not written; the next try is at the next interval", "error", err)
+			errs = append(errs, fmt.Errorf("workspace %s: %w", sn.w.id, err))
+			continue
+		}
+		sn.w.cpWritten = sn.cur.Cursor
+	}
+	return true, errors.Join(errs...)
+}
+
+// writeCheckpointOf writes cur, with sent (what this process had
+// published when cur was read) as its Recent, as a checkpoint on w's feed.
+func (p *Poller) writeCheckpointOf(ctx context.Context, w *workspace, cur *cursorEntry, sent []recentID) error {
 	rec, _, err := loadStatus(ctx, p.topo.Status, w.id)
 	if err != nil {
 		return err
 	}
 	cp := Checkpoint{V: 1, DeliveryMode: rec.DeliveryMode, RegisteredAt: rec.RegisteredAt, Cursor: cur.Cursor, CursorCreatedAt: cur.CreatedAt, SavedAt: cur.UpdatedAt, Instance: p.cfg.InstanceID,
-		Floor: cur.Floor, FloorID: cur.FloorID, Recent: mergeRecent(cur.Recent, w.sent.all(), p.recentKeep(), time.Now())}
+		Floor: cur.Floor, FloorID: cur.FloorID, Recent: mergeRecent(cur.Recent, sent, p.recentKeep(), time.Now())}
 	body, err := json.Marshal(map[string]Checkpoint{checkpointKey: cp})
 	if err != nil {
 		return err
@@ -195,6 +251,33 @@ func (p *Poller) restoreCheckpoint(ctx context.Context, w *workspace, cur *curso
 	}
 	w.log.InfoContext(ctx, "poller: empty store; resuming from the checkpoint on the workspace's feed",
 		"cursor", cp.Cursor, "saved_at", cp.SavedAt, "by_instance", cp.Instance)
+	return ncur, nil
+}
+
+// catchUpWithCheckpoint compares, once per process, the stored cursor with
+// the newest checkpoint on w's feed. A cursor behind it is from a store
+// that went back in time (a restored copy, a CI cache, a power cut that
+// dropped unsynced writes): every row up to the checkpoint was answered,
+// so the poller resumes from the checkpoint instead of answering them
+// again. A cursor at or past it is kept.
+func (p *Poller) catchUpWithCheckpoint(ctx context.Context, w *workspace, cur *cursorEntry, res *WorkspaceResult) (*cursorEntry, error) {
+	cp, err := p.coldCheckpoint(ctx, w)
+	if err != nil {
+		return nil, fmt.Errorf("poller: read the platform checkpoint: %w", err)
+	}
+	w.caughtUp = true
+	if cp == nil || cp.Cursor == "" || cp.Cursor == cur.Cursor || !cp.CursorCreatedAt.After(cur.CreatedAt) {
+		return cur, nil
+	}
+	v := cursorValue{Cursor: cp.Cursor, CreatedAt: cp.CursorCreatedAt, UpdatedAt: cp.SavedAt, Generation: res.Generation.String(),
+		Floor: cp.Floor, FloorID: cp.FloorID}
+	w.sent.add(recentRows(cp.Recent), p.recentKeep(), time.Now())
+	ncur, err := p.saveCursor(ctx, w, cur, v)
+	if err != nil {
+		return nil, err
+	}
+	w.log.WarnContext(ctx, "poller: the store's cursor is behind the checkpoint on the workspace's feed (a restored or rolled-back store); resuming from the checkpoint",
+		"store_cursor_at", cur.CreatedAt, "checkpoint_cursor_at", cp.CursorCreatedAt, "by_instance", cp.Instance)
 	return ncur, nil
 }
 

@@ -141,6 +141,11 @@ func (p *Poller) fetchFromCursor(ctx context.Context, w *workspace, res *Workspa
 	if err != nil {
 		return err
 	}
+	if !w.caughtUp && cur.Cursor != "" && p.cfg.ResumeFromCheckpoint {
+		if cur, err = p.catchUpWithCheckpoint(ctx, w, cur, res); err != nil {
+			return err
+		}
+	}
 	if cur.Cursor == "" {
 		if cur, err = p.seed(ctx, w, cur, false, res); err != nil {
 			return err

@@ -110,6 +110,12 @@ type workspace struct {
 	// process at a cold start (cpRead), for the registration and the seed.
 	cp     *Checkpoint
 	cpRead bool
+	// cpWritten is the cursor of the last checkpoint CheckpointAnswered
+	// wrote (its goroutine only): an unchanged cursor is not written again.
+	cpWritten string
+	// caughtUp: the stored cursor was compared with the feed's checkpoint
+	// (catchUpWithCheckpoint), once per process.
+	caughtUp bool
 
 	// sent is what this process published to the inbound stream and saw
 	// acknowledged, for the overlap window (recent.go sentSet).

@@ -80,15 +80,81 @@ func (rt *Runtime) Run(ctx context.Context, s Stages) error {
 			return nil
 		})
 	}
+	var checkpointed *poller.Poller
 	if s.Poll {
 		p, err := rt.Poller()
 		if err != nil {
 			st.fail(err)
 		} else {
 			st.start("poller", func() error { return rt.runPoller(st.take, p) })
+			if rt.checkpoints(s) {
+				checkpointed = p
+				st.start("checkpoint", func() error { rt.checkpointEvery(st.take, p); return nil })
+			}
 		}
 	}
-	return st.wait()
+	err = st.wait()
+	if checkpointed != nil {
+		// A clean stop answered what it took: the next start, on any
+		// store, resumes here.
+		ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), finalCheckpointTimeout)
+		defer cancel()
+		rt.writeCheckpoint(ctx, checkpointed)
+	}
+	return err
+}
+
+// finalCheckpointTimeout bounds the checkpoint a clean stop writes after
+// the stages ended: one row and its read-back per workspace.
+const finalCheckpointTimeout = 5 * time.Second
+
+// checkpoints reports whether a long-running run writes checkpoints: only
+// when it runs every stage (so its own queues say what was answered) and
+// polls every workspace itself (in a poller group, the members' cursors
+// move under each other).
+func (rt *Runtime) checkpoints(s Stages) bool {
+	return s.Poll && s.Dispatch && s.Reply && rt.Cfg.Checkpoint && rt.Cfg.PollerGroup == "" && rt.Cfg.CheckpointEvery.D() > 0
+}
+
+// checkpointEvery writes checkpoints every MOLECULE_CHECKPOINT_EVERY
+// until ctx ends: the feed, not the store, is then the record of what was
+// answered (issue 37).
+func (rt *Runtime) checkpointEvery(ctx context.Context, p *poller.Poller) {
+	t := time.NewTicker(rt.Cfg.CheckpointEvery.D())
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+			rt.writeCheckpoint(ctx, p)
+		}
+	}
+}
+
+// writeCheckpoint writes a checkpoint of every moved cursor if the
+// dispatcher's and the replier's queues are empty; a busy relay tries
+// again at the next tick.
+func (rt *Runtime) writeCheckpoint(ctx context.Context, p *poller.Poller) {
+	done, err := p.CheckpointAnswered(ctx, rt.answered)
+	switch {
+	case err != nil && ctx.Err() == nil:
+		rt.Log.Warn("checkpoint not written; the previous one on the feed stays", "error", err)
+	case !done:
+		rt.Log.Debug("checkpoint not written: messages are in flight; trying again at the next interval")
+	}
+}
+
+// answered reports whether everything published to the inbound and reply
+// streams was answered or dead-lettered: nothing pending, nothing unacked.
+func (rt *Runtime) answered(ctx context.Context) (bool, error) {
+	for _, c := range []jetstream.Consumer{rt.Topo.Dispatcher, rt.Topo.Replier} {
+		n, err := rt.queued(c)(ctx)
+		if err != nil || n > 0 {
+			return false, err
+		}
+	}
+	return true, nil
 }
 
 // runPoller polls every workspace, or, with MOLECULE_POLLER_GROUP, those

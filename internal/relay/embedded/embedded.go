@@ -28,6 +28,13 @@ func start(cfg broker.Config, log *slog.Logger) (broker.EmbeddedServer, error) {
 	if err != nil {
 		return nil, fmt.Errorf("%w: NATS_STORE_DIR: %w", broker.ErrEmbedded, err)
 	}
+	if prev, _ := readRunning(cfg.StoreDir); prev != nil {
+		// Left by a process that did not stop cleanly (killed, an OS
+		// crash, a power cut): what it had not synced may be gone, and the
+		// poller checks its cursor against the feed's checkpoint.
+		log.Info("the last relay on this store did not stop cleanly; its cursor is checked against the checkpoint on each feed",
+			"store_dir", cfg.StoreDir, "pid", prev.PID, "started", prev.Started)
+	}
 	removeRunning(cfg.StoreDir) // a killed holder's
 	ns, err := startServer(cfg, log)
 	if err != nil {
@@ -125,6 +132,14 @@ func startServer(cfg broker.Config, log *slog.Logger) (*server.Server, error) {
 		return nil, fmt.Errorf("%w: JetStream did not start on store %q", broker.ErrEmbedded, cfg.StoreDir)
 	}
 	log.Info("embedded nats-server started", "url", ns.ClientURL(), "store_dir", cfg.StoreDir, "sync_interval", cfg.SyncInterval)
+	switch cfg.StoreFrom {
+	case broker.StoreFromLegacy:
+		log.Info("using the store found in the old place, this working directory; it is used from here only: to use it from any directory, move it to the state directory or set NATS_STORE_DIR",
+			"store_dir", cfg.StoreDir)
+	case broker.StoreFromNoHome:
+		log.Info("no HOME in the environment: the store is in this working directory; set MOLECULE_STATE_DIR or NATS_STORE_DIR to keep it in one place",
+			"store_dir", cfg.StoreDir)
+	}
 	return ns, nil
 }
 
