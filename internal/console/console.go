@@ -88,7 +88,7 @@ func New(js jetstream.JetStream, topo *events.Topology, opts Options) (*Console,
 		log = slog.Default()
 	}
 	c := &Console{js: js, topo: topo, opts: opts, log: log, sess: newSessions(), start: time.Now()}
-	c.flow = newFlow(js.Conn(), log)
+	c.flow = newFlow(js, log)
 	c.mux = c.routes()
 	return c, nil
 }

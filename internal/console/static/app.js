@@ -144,7 +144,7 @@
     watchFlow();
     const v = await api("/api/flow");
     for (const m of v.messages) upsert(m, true);
-    if (!flowRows.size) fill($("#flow-table tbody"), [], "No message seen since a page opened the flow.", 10);
+    if (!flowRows.size) fill($("#flow-table tbody"), [], "No recent message: none in the streams and records the flow reads.", 10);
     stats(v.stats);
   };
   async function timeline(ws, act, quiet) {
