@@ -54,9 +54,6 @@ type Options struct {
 type WorkspaceLive struct {
 	WorkspaceID string             `json:"workspace_id"`
 	RateLimit   molecule.RateLimit `json:"rate_limit"`
-	// EventStream says whether the poller wakes on the workspace's event
-	// stream ("on", "off").
-	EventStream string `json:"event_stream,omitempty"`
 }
 
 func (o *Options) auth() bool  { return o.Token != "" || o.basic() }

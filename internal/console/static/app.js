@@ -65,9 +65,18 @@
   }
 
   // ---- overview
+  // eventStream is the poller's event stream of w: its state, since when,
+  // why it reconnects, and its last event.
+  function eventStream(w) {
+    if (!w.event_stream) return "not recorded (a one-shot poller or an older relay)";
+    let t = w.event_stream + " since " + time(w.event_stream_since);
+    if (w.event_stream_error) t += " (" + w.event_stream_error + ")";
+    if (w.event_stream !== "disabled") t += "; last event " + ago(w.last_event_at);
+    return t;
+  }
   loaders.overview = async () => {
     const v = await api("/api/overview");
-    $("#overview-note").textContent = "Last poll and heartbeat are rewritten every " + v.status_refresh_secs + " s while nothing else changes; a failure at once.";
+    $("#overview-note").textContent = "Last poll, heartbeat and event are rewritten every " + v.status_refresh_secs + " s while nothing else changes; a failure or a change of the event stream at once.";
     fill($("#overview-table tbody"), v.workspaces.map((w) => {
       const rl = w.live && w.live.rate_limit;
       const budget = !rl || !rl.Known ? "unknown" : rl.Limit < 0 ? "unlimited" : rl.Remaining + " of " + rl.Limit;
@@ -79,7 +88,7 @@
         el("td", { class: "mono", text: short(w.cursor) }),
         el("td", { text: ago(w.last_poll_at) }),
         el("td", { text: ago(w.last_heartbeat_at) + (w.heartbeat_error ? " (failed: " + w.heartbeat_error + ")" : "") }),
-        el("td", { text: (w.live && w.live.event_stream) || "not known here" }),
+        el("td", { class: "state-" + ({ connected: "answered", reconnecting: "error" }[w.event_stream] || "received"), text: eventStream(w) }),
         el("td", { text: budget }),
         el("td", { class: "mono", text: w.polled_by ? w.group + ": " + w.polled_by : "this relay (no group)" }));
     }), "No workspace recorded yet.", 10);
