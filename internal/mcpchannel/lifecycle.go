@@ -12,6 +12,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/molecule-ai/molecule-relay/internal/broker"
+	"github.com/molecule-ai/molecule-relay/internal/kvlease"
 	"github.com/molecule-ai/molecule-relay/internal/relay"
 	"github.com/molecule-ai/molecule-relay/pkg/events"
 )
@@ -230,7 +231,7 @@ func (t *takeover) markWaiting(ctx context.Context, instance string) (unmark fun
 		closeJS()
 		if t.rt != nil && t.r != nil {
 			if kv, err := t.rt.Conn.JS.KeyValue(ctx, events.BucketMCPLeases); err == nil {
-				sweepWaiting(ctx, kv, t.opts.Workspaces, instance) // listed in the store now ours
+				kvlease.SweepWaiting(ctx, kv, t.opts.Workspaces, instance) // listed in the store now ours
 			}
 		}
 	}

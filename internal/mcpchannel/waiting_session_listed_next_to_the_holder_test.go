@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/molecule-ai/molecule-relay/internal/kvlease"
 	"github.com/molecule-ai/molecule-relay/internal/mcpchannel"
 	"github.com/molecule-ai/molecule-relay/internal/relay"
 	"github.com/molecule-ai/molecule-relay/internal/testkit/pipelinetest"
@@ -46,13 +47,13 @@ func TestWaitingSessionListedNextToTheHolder(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	key := mcpchannel.WaitingKey(w.Agent.ID, "second")
-	var v mcpchannel.Waiting
+	key := kvlease.WaitingKey(w.Agent.ID, "second")
+	var v kvlease.Waiting
 	pipelinetest.Eventually(t, 10*time.Second, "the second session listed as waiting", func() bool {
 		e, err := kv.Get(ctx, key)
 		return err == nil && json.Unmarshal(e.Value(), &v) == nil
 	})
-	if ws, inst, ok := mcpchannel.ParseWaitingKey(key); !ok || ws != w.Agent.ID || inst != "second" {
+	if ws, inst, ok := kvlease.ParseWaitingKey(key); !ok || ws != w.Agent.ID || inst != "second" {
 		t.Errorf("ParseWaitingKey(%q) = %q, %q, %v", key, ws, inst, ok)
 	}
 	if v.Instance != "second" || v.PID == 0 || v.Since.IsZero() || !v.Expires.After(time.Now()) {

@@ -262,7 +262,8 @@
   };
   loaders.mcp = async () => {
     const v = await api("/api/mcp");
-    fill($("#mcp-table tbody"), v.map((s) => el("tr", {}, el("td", { class: "mono", text: s.workspace_id }), el("td", { class: "mono", text: s.instance }), el("td", { text: time(s.expires) }), el("td", { text: s.live ? "yes" : "no (expired)" }))), "No MCP session holds a workspace.", 4);
+    fill($("#mcp-table tbody"), v.map((s) => el("tr", {}, el("td", { class: "mono", text: s.workspace_id }), el("td", { class: "mono", text: s.instance + (s.pid ? " (pid " + s.pid + ")" : "") }),
+      el("td", { text: s.role === "holds" ? "holds the channel" : "waits since " + time(s.since) }), el("td", { text: time(s.expires) }), el("td", { text: s.live ? "yes" : "no (expired)" }))), "No MCP session holds or waits for a workspace.", 5);
   };
   loaders.nats = async () => {
     const v = await api("/api/nats");
