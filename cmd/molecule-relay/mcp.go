@@ -17,9 +17,13 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
 	"github.com/molecule-ai/molecule-relay/internal/config"
 	"github.com/molecule-ai/molecule-relay/internal/mcpchannel"
 	"github.com/molecule-ai/molecule-relay/internal/relay"
+	"github.com/molecule-ai/molecule-relay/internal/relay/embedded"
 )
 
 // mcpAgentName is the mcp command's agent card name when
@@ -76,8 +80,40 @@ func runMCP(ctx context.Context, env *cliEnv, args []string) error {
 		},
 		Workspaces: ids,
 		NoWait:     noWait,
+		Reach:      reachHolder(cfg),
 		Logger:     log,
 	}, env.stdin, env.stdout)
+}
+
+// reachHolder connects a waiting session to the embedded server of the
+// session holding the store (published in the store, reachRunning), so
+// that the console lists it as waiting; nil on a shared NATS, where the
+// waiting session has its own connection.
+func reachHolder(cfg *config.Config) func(context.Context) (jetstream.JetStream, func(), error) {
+	if !cfg.NATS.Embedded() {
+		return nil
+	}
+	return func(context.Context) (jetstream.JetStream, func(), error) {
+		url, ok, err := embedded.Running(cfg.NATS.StoreDir)
+		if err == nil && !ok {
+			err = errors.New("no server published in the store")
+		}
+		if err != nil {
+			return nil, nil, err
+		}
+		// No reconnect: when the holder ends, so does its server, and
+		// this session opens the store itself.
+		nc, err := nats.Connect(url, nats.Name("molecule-relay mcp (waiting)"), nats.NoReconnect())
+		if err != nil {
+			return nil, nil, err
+		}
+		js, err := jetstream.New(nc)
+		if err != nil {
+			nc.Close()
+			return nil, nil, err
+		}
+		return js, nc.Close, nil
+	}
 }
 
 // mcpEnviron is environ with the TypeScript channel's conventions, so a

@@ -54,9 +54,6 @@ type Options struct {
 type WorkspaceLive struct {
 	WorkspaceID string             `json:"workspace_id"`
 	RateLimit   molecule.RateLimit `json:"rate_limit"`
-	// EventStream says whether the poller wakes on the workspace's event
-	// stream ("on", "off").
-	EventStream string `json:"event_stream,omitempty"`
 }
 
 func (o *Options) auth() bool  { return o.Token != "" || o.basic() }
@@ -88,7 +85,7 @@ func New(js jetstream.JetStream, topo *events.Topology, opts Options) (*Console,
 		log = slog.Default()
 	}
 	c := &Console{js: js, topo: topo, opts: opts, log: log, sess: newSessions(), start: time.Now()}
-	c.flow = newFlow(js.Conn(), log)
+	c.flow = newFlow(js, log)
 	c.mux = c.routes()
 	return c, nil
 }

@@ -13,9 +13,11 @@ import (
 	"github.com/chromedp/chromedp/kb"
 
 	"github.com/molecule-ai/molecule-relay/internal/config"
+	"github.com/molecule-ai/molecule-relay/internal/kvlease"
 	"github.com/molecule-ai/molecule-relay/internal/relay"
 	_ "github.com/molecule-ai/molecule-relay/internal/relay/embedded" // connect's own NATS, as the binary runs it
 	"github.com/molecule-ai/molecule-relay/internal/testkit/pipelinetest"
+	"github.com/molecule-ai/molecule-relay/pkg/events"
 	"github.com/molecule-ai/molecule-relay/pkg/molecule/moleculetest"
 )
 
@@ -30,11 +32,13 @@ echo "answered"
 
 // The console in a real browser (headless Chromium, driven with the
 // keyboard) while connect's Runtime runs on the embedded NATS against
-// the platform double: a message appears in the flow within 1 s of its
+// the platform double: the overview shows the event stream connected; a
+// message answered before the page opened is in the flow; a message appears in the flow within 1 s of its
 // arrival on the inbound stream and its timeline shows it answered; a
 // message the handler refuses shows as a dead letter, is replayed (with
 // a confirmation) once the handler is fixed, and is answered; another is
-// selected and purged; a conversation is opened and forgotten; every
+// selected and purged; a conversation is opened and forgotten; the MCP
+// view shows which session holds the channel and which waits; every
 // view passes axe-core with no serious or critical violation.
 func TestConsoleInBrowserShowsFlowAndReplaysDeadLetter(t *testing.T) {
 	exe := chromium(t)
@@ -80,6 +84,13 @@ func TestConsoleInBrowserShowsFlowAndReplaysDeadLetter(t *testing.T) {
 		return false
 	})
 
+	// A message answered before any page opens: the flow shows it when
+	// one does (read back from the records).
+	if code, _, err := srv.SendCanvas(context.Background(), ws.ID, "before the page"); err != nil || code != 200 {
+		t.Fatalf("send: %d %v", code, err)
+	}
+	pipelinetest.Eventually(t, 15*time.Second, "the first message answered", func() bool { return len(srv.Notifications(ws.ID)) == 1 })
+
 	ctx := browser(t, exe)
 	axeCounts := map[string]int{}
 	// check runs axe-core on the page as it is, and looks for the
@@ -102,15 +113,23 @@ func TestConsoleInBrowserShowsFlowAndReplaysDeadLetter(t *testing.T) {
 		chromedp.KeyEvent(kb.Enter),
 		chromedp.WaitVisible(chromedp.CSS("#view-overview")))
 	run(t, ctx, "overview", waitJS(`document.querySelector("#overview-table tbody").textContent.includes("`+ws.ID+`")`))
+	// The event stream is connected once it delivered an event (the
+	// platform echoes every heartbeat).
+	run(t, ctx, "event stream connected", waitJS(`document.querySelector("#overview-table tbody").textContent.includes("connected since")`))
 	overview := text(t, ctx, "#overview-table tbody")
-	if !contains(overview, ws.ID, "ok", "yes (poll)") {
-		t.Errorf("overview: %q, want the workspace polled and registered", overview)
+	if !contains(overview, ws.ID, "ok", "yes (poll)", "connected since", "last event") {
+		t.Errorf("overview: %q, want the workspace polled and registered, its event stream connected", overview)
 	}
 	check("overview")
 	screenshot(t, ctx, "overview")
 
 	// A message appears in the flow, live.
-	run(t, ctx, "flow", view("flow"), waitJS(`document.querySelector("#flow-status").textContent.startsWith("Live")`))
+	run(t, ctx, "flow", view("flow"), waitJS(`document.querySelector("#flow-status").textContent.startsWith("Live")`),
+		waitJS(`document.querySelectorAll("#flow-table tr[data-key]").length === 1`))
+	before := value(t, ctx, "the message from before the page", chromedp.Evaluate[string](`document.querySelector("#flow-table tr[data-key]").dataset.key`))
+	if st := text(t, ctx, "#flow-table tr[data-key] td:nth-child(5)"); st != "answered" {
+		t.Errorf("the message answered before the page opened shows %q", st)
+	}
 	sent := time.Now()
 	if code, _, err := srv.SendCanvas(context.Background(), ws.ID, "hello console"); err != nil || code != 200 {
 		t.Fatalf("send: %d %v", code, err)
@@ -118,7 +137,7 @@ func TestConsoleInBrowserShowsFlowAndReplaysDeadLetter(t *testing.T) {
 	type flowRow struct {
 		Key, Shown, Polled string
 	}
-	row := value(t, ctx, "message in the flow", poll[flowRow](`(() => { const r = document.querySelector("#flow-table tr[data-key]");
+	row := value(t, ctx, "message in the flow", poll[flowRow](`(() => { const r = document.querySelector('#flow-table tr[data-key]:not([data-key="`+before+`"])');
 		return r && {Key: r.dataset.key, Shown: r.dataset.shownAt, Polled: r.dataset.polledAt}; })()`))
 	shown := unixMS(t, row.Shown)
 	polled, err := time.Parse(time.RFC3339Nano, row.Polled)
@@ -171,9 +190,9 @@ func TestConsoleInBrowserShowsFlowAndReplaysDeadLetter(t *testing.T) {
 		chromedp.KeyEvent(kb.Tab), chromedp.KeyEvent(kb.Enter), // Cancel has the focus; Tab moves to Confirm
 		waitJS(`document.querySelector("#toast").textContent.startsWith("Replayed")`))
 	run(t, ctx, "replayed message answered", view("flow"),
-		waitJS(`[...document.querySelectorAll("#flow-table tr[data-key]")].filter(r => r.children[4].textContent === "answered").length === 2`))
+		waitJS(`[...document.querySelectorAll("#flow-table tr[data-key]")].filter(r => r.children[4].textContent === "answered").length === 3`))
 	pipelinetest.Eventually(t, 10*time.Second, "the replayed message's answer on the platform", func() bool {
-		return len(srv.Notifications(ws.ID)) == 2
+		return len(srv.Notifications(ws.ID)) == 3
 	})
 
 	// Another dead letter, selected with the space bar and purged.
@@ -205,10 +224,29 @@ func TestConsoleInBrowserShowsFlowAndReplaysDeadLetter(t *testing.T) {
 		chromedp.KeyEvent(kb.Tab), chromedp.KeyEvent(kb.Enter), waitJS(`document.querySelector("#toast").textContent === "Forgotten"`))
 
 	value(t, ctx, "clear the toast", chromedp.Evaluate[string](`document.querySelector("#toast").textContent = ""`))
+	// Two mcp sessions on the workspace, as two Claude Code windows
+	// would be: one holds the channel, the other waits for it.
+	lease, err := kvlease.Acquire(pipelinetest.Ctx(t), rt.Conn.JS, []string{ws.ID}, kvlease.Config{Bucket: events.BucketMCPLeases, Instance: "claude-window-1"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(lease.Release)
+	leases, err := rt.Conn.JS.KeyValue(pipelinetest.Ctx(t), events.BucketMCPLeases)
+	if err != nil {
+		t.Fatal(err)
+	}
+	unmark, err := kvlease.MarkWaiting(pipelinetest.Ctx(t), leases, []string{ws.ID}, "claude-window-2")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(unmark)
 	for _, v := range []string{"delegations", "mcp", "nats"} {
 		run(t, ctx, v, view(v), chromedp.WaitVisible(chromedp.CSS("#view-"+v+"[data-loaded]")))
 		check(v)
 		screenshot(t, ctx, v)
+		if mcp := text(t, ctx, "#mcp-table tbody"); v == "mcp" && !contains(mcp, "claude-window-1", "holds the channel", "claude-window-2", "waits since") {
+			t.Errorf("MCP sessions %q: want the holder and the waiting session", mcp)
+		}
 	}
 	t.Logf("axe-core %s on the login page, 7 views and the open timeline, dead letter and conversation: violations by impact %v (serious and critical fail the test)", axeVersion, axeCounts)
 }

@@ -20,6 +20,10 @@ import (
 // subjects. From those it keeps the recent messages, each with its
 // timeline, and sends each change to the pages within milliseconds. With
 // no page open it holds no subscription and costs the relay nothing.
+//
+// What happened before a page opened is read back when one opens
+// (history.go): the last messages of the streams and record buckets the
+// subscriptions watch, applied in the order they were stored.
 
 // flowKeep is how many recent messages the flow keeps.
 const flowKeep = 500
@@ -67,8 +71,20 @@ type Message struct {
 	text, reply string // the bodies, sent only on a reveal
 }
 
-func (m *Message) step(at time.Time, stage, what, detail string) {
-	m.Steps = append(m.Steps, Step{At: at, Stage: stage, What: what, Detail: detail})
+// step adds a step to m's timeline unless it holds it already (the
+// history read when a page opens may overlap what the flow saw live);
+// false if it did.
+func (m *Message) step(at time.Time, stage, what, detail string) bool {
+	s := Step{At: at, Stage: stage, What: what, Detail: detail}
+	for _, have := range m.Steps {
+		// Within a second: a step the flow timed by when it saw it live
+		// (a queued reply) is timed by when it was stored in the history.
+		if d := have.At.Sub(s.At).Abs(); d < time.Second && have.Stage == s.Stage && have.What == s.What && have.Detail == s.Detail {
+			return false
+		}
+	}
+	m.Steps = append(m.Steps, s)
+	return true
 }
 
 // histogramBounds are the latency histogram's upper bounds in ms (the
@@ -89,6 +105,7 @@ type Stats struct {
 
 type flow struct {
 	nc  *nats.Conn
+	js  jetstream.JetStream
 	log *slog.Logger
 
 	mu       sync.Mutex
@@ -102,8 +119,8 @@ type flow struct {
 	closed   bool
 }
 
-func newFlow(nc *nats.Conn, log *slog.Logger) *flow {
-	return &flow{nc: nc, log: log, watchers: map[chan []byte]struct{}{}, msgs: map[string]*Message{}, hist: make([]int, len(histogramBounds)+1)}
+func newFlow(js jetstream.JetStream, log *slog.Logger) *flow {
+	return &flow{nc: js.Conn(), js: js, log: log, watchers: map[chan []byte]struct{}{}, msgs: map[string]*Message{}, hist: make([]int, len(histogramBounds)+1)}
 }
 
 // watch registers a page; the first one starts the subscriptions. The
@@ -125,6 +142,9 @@ func (f *flow) watch() (ch chan []byte, cancel func(), err error) {
 			}
 			f.subs = append(f.subs, sub)
 		}
+		// Under f.mu: what the subscriptions deliver meanwhile waits and
+		// applies after the history it follows.
+		f.readHistory()
 	}
 	f.watchers[ch] = struct{}{}
 	return ch, func() {
@@ -179,17 +199,7 @@ func (f *flow) onMsg(msg *nats.Msg) {
 	now := time.Now()
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	var m *Message
-	switch {
-	case strings.HasPrefix(msg.Subject, events.SubjectInboundPrefix+"."):
-		m = f.onInbound(msg, now)
-	case strings.HasPrefix(msg.Subject, events.SubjectReplyPrefix+"."):
-		m = f.onReply(msg, now)
-	case strings.HasPrefix(msg.Subject, events.SubjectDLQPrefix+"."):
-		m = f.onDeadLetter(msg, now)
-	case strings.HasPrefix(msg.Subject, "$KV."):
-		m = f.onRecord(msg, now)
-	}
+	m := f.apply(msg, now)
 	if m == nil {
 		return
 	}
@@ -203,6 +213,23 @@ func (f *flow) onMsg(msg *nats.Msg) {
 		default: // a page that does not read loses this update, not the relay
 		}
 	}
+}
+
+// apply applies msg, seen at now, to its message and returns it; nil if
+// msg says nothing the flow shows.
+func (f *flow) apply(msg *nats.Msg, now time.Time) *Message {
+	var m *Message
+	switch {
+	case strings.HasPrefix(msg.Subject, events.SubjectInboundPrefix+"."):
+		m = f.onInbound(msg, now)
+	case strings.HasPrefix(msg.Subject, events.SubjectReplyPrefix+"."):
+		m = f.onReply(msg, now)
+	case strings.HasPrefix(msg.Subject, events.SubjectDLQPrefix+"."):
+		m = f.onDeadLetter(msg, now)
+	case strings.HasPrefix(msg.Subject, "$KV."):
+		m = f.onRecord(msg, now)
+	}
+	return m
 }
 
 func (f *flow) onInbound(msg *nats.Msg, now time.Time) *Message {
@@ -221,8 +248,9 @@ func (f *flow) onInbound(msg *nats.Msg, now time.Time) *Message {
 		m.step(now, "console", "replayed from a dead letter", id[strings.LastIndex(id, ":")+1:])
 		return m
 	}
-	m.step(in.PolledAt, events.StagePoller, "polled and published", "")
-	f.received.add(now)
+	if m.step(in.PolledAt, events.StagePoller, "polled and published", "") {
+		f.received.add(now)
+	}
 	return m
 }
 
@@ -318,10 +346,15 @@ func bucketOf(d time.Duration) int {
 	return len(histogramBounds)
 }
 
-// snapshot is the recent messages (newest first) and the stats.
+// snapshot is the recent messages (newest first) and the stats. While
+// no page watches, it reads the history first (the page's first
+// snapshot may come before its stream).
 func (f *flow) snapshot() ([]Message, Stats) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
+	if len(f.watchers) == 0 && !f.closed {
+		f.readHistory()
+	}
 	out := make([]Message, 0, len(f.order))
 	for i := len(f.order) - 1; i >= 0; i-- {
 		m := *f.msgs[f.order[i]]
@@ -355,6 +388,9 @@ type rate struct {
 func (r *rate) add(t time.Time) {
 	s := t.Unix()
 	i := s % 60
+	if r.secs[i] > s {
+		return // older than the minute counted (read from the history)
+	}
 	if r.secs[i] != s {
 		r.secs[i], r.counts[i] = s, 0
 	}

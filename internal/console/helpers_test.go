@@ -15,6 +15,7 @@ import (
 	"testing"
 
 	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/molecule-ai/molecule-relay/internal/console"
 	"github.com/molecule-ai/molecule-relay/internal/dlq"
@@ -33,6 +34,7 @@ type fixture struct {
 	srv  *httptest.Server
 	logs *syncBuffer
 	nc   *nats.Conn
+	js   jetstream.JetStream
 }
 
 type syncBuffer struct {
@@ -61,7 +63,7 @@ func newFixture(t *testing.T, opts console.Options) *fixture {
 		Error: "handler refused", Deliveries: 1, OriginalSubject: events.InboundSubject("ws-1"), Envelope: in}); err != nil {
 		t.Fatal(err)
 	}
-	f := &fixture{logs: &syncBuffer{}, nc: nc}
+	f := &fixture{logs: &syncBuffer{}, nc: nc, js: js}
 	opts.Logger = slog.New(slog.NewTextHandler(f.logs, &slog.HandlerOptions{Level: slog.LevelInfo}))
 	c, err := console.New(js, topo, opts)
 	if err != nil {

@@ -13,6 +13,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/molecule-ai/molecule-relay/internal/dlq"
+	"github.com/molecule-ai/molecule-relay/internal/kvlease"
 	"github.com/molecule-ai/molecule-relay/internal/memory"
 	"github.com/molecule-ai/molecule-relay/internal/poller"
 	"github.com/molecule-ai/molecule-relay/pkg/events"
@@ -374,14 +375,22 @@ func eachEntry(r *http.Request, kv jetstream.KeyValue, filter string, fn func(je
 	return r.Context().Err()
 }
 
-// mcpSession is the lease of one workspace served by molecule-relay mcp.
+// mcpSession is one molecule-relay mcp instance on one workspace: the
+// one holding its channel (the lease) or one waiting for it
+// (kvlease.MarkWaiting).
 type mcpSession struct {
-	WorkspaceID string    `json:"workspace_id"`
-	Instance    string    `json:"instance"`
-	Expires     time.Time `json:"expires"`
-	Live        bool      `json:"live"`
+	WorkspaceID string `json:"workspace_id"`
+	Instance    string `json:"instance"`
+	// Role is "holds" or "waits".
+	Role    string    `json:"role"`
+	PID     int       `json:"pid,omitempty"`
+	Since   time.Time `json:"since,omitzero"`
+	Expires time.Time `json:"expires"`
+	Live    bool      `json:"live"`
 }
 
+// mcpSessions lists the holders, each followed by its waiters; a waiting
+// entry that expired (its session died) is left out.
 func (c *Console) mcpSessions(r *http.Request) (any, error) {
 	out := []mcpSession{}
 	kv, err := c.js.KeyValue(r.Context(), events.BucketMCPLeases)
@@ -391,14 +400,26 @@ func (c *Console) mcpSessions(r *http.Request) (any, error) {
 	if err != nil {
 		return nil, err
 	}
+	now := time.Now()
 	err = eachEntry(r, kv, ">", func(e jetstream.KeyValueEntry) {
-		var v struct {
-			Instance string    `json:"instance"`
-			Expires  time.Time `json:"expires"`
+		var v kvlease.Waiting // a lease's value is its first and last fields
+		if json.Unmarshal(e.Value(), &v) != nil {
+			return
 		}
-		if json.Unmarshal(e.Value(), &v) == nil {
-			out = append(out, mcpSession{WorkspaceID: e.Key(), Instance: v.Instance, Expires: v.Expires, Live: time.Now().Before(v.Expires)})
+		s := mcpSession{WorkspaceID: e.Key(), Instance: v.Instance, Role: "holds", Expires: v.Expires, Live: now.Before(v.Expires)}
+		if ws, _, ok := kvlease.ParseWaitingKey(e.Key()); ok {
+			if !s.Live {
+				return
+			}
+			s.WorkspaceID, s.Role, s.PID, s.Since = ws, "waits", v.PID, v.Since
 		}
+		out = append(out, s)
+	})
+	sort.SliceStable(out, func(i, j int) bool {
+		if out[i].WorkspaceID != out[j].WorkspaceID {
+			return out[i].WorkspaceID < out[j].WorkspaceID
+		}
+		return out[i].Role == "holds" && out[j].Role != "holds"
 	})
 	return out, err
 }

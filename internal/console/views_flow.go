@@ -84,7 +84,7 @@ func (c *Console) timeline(r *http.Request) (any, error) {
 	ws, act := r.PathValue("workspace"), r.PathValue("activity")
 	m, ok := c.flow.get(ws, act)
 	if !ok {
-		return nil, httpError{http.StatusNotFound, errors.New("console: the flow holds no such message (it keeps the recent ones seen while a page watched)")}
+		return nil, httpError{http.StatusNotFound, errors.New("console: the flow holds no such message (it keeps the recent ones, read back from the streams and records when a page opens)")}
 	}
 	v := timelineView{Message: m, DeadLetters: []dlq.Entry{}}
 	entries, err := dlq.List(r.Context(), c.js, dlq.Filter{WorkspaceID: ws})

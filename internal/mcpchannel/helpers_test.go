@@ -28,6 +28,22 @@ func newRelay(t *testing.T, w *pipelinetest.World, lease mcpchannel.LeaseConfig)
 // newRelayLogged is newRelay logging to log.
 func newRelayLogged(t *testing.T, w *pipelinetest.World, lease mcpchannel.LeaseConfig, log *slog.Logger) (*mcpchannel.Relay, error) {
 	t.Helper()
+	rt, err := relay.Open(pipelinetest.Ctx(t), mcpConfig(t, w), log)
+	if err != nil {
+		t.Fatalf("relay.Open: %v", err)
+	}
+	t.Cleanup(rt.Close)
+	r, err := mcpchannel.Start(pipelinetest.Ctx(t), rt, lease)
+	if err != nil {
+		return nil, err
+	}
+	t.Cleanup(func() { _ = r.Close() })
+	return r, nil
+}
+
+// mcpConfig is the configuration of an mcp relay on w's agent workspace.
+func mcpConfig(t *testing.T, w *pipelinetest.World) *config.Config {
+	t.Helper()
 	cfg, err := config.Load(nil, []string{
 		"MOLECULE_PLATFORM_URL=" + w.Plat.URL(), "MOLECULE_WORKSPACE_ID=" + w.Agent.ID,
 		"MOLECULE_WORKSPACE_TOKEN=" + w.Agent.Token, "MOLECULE_POLL_INTERVAL=100ms",
@@ -40,17 +56,7 @@ func newRelayLogged(t *testing.T, w *pipelinetest.World, lease mcpchannel.LeaseC
 	if err != nil {
 		t.Fatal(err)
 	}
-	rt, err := relay.Open(pipelinetest.Ctx(t), cfg, log)
-	if err != nil {
-		t.Fatalf("relay.Open: %v", err)
-	}
-	t.Cleanup(rt.Close)
-	r, err := mcpchannel.Start(pipelinetest.Ctx(t), rt, lease)
-	if err != nil {
-		return nil, err
-	}
-	t.Cleanup(func() { _ = r.Close() })
-	return r, nil
+	return cfg
 }
 
 func startRelay(t *testing.T, w *pipelinetest.World) *mcpchannel.Relay {

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"slices"
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
@@ -31,7 +32,9 @@ func watchReleases(ctx context.Context, js jetstream.JetStream, workspaces []str
 		return nil, nil, err
 	}
 	wctx, cancel := context.WithCancel(ctx)
-	w, err := kv.WatchFiltered(wctx, workspaces, jetstream.UpdatesOnly(), jetstream.MetaOnly())
+	// A copy: WatchFiltered (nats.go v1.55.0) rewrites the keys it is
+	// given into subjects, in place, and these are the session's own.
+	w, err := kv.WatchFiltered(wctx, slices.Clone(workspaces), jetstream.UpdatesOnly(), jetstream.MetaOnly())
 	if err != nil {
 		cancel()
 		return nil, nil, err

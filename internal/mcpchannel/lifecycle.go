@@ -9,8 +9,12 @@ import (
 	"strings"
 	"time"
 
+	"github.com/nats-io/nats.go/jetstream"
+
 	"github.com/molecule-ai/molecule-relay/internal/broker"
+	"github.com/molecule-ai/molecule-relay/internal/kvlease"
 	"github.com/molecule-ai/molecule-relay/internal/relay"
+	"github.com/molecule-ai/molecule-relay/pkg/events"
 )
 
 // DefaultRetryEvery is how often a session that waits for another one to
@@ -52,7 +56,12 @@ type Options struct {
 	// than the SIGKILL that would follow (the store recovers on the next
 	// start; nothing acknowledged is lost). If not set, DefaultCloseWait.
 	CloseWait time.Duration
-	Logger    *slog.Logger
+	// Reach, when set, connects to the NATS of the session that holds the
+	// store locked (the embedded server it publishes in the store), for a
+	// session waiting for it to say so there (waiting.go); closeJS ends
+	// the connection. Nil: such a waiting session is not listed.
+	Reach  func(ctx context.Context) (js jetstream.JetStream, closeJS func(), err error)
+	Logger *slog.Logger
 }
 
 // Run is the mcp command: it serves the MCP client on in and out at once,
@@ -149,7 +158,16 @@ func (t *takeover) waitForChannel(ctx context.Context, srv *Server, served <-cha
 	var released <-chan struct{}
 	stopWatch := func() {}
 	defer func() { stopWatch() }()
+	instance := waitingInstance(t.opts.Lease)
+	unmark, marked, viaOwn := func() {}, false, false
+	defer func() { unmark() }()
 	for t.r == nil {
+		// Once; again when a wait listed through the holder's server
+		// (Reach) can be listed through this session's own NATS.
+		if (!marked && t.opts.Reach != nil) || (t.rt != nil && !viaOwn) {
+			unmark()
+			unmark, marked, viaOwn = t.markWaiting(ctx, instance), true, t.rt != nil
+		}
 		if released == nil && t.rt != nil {
 			// Waiting for a lease on a shared NATS: its release wakes us.
 			if ch, stop, err := watchReleases(ctx, t.rt.Conn.JS, t.opts.Workspaces); err == nil {
@@ -182,6 +200,41 @@ func (t *takeover) waitForChannel(ctx context.Context, srv *Server, served <-cha
 		}
 	}
 	return false, nil
+}
+
+// markWaiting lists this session as waiting (waiting.go) through the
+// runtime's NATS, or, without one yet, through the holder's (Reach); the
+// returned function ends the listing. A listing that cannot be written is
+// logged: the wait goes on.
+func (t *takeover) markWaiting(ctx context.Context, instance string) (unmark func()) {
+	js, closeJS := jetstream.JetStream(nil), func() {}
+	if t.rt != nil {
+		js = t.rt.Conn.JS
+	} else {
+		var err error
+		if js, closeJS, err = t.opts.Reach(ctx); err != nil {
+			t.log.Debug("mcp: could not reach the session holding the store to list this one as waiting", "error", err)
+			return func() {}
+		}
+	}
+	stop, err := markWaiting(ctx, js, t.opts.Workspaces, instance, t.opts.Lease.Replicas)
+	if err != nil {
+		closeJS()
+		t.log.Debug("mcp: could not list this session as waiting", "error", err)
+		return func() {}
+	}
+	return func() {
+		if !js.Conn().IsConnected() {
+			closeJS() // the holder's server ended: its deletes would wait for nothing
+		}
+		stop()
+		closeJS()
+		if t.rt != nil && t.r != nil {
+			if kv, err := t.rt.Conn.JS.KeyValue(ctx, events.BucketMCPLeases); err == nil {
+				kvlease.SweepWaiting(ctx, kv, t.opts.Workspaces, instance) // listed in the store now ours
+			}
+		}
+	}
 }
 
 // takeover holds what a session has opened on its way to the channel.

@@ -77,9 +77,12 @@ type pollLoop struct {
 func (p *Poller) startWorkspace(ctx context.Context, w *workspace, done func(error)) {
 	l := &pollLoop{p: p, w: w, done: done}
 	l.ctx, l.cancel = context.WithCancel(ctx)
+	l.bg.Add(1)
 	if p.cfg.SSE && w.pushURL == "" { // a push workspace is never fetched: no wake-ups
-		l.bg.Add(1)
 		go func() { defer l.bg.Done(); p.sseLoop(l.ctx, w, l) }()
+	} else {
+		// Aside: a fleet's start does not wait for a thousand writes.
+		go func() { defer l.bg.Done(); p.noteStream(l.ctx, w, StreamDisabled, time.Now(), nil) }()
 	}
 	// Run's start counts as inbound activity: the first overlap re-read
 	// must run before the cadence may slow (cadence.go).
@@ -390,16 +393,24 @@ func (p *Poller) sseLoop(ctx context.Context, w *workspace, l *pollLoop) {
 	eb.MaxInterval = 30 * time.Second
 	eb.MaxElapsedTime = 0 // until ctx ends
 	b := backoff.WithContext(eb, ctx)
+	var state string // as recorded (streamhealth.go)
 	for {
 		if err := p.pace(ctx, w); err != nil {
 			return
 		}
 		connected := time.Now()
+		if state != StreamReconnecting { // a reconnect is still reconnecting until an event
+			state = StreamConnecting
+			p.noteStream(ctx, w, state, connected, nil)
+		}
 		sctx, reopen := context.WithCancel(ctx)
 		w.cad.streamOpening(connected, reopen)
 		err := w.c.StreamEvents(sctx, func(ev molecule.Event) {
 			now := time.Now()
 			w.cad.noteEvent(now)
+			// After the wake-up below; no write unless the state changed
+			// or StatusRefresh passed.
+			defer func() { state = StreamConnected; p.noteStream(ctx, w, state, now, nil) }()
 			switch ev.Type {
 			case sessionResetEvent:
 				p.resetSession(ctx, w) // before the new session's first message
@@ -425,10 +436,16 @@ func (p *Poller) sseLoop(ctx context.Context, w *workspace, l *pollLoop) {
 			}
 		})
 		w.cad.streamClosed()
+		silent := sctx.Err() != nil
 		reopen()
 		if ctx.Err() != nil {
 			return
 		}
+		if silent {
+			err = errors.New("the stream delivered nothing since a heartbeat the platform echoes; reopened")
+		}
+		state = StreamReconnecting
+		p.noteStream(ctx, w, state, time.Now(), err)
 		// A connection that lived a while was healthy: start over.
 		if time.Since(connected) > time.Minute {
 			b.Reset()

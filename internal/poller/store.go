@@ -258,6 +258,12 @@ type statusRecord struct {
 	HeartbeatStatus string    `json:"heartbeat_status,omitempty"`
 	HeartbeatError  string    `json:"heartbeat_error,omitempty"`
 	LastOverlapAt   time.Time `json:"last_overlap_at,omitzero"`
+	// EventStream is the event stream's state (streamhealth.go) since
+	// EventStreamSince; LastEventAt the last event it delivered.
+	EventStream      string    `json:"event_stream,omitempty"`
+	EventStreamSince time.Time `json:"event_stream_since,omitzero"`
+	EventStreamError string    `json:"event_stream_error,omitempty"`
+	LastEventAt      time.Time `json:"last_event_at,omitzero"`
 	// BroadcastCursor is the id of the newest broadcast_receive row
 	// delivered (broadcast.go).
 	BroadcastCursor string    `json:"broadcast_cursor,omitempty"`
@@ -378,6 +384,9 @@ func sameStatus(prev, next statusRecord) bool {
 	if d := next.LastHeartbeatAt.Sub(prev.LastHeartbeatAt); d >= 0 && d < StatusRefresh {
 		next.LastHeartbeatAt = prev.LastHeartbeatAt
 	}
+	if d := next.LastEventAt.Sub(prev.LastEventAt); d >= 0 && d < StatusRefresh {
+		next.LastEventAt = prev.LastEventAt
+	}
 	next.UpdatedAt = prev.UpdatedAt
 	// The record's fields are comparable; a time set anew compares unequal
 	// even at the same instant (another location), which costs a write,
@@ -487,8 +496,17 @@ type WorkspaceStatus struct {
 	HeartbeatStatus string    `json:"heartbeat_status,omitempty"`
 	HeartbeatError  string    `json:"heartbeat_error,omitempty"`
 	LastOverlapAt   time.Time `json:"last_overlap_at,omitzero"`
-	Paused          bool      `json:"paused"`
-	Removed         bool      `json:"removed"`
+	// EventStream is the state of the poller's event stream of the
+	// workspace (StreamConnected, …; "" where none was recorded: a
+	// one-shot poller, an older relay) since EventStreamSince, with why
+	// it is reconnecting; LastEventAt is the last event it delivered,
+	// refreshed every StatusRefresh like LastPollAt.
+	EventStream      string    `json:"event_stream,omitempty"`
+	EventStreamSince time.Time `json:"event_stream_since,omitzero"`
+	EventStreamError string    `json:"event_stream_error,omitempty"`
+	LastEventAt      time.Time `json:"last_event_at,omitzero"`
+	Paused           bool      `json:"paused"`
+	Removed          bool      `json:"removed"`
 	// Stopped says why polling this workspace stopped: "removed",
 	// "token_rejected", "old_platform", or "".
 	Stopped     string    `json:"stopped,omitempty"`
@@ -533,7 +551,8 @@ func ReadStatus(ctx context.Context, topo *events.Topology, ids ...string) ([]Wo
 			Registered: r.Registered, RegisteredAt: r.RegisteredAt, DeliveryMode: r.DeliveryMode,
 			LastPollAt: r.LastPollAt, LastPollError: r.LastPollError,
 			LastHeartbeatAt: r.LastHeartbeatAt, HeartbeatStatus: r.HeartbeatStatus, HeartbeatError: r.HeartbeatError,
-			LastOverlapAt: r.LastOverlapAt, Paused: r.Paused, Removed: r.Removed, Stopped: r.Stopped,
+			LastOverlapAt: r.LastOverlapAt, Paused: r.Paused,
+			EventStream: r.EventStream, EventStreamSince: r.EventStreamSince, EventStreamError: r.EventStreamError, LastEventAt: r.LastEventAt, Removed: r.Removed, Stopped: r.Stopped,
 			LastError: r.LastError, LastErrorAt: r.LastErrorAt, UpdatedAt: r.UpdatedAt,
 		}
 		e, err := topo.Cursors.Get(ctx, ws)

@@ -27,18 +27,15 @@ func (rt *Runtime) ServeConsole() (url string, stop func(), err error) {
 }
 
 // ConsoleOptions are the console's options from the configuration, with
-// what this process knows of its workspaces.
+// what this process knows of its workspaces (their rate budgets; the
+// event stream's health is in the status record, for every process).
 func (rt *Runtime) ConsoleOptions() console.Options {
-	sse := "off"
-	if rt.Cfg.SSE {
-		sse = "on"
-	}
 	return console.Options{
 		Token: rt.Cfg.ConsoleToken, ReadOnly: rt.Cfg.ConsoleReadOnly, Logger: rt.Log,
 		Live: func() []console.WorkspaceLive {
 			out := make([]console.WorkspaceLive, 0, len(rt.Clients))
 			for _, c := range rt.Clients {
-				out = append(out, console.WorkspaceLive{WorkspaceID: c.WorkspaceID(), RateLimit: c.RateLimit(), EventStream: sse})
+				out = append(out, console.WorkspaceLive{WorkspaceID: c.WorkspaceID(), RateLimit: c.RateLimit()})
 			}
 			return out
 		},

@@ -65,9 +65,18 @@
   }
 
   // ---- overview
+  // eventStream is the poller's event stream of w: its state, since when,
+  // why it reconnects, and its last event.
+  function eventStream(w) {
+    if (!w.event_stream) return "not recorded (a one-shot poller or an older relay)";
+    let t = w.event_stream + " since " + time(w.event_stream_since);
+    if (w.event_stream_error) t += " (" + w.event_stream_error + ")";
+    if (w.event_stream !== "disabled") t += "; last event " + ago(w.last_event_at);
+    return t;
+  }
   loaders.overview = async () => {
     const v = await api("/api/overview");
-    $("#overview-note").textContent = "Last poll and heartbeat are rewritten every " + v.status_refresh_secs + " s while nothing else changes; a failure at once.";
+    $("#overview-note").textContent = "Last poll, heartbeat and event are rewritten every " + v.status_refresh_secs + " s while nothing else changes; a failure or a change of the event stream at once.";
     fill($("#overview-table tbody"), v.workspaces.map((w) => {
       const rl = w.live && w.live.rate_limit;
       const budget = !rl || !rl.Known ? "unknown" : rl.Limit < 0 ? "unlimited" : rl.Remaining + " of " + rl.Limit;
@@ -79,7 +88,7 @@
         el("td", { class: "mono", text: short(w.cursor) }),
         el("td", { text: ago(w.last_poll_at) }),
         el("td", { text: ago(w.last_heartbeat_at) + (w.heartbeat_error ? " (failed: " + w.heartbeat_error + ")" : "") }),
-        el("td", { text: (w.live && w.live.event_stream) || "not known here" }),
+        el("td", { class: "state-" + ({ connected: "answered", reconnecting: "error" }[w.event_stream] || "received"), text: eventStream(w) }),
         el("td", { text: budget }),
         el("td", { class: "mono", text: w.polled_by ? w.group + ": " + w.polled_by : "this relay (no group)" }));
     }), "No workspace recorded yet.", 10);
@@ -144,7 +153,7 @@
     watchFlow();
     const v = await api("/api/flow");
     for (const m of v.messages) upsert(m, true);
-    if (!flowRows.size) fill($("#flow-table tbody"), [], "No message seen since a page opened the flow.", 10);
+    if (!flowRows.size) fill($("#flow-table tbody"), [], "No recent message: none in the streams and records the flow reads.", 10);
     stats(v.stats);
   };
   async function timeline(ws, act, quiet) {
@@ -253,7 +262,8 @@
   };
   loaders.mcp = async () => {
     const v = await api("/api/mcp");
-    fill($("#mcp-table tbody"), v.map((s) => el("tr", {}, el("td", { class: "mono", text: s.workspace_id }), el("td", { class: "mono", text: s.instance }), el("td", { text: time(s.expires) }), el("td", { text: s.live ? "yes" : "no (expired)" }))), "No MCP session holds a workspace.", 4);
+    fill($("#mcp-table tbody"), v.map((s) => el("tr", {}, el("td", { class: "mono", text: s.workspace_id }), el("td", { class: "mono", text: s.instance + (s.pid ? " (pid " + s.pid + ")" : "") }),
+      el("td", { text: s.role === "holds" ? "holds the channel" : "waits since " + time(s.since) }), el("td", { text: time(s.expires) }), el("td", { text: s.live ? "yes" : "no (expired)" }))), "No MCP session holds or waits for a workspace.", 5);
   };
   loaders.nats = async () => {
     const v = await api("/api/nats");
