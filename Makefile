@@ -90,10 +90,10 @@ bench-one-at-a-time: ## the floor one message at a time (BenchmarkFloorOneAtATim
 
 # Fleet sizes of bench-fleet (comma-separated) and extra flags, e.g.
 # FLEET_FLAGS='-fleet-idle 2m -fleet-warmup 90s'.
-FLEET_SIZES   ?= 100,1000
+FLEET_SIZES   ?= 100,1000,10000
 
-bench-fleet: ## idle fleet cost of one connect process (RSS, CPU, requests/ws/min, connections, answer latency) at FLEET_SIZES workspaces; a few minutes, not in CI
-	$(GO) test -run '^$$' -bench BenchmarkFleet -benchtime 1x -count 1 -timeout 30m ./bench -args -fleet $(FLEET_SIZES) $(FLEET_FLAGS)
+bench-fleet: ## idle fleet cost of one connect process (RSS, CPU, requests/ws/min, connections, answer latency) at FLEET_SIZES workspaces, side by side (docs/fleet.md); about 20 minutes, not in CI
+	$(GO) test -run '^$$' -bench BenchmarkFleet -benchtime 1x -count 1 -timeout 60m ./bench -args -fleet $(FLEET_SIZES) $(FLEET_FLAGS)
 	@echo "load average: $$(cat /proc/loadavg 2>/dev/null)"
 
 fuzz: ## fuzz the activity-row parser for 60 s

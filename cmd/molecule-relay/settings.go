@@ -30,6 +30,7 @@ var (
 		{"MOLECULE_WORKSPACE_TOKEN_FILE", "one workspace: its token, from a file of mode 0600"},
 		{"MOLECULE_WORKSPACE_IDS", "many workspaces: ids, comma separated"},
 		{"MOLECULE_WORKSPACE_TOKENS", "many workspaces: tokens, paired by position"},
+		{"MOLECULE_WORKSPACES_FILE", `many workspaces: a file of [{"id","token" or "token_file","platform_url"}] (mode 0600 if it holds tokens)`},
 		{"MOLECULE_PLATFORM_URLS", "many tenants: one base URL per workspace of MOLECULE_WORKSPACE_IDS"},
 		{"MOLECULE_ORG_ID", "SaaS tenant: X-Molecule-Org-Id"},
 		{"MOLECULE_ORG_IDS", "one org id per workspace of MOLECULE_WORKSPACE_IDS"},

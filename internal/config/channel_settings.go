@@ -112,6 +112,7 @@ type channelTarget struct {
 	WorkspaceID      string `json:"workspace_id"`
 	Token            string `json:"token"`
 	WorkspaceToken   string `json:"workspace_token"`
+	TokenFile        string `json:"token_file"`
 	PlatformURL      string `json:"platform_url"`
 	PlatformURLCamel string `json:"platformUrl"`
 }
@@ -149,16 +150,20 @@ func applyWorkspacesJSON(m map[string]string) error {
 		if err := json.Unmarshal(e, &ct); err != nil {
 			return invalid(name, "entry %d is not an object of strings", i+1) // not echoed: it holds a token
 		}
+		tok, err := ct.tokenFrom()
+		if err != nil {
+			return invalid(name, "entry %d: %v", i+1, err)
+		}
 		u := first(ct.url(), strings.TrimRight(strings.TrimSpace(m["MOLECULE_PLATFORM_URL"]), "/"))
 		switch {
-		case ct.id() == "" || ct.token() == "":
-			return invalid(name, "entry %d needs id and token", i+1)
+		case ct.id() == "" || tok == "":
+			return invalid(name, "entry %d needs id and token (or token_file)", i+1)
 		case u == "":
 			return invalid(name, "entry %d has no platform_url (and MOLECULE_PLATFORM_URL is not set)", i+1)
-		case strings.Contains(ct.id()+ct.token()+u, ","):
+		case strings.Contains(ct.id()+tok+u, ","):
 			return invalid(name, "entry %d holds a comma, which no workspace id, token or URL does", i+1)
 		}
-		ids, tokens, urls = append(ids, ct.id()), append(tokens, ct.token()), append(urls, u)
+		ids, tokens, urls = append(ids, ct.id()), append(tokens, tok), append(urls, u)
 	}
 	if len(ids) == 0 {
 		return invalid(name, "an empty list; name at least one workspace, or unset it")

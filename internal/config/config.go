@@ -86,6 +86,11 @@ type Config struct {
 	// separated, paired by position.
 	WorkspaceIDs    []string `env:"MOLECULE_WORKSPACE_IDS" envSeparator:","`
 	WorkspaceTokens []string `env:"MOLECULE_WORKSPACE_TOKENS" envSeparator:","`
+	// WorkspacesFile is a file in MOLECULE_WORKSPACES_JSON's shape, for
+	// more workspaces than a variable holds (128 KiB on Linux, about
+	// 3,000 ids). An entry names its token by "token" (then the file must
+	// have mode 0600) or "token_file". If not set, none is read.
+	WorkspacesFile string `env:"MOLECULE_WORKSPACES_FILE"`
 	// OrgID is sent as X-Molecule-Org-Id (SaaS tenants): by every
 	// workspace, unless OrgIDs is set, and then by MOLECULE_WORKSPACE_ID
 	// only.

@@ -12,6 +12,7 @@ import (
 var relaySecrets = []struct{ pattern, what string }{
 	{"MOLECULE_WORKSPACE_TOKEN*", "a workspace token (or its file, or its Lambda secret): a handler reaches the platform through the agent API with its per-message MOLECULE_AGENT_TOKEN instead"},
 	{"MOLECULE_WORKSPACES_JSON", "the workspaces' tokens (the TypeScript channel's list)"},
+	{"MOLECULE_WORKSPACES_FILE", "the workspaces' tokens (their file)"},
 	{"MOLECULE_AGENT_TOKEN", "set by the relay for each message (the capability token of the agent API)"},
 	{"MOLECULE_AGENT_API", "set by the relay for each message (the agent API's URL)"},
 	{"NATS_CREDS", "the relay's NATS credentials"},

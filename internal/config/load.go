@@ -86,6 +86,9 @@ func Load(flags *Flags, environ []string) (*Config, error) {
 			m[k] = v
 		}
 	}
+	if err := applyWorkspacesFile(m); err != nil {
+		return nil, err
+	}
 	if err := applyChannelSettings(m); err != nil {
 		return nil, err
 	}

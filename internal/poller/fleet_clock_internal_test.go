@@ -133,3 +133,29 @@ func TestWorkerPoolNeverQueuesAJob(t *testing.T) {
 	}
 	close(release)
 }
+
+// A burst larger than maxWorkers runs at once, every job on a goroutine,
+// but leaves at most maxWorkers long-lived workers behind: with jobs
+// coming steadily (a big fleet's heartbeats) workerIdle would never end
+// the rest.
+func TestWorkerPoolBurstLeavesAtMostMaxWorkers(t *testing.T) {
+	p := newWorkerPool(time.Minute)
+	const burst = 4 * maxWorkers
+	release := make(chan struct{})
+	var started sync.WaitGroup
+	started.Add(burst)
+	for range burst {
+		p.run(func() { started.Done(); <-release })
+	}
+	waited := make(chan struct{})
+	go func() { started.Wait(); close(waited) }()
+	select {
+	case <-waited:
+	case <-time.After(10 * time.Second):
+		t.Fatal("a job of the burst waited")
+	}
+	close(release)
+	if n := p.workers.Load(); n > maxWorkers {
+		t.Errorf("%d long-lived workers after a burst of %d; at most %d", n, burst, maxWorkers)
+	}
+}

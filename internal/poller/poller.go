@@ -89,6 +89,9 @@ type Poller struct {
 	cursorCache sync.Map
 	// clock runs every workspace's timed heartbeats and polls (sched.go).
 	clock *fleetClock
+	// starting holds a slot per workspace between its start and the end
+	// of its first cycle (startWorkspace).
+	starting chan struct{}
 }
 
 // workspace is the in-process state of one polled workspace.
@@ -202,7 +205,7 @@ func New(js jetstream.JetStream, topo *events.Topology, cfg Config) (*Poller, er
 		cfg.Logger.Warn("poller: backlog window exceeds the inbound duplicate window; two pollers cold-starting at once may both deliver the oldest backlog",
 			"backlog_window", cfg.BacklogWindow, "duplicate_window", dw)
 	}
-	p := &Poller{js: js, topo: topo, cfg: cfg, log: cfg.Logger, start: time.Now(), clock: newFleetClock()}
+	p := &Poller{js: js, topo: topo, cfg: cfg, log: cfg.Logger, start: time.Now(), clock: newFleetClock(), starting: make(chan struct{}, startConcurrency)}
 	for _, c := range cfg.Workspaces {
 		p.ws = append(p.ws, &workspace{id: c.WorkspaceID(), c: c, log: cfg.Logger.With("workspace", c.WorkspaceID()),
 			pushURL: cfg.Push[c.WorkspaceID()]})

@@ -67,6 +67,9 @@ type pollLoop struct {
 	woken        bool        // the pending cycle was asked for by an inbound event
 	timer        *clockEntry // the next timed poll
 
+	// started frees the workspace's start slot (startWorkspace).
+	started func()
+
 	// Owned by the cycle goroutine (one at a time).
 	fu    followUps // quick overlap re-reads after activity (followup.go)
 	retry failRetry // a failed cycle is tried again sooner (retry.go)
@@ -74,8 +77,21 @@ type pollLoop struct {
 
 // startWorkspace starts w's loop; done is called once with the reason it
 // stopped (nil when ctx ended) after its stream loop and heartbeats ended.
+//
+// At most startConcurrency workspaces start at once: a workspace holds its
+// slot from here to the end of its first cycle (register, state, feed,
+// first heartbeat). Started all at once, ten thousand workspaces opened
+// as many pooled connections at the same moment, each with two
+// goroutines and its buffers, and the process's RSS went past 900 MB and
+// stayed there, freed memory kept by the runtime (docs/fleet.md).
 func (p *Poller) startWorkspace(ctx context.Context, w *workspace, done func(error)) {
-	l := &pollLoop{p: p, w: w, done: done}
+	select {
+	case p.starting <- struct{}{}:
+	case <-ctx.Done():
+		done(nil)
+		return
+	}
+	l := &pollLoop{p: p, w: w, done: done, started: sync.OnceFunc(func() { <-p.starting })}
 	l.ctx, l.cancel = context.WithCancel(ctx)
 	l.bg.Add(1)
 	if p.cfg.SSE && w.pushURL == "" { // a push workspace is never fetched: no wake-ups
@@ -102,6 +118,11 @@ func (p *Poller) startWorkspace(ctx context.Context, w *workspace, done func(err
 	})
 	l.wake()
 }
+
+// startConcurrency is how many workspaces start at once (startWorkspace):
+// a cold start's first cycle takes a few platform round trips, so ten
+// thousand start in seconds.
+const startConcurrency = 256
 
 // wake runs a cycle now on a worker, or right after the one running.
 func (l *pollLoop) wake() {
@@ -168,6 +189,7 @@ func (l *pollLoop) run() {
 		l.mu.Unlock()
 		now := time.Now()
 		res := p.cycle(ctx, w, cycleOpts{checkState: p.stateDue(w, now), woken: woken, quick: l.fu.take(now)})
+		l.started()
 		retryIn, retrySooner := l.retry.after(res.Err, p.cfg.PollInterval)
 		if res.rereadOwed {
 			l.fu.owe(time.Now())
@@ -243,6 +265,7 @@ func (l *pollLoop) end(err error) {
 // finish stops the stream loop and the heartbeats, waits for them, and
 // reports.
 func (l *pollLoop) finish(err error) {
+	l.started()
 	l.cancel()
 	l.bg.Wait()
 	l.done(err)

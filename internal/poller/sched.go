@@ -3,6 +3,7 @@ package poller
 import (
 	"container/heap"
 	"sync"
+	"sync/atomic"
 	"time"
 )
 
@@ -193,9 +194,19 @@ const workerIdle = 10 * time.Second
 // never queues: an SSE wake-up's cycle must start now, and a slow
 // platform must not hold heartbeats back).
 type workerPool struct {
-	jobs chan func()
-	idle time.Duration
+	jobs    chan func()
+	idle    time.Duration
+	workers atomic.Int64 // long-lived workers alive
 }
+
+// maxWorkers caps the long-lived workers. workerIdle alone does not end
+// a burst's workers when jobs keep coming: at 10,000 workspaces (about
+// 400 heartbeats and polls a second) a job reached each of the start's
+// 2,367 workers within 10 s, and they all lived on with their stacks
+// (docs/fleet.md). An idle fleet's jobs are short and spread over the
+// clock's grid steps; a job beyond the cap gets a goroutine of its own,
+// so none ever waits.
+const maxWorkers = 64
 
 func newWorkerPool(idle time.Duration) *workerPool {
 	return &workerPool{jobs: make(chan func()), idle: idle}
@@ -205,11 +216,17 @@ func (p *workerPool) run(f func()) {
 	select {
 	case p.jobs <- f:
 	default:
+		if p.workers.Add(1) > maxWorkers {
+			p.workers.Add(-1)
+			go f() // beyond the cap: a goroutine for this job only
+			return
+		}
 		go p.work(f)
 	}
 }
 
 func (p *workerPool) work(f func()) {
+	defer p.workers.Add(-1)
 	f()
 	t := time.NewTimer(p.idle)
 	defer t.Stop()

@@ -158,7 +158,11 @@ func (rt *Runtime) Reconfigure(cfg *config.Config) error {
 // newClients builds one platform client per configured workspace, each on
 // its own tenant's base URL with its own tenant headers.
 func newClients(cfg *config.Config, log *slog.Logger) ([]*molecule.Client, error) {
-	hc, streams := platformHTTPClients(cfg)
+	pool, err := raiseFileLimit(len(cfg.Workspaces()))
+	if err != nil {
+		return nil, err
+	}
+	hc, streams := platformHTTPClients(cfg, pool)
 	var clients []*molecule.Client
 	budgets := budgetsByBucket{}
 	for _, w := range cfg.Workspaces() {
@@ -280,9 +284,11 @@ func (rt *Runtime) Close() {
 // overlap seen and shrinks after IdleConnTimeout. The event streams, which
 // hold a connection each for their whole life, go through streams
 // (streamTransport).
-func platformHTTPClients(cfg *config.Config) (requests, streams *http.Client) {
+// pool caps the idle connections to what the file limit leaves
+// (raiseFileLimit).
+func platformHTTPClients(cfg *config.Config, pool int) (requests, streams *http.Client) {
 	t := http.DefaultTransport.(*http.Transport).Clone()
-	idle := max(cfg.ReplyConcurrency+cfg.Concurrency, 32, len(cfg.Workspaces()))
+	idle := min(max(cfg.ReplyConcurrency+cfg.Concurrency, 32, len(cfg.Workspaces())), max(pool, 1))
 	t.MaxIdleConns, t.MaxIdleConnsPerHost = 2*idle, idle
 	// Request bodies are small JSON (a heartbeat is 400 bytes; a larger
 	// notify is written through in pieces), and every event stream holds a
