@@ -55,6 +55,9 @@ var (
 		{"MOLECULE_PUSH_LISTEN", "old platforms: push ingress address, e.g. :8081"},
 		{"MOLECULE_PUSH_URL", "old platforms: public URL of the push ingress"},
 		{"MOLECULE_POLLER_GROUP", "share the workspaces with the pollers of this group on one NATS"},
+		{"MOLECULE_WORKSPACE_REGISTRY", "take the workspaces from the NATS registry (molecule-relay workspaces), seeded by the settings above"},
+		{"MOLECULE_REGISTRY_KEY_FILE", "registry: file (0600) with the AES-256 key that seals the tokens, 32 bytes in base64"},
+		{"MOLECULE_REGISTRY_KEY", "registry: the AES-256 key itself, 32 bytes in base64 (the file wins)"},
 	}}
 	// status shows the group's members (and creates its bucket).
 	groupStatusGroup = settingGroup{"Poller group", []setting{

@@ -89,6 +89,9 @@ type Poller struct {
 	cursorCache sync.Map
 	// clock runs every workspace's timed heartbeats and polls (sched.go).
 	clock *fleetClock
+	// added holds, per workspace id, the clients added after New
+	// (AddClient).
+	added sync.Map
 }
 
 // workspace is the in-process state of one polled workspace.
