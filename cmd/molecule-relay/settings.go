@@ -59,6 +59,12 @@ var (
 		{"MOLECULE_REGISTRY_KEY_FILE", "registry: file (0600) with the AES-256 key that seals the tokens, 32 bytes in base64"},
 		{"MOLECULE_REGISTRY_KEY", "registry: the AES-256 key itself, 32 bytes in base64 (the file wins)"},
 	}}
+	// workspaces changes the registry.
+	groupRegistry = settingGroup{"Workspace registry", []setting{
+		{"MOLECULE_REGISTRY_KEY_FILE", "file (0600) with the AES-256 key that seals the tokens, 32 bytes in base64"},
+		{"MOLECULE_REGISTRY_KEY", "the key itself, 32 bytes in base64 (the file wins)"},
+		{"MOLECULE_PLATFORM_URL", "add, import: the platform URL of a workspace that names none"},
+	}}
 	// status shows the group's members (and creates its bucket).
 	groupStatusGroup = settingGroup{"Poller group", []setting{
 		{"MOLECULE_POLLER_GROUP", "show which member of this group polls each workspace"},
@@ -144,6 +150,8 @@ func commandGroups(name string) []settingGroup {
 		return []settingGroup{groupPlatform, groupPoller, groupNATS, groupLogs}
 	case "dlq", "history":
 		return []settingGroup{groupNATS, groupLogs}
+	case "workspaces":
+		return []settingGroup{groupRegistry, groupNATS, groupLogs}
 	case "dev":
 		return []settingGroup{groupHandler, groupLogs}
 	default: // connect, mcp
