@@ -66,6 +66,7 @@ func init() {
 		{"mcp", "Claude Code channel: an MCP stdio server on the durable pipeline; mcp install configures Claude Code for it (README, Claude Code channel)", runMCP},
 		{"dlq", "dead letters: list | show SEQ | replay SEQ | purge", runDLQ},
 		{"console", "the operator console in a browser: workspaces, live flow, dead letters, memory, NATS (MOLECULE_CONSOLE_LISTEN, default 127.0.0.1:8090)", runConsole},
+		{"workspaces", "the workspace registry (MOLECULE_WORKSPACE_REGISTRY): add | import | remove | pause | resume | list | rotate-key", runWorkspaces},
 		{"history", "conversation memory: show | forget <workspace> [conversation]", runHistory},
 		{"completion", "print a shell completion script: completion bash | zsh | fish", runCompletion},
 		{"version", "print the version (also --version)", func(_ context.Context, e *cliEnv, _ []string) error {

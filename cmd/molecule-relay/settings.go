@@ -56,6 +56,15 @@ var (
 		{"MOLECULE_PUSH_LISTEN", "old platforms: push ingress address, e.g. :8081"},
 		{"MOLECULE_PUSH_URL", "old platforms: public URL of the push ingress"},
 		{"MOLECULE_POLLER_GROUP", "share the workspaces with the pollers of this group on one NATS"},
+		{"MOLECULE_WORKSPACE_REGISTRY", "take the workspaces from the NATS registry (molecule-relay workspaces), seeded by the settings above"},
+		{"MOLECULE_REGISTRY_KEY_FILE", "registry: file (0600) with the AES-256 key that seals the tokens, 32 bytes in base64"},
+		{"MOLECULE_REGISTRY_KEY", "registry: the AES-256 key itself, 32 bytes in base64 (the file wins)"},
+	}}
+	// workspaces changes the registry.
+	groupRegistry = settingGroup{"Workspace registry", []setting{
+		{"MOLECULE_REGISTRY_KEY_FILE", "file (0600) with the AES-256 key that seals the tokens, 32 bytes in base64"},
+		{"MOLECULE_REGISTRY_KEY", "the key itself, 32 bytes in base64 (the file wins)"},
+		{"MOLECULE_PLATFORM_URL", "add, import: the platform URL of a workspace that names none"},
 	}}
 	// status shows the group's members (and creates its bucket).
 	groupStatusGroup = settingGroup{"Poller group", []setting{
@@ -143,6 +152,8 @@ func commandGroups(name string) []settingGroup {
 		return []settingGroup{groupPlatform, groupPoller, groupNATS, groupLogs}
 	case "dlq", "history":
 		return []settingGroup{groupNATS, groupLogs}
+	case "workspaces":
+		return []settingGroup{groupRegistry, groupNATS, groupLogs}
 	case "dev":
 		return []settingGroup{groupHandler, groupLogs}
 	default: // connect, mcp

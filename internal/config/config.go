@@ -277,6 +277,21 @@ type Config struct {
 	// poller polls every configured workspace.
 	PollerGroup string `env:"MOLECULE_POLLER_GROUP"`
 
+	// WorkspaceRegistry makes the workspace registry (the NATS bucket
+	// molecule_workspaces, internal/registry, docs/workspace-registry.md)
+	// the source of the workspace set: the static workspace settings seed
+	// it at the start, `molecule-relay workspaces` changes it, and a
+	// running relay starts and stops workspaces as it changes. Needs
+	// RegistryKeyFile or RegistryKey. If not set, false: the static
+	// settings alone.
+	WorkspaceRegistry bool `env:"MOLECULE_WORKSPACE_REGISTRY"`
+	// RegistryKeyFile names a file (mode 0600) holding the registry's
+	// AES-256 key, 32 bytes in base64; it wins over RegistryKey.
+	RegistryKeyFile string `env:"MOLECULE_REGISTRY_KEY_FILE"`
+	// RegistryKey is the registry's AES-256 key, 32 bytes in base64, when
+	// no RegistryKeyFile is given.
+	RegistryKey string `env:"MOLECULE_REGISTRY_KEY"`
+
 	// NATS connection (NATS_URL empty: embedded server).
 	NATS broker.Config
 	// StateDir replaces the per-user state directory as the base of the
@@ -433,6 +448,9 @@ func (c *Config) Validate(need Requirement) error {
 	if err := c.validatePollerGroup(); err != nil {
 		return err
 	}
+	if c.WorkspaceRegistry && c.RegistryKeyFile == "" && c.RegistryKey == "" {
+		return bad("MOLECULE_REGISTRY_KEY_FILE", "not set, nor MOLECULE_REGISTRY_KEY, with MOLECULE_WORKSPACE_REGISTRY=true; the registry seals the tokens with this key: make one with head -c 32 /dev/urandom | base64 > key && chmod 600 key")
+	}
 	if c.Topology != "ensure" && c.Topology != "lookup" {
 		return bad("MOLECULE_TOPOLOGY", "%q; use ensure or lookup", c.Topology)
 	}
@@ -472,6 +490,9 @@ func (c *Config) readTokenFile() error {
 // validateWorkspaces checks the workspace ids and tokens: at least one,
 // paired by position, each id a UUID configured once, each token set.
 func (c *Config) validateWorkspaces() error {
+	if c.WorkspaceID == "" && len(c.WorkspaceIDs) == 0 && c.WorkspaceRegistry {
+		return nil // the registry holds them
+	}
 	if c.WorkspaceID == "" && len(c.WorkspaceIDs) == 0 {
 		return bad("MOLECULE_WORKSPACE_ID", "no workspace configured; set MOLECULE_WORKSPACE_ID and MOLECULE_WORKSPACE_TOKEN, or MOLECULE_WORKSPACE_IDS and MOLECULE_WORKSPACE_TOKENS")
 	}

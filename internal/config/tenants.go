@@ -53,7 +53,7 @@ func (c *Config) validatePlatformURLs() error {
 		}
 		c.PlatformURLs[i] = u
 	}
-	if c.PlatformURL == "" && len(c.PlatformURLs) == 0 {
+	if c.PlatformURL == "" && len(c.PlatformURLs) == 0 && !c.WorkspaceRegistry {
 		return invalid("MOLECULE_PLATFORM_URL", "not set; the platform's base URL, e.g. https://acme.moleculesai.app (or MOLECULE_PLATFORM_URLS, one per workspace of MOLECULE_WORKSPACE_IDS)")
 	}
 	return nil

@@ -64,6 +64,10 @@ type Config struct {
 	// Workspaces are the platform clients, one per workspace polled.
 	// Required; workspace ids must be unique.
 	Workspaces []*molecule.Client
+	// Dynamic: workspaces come and go while the poller runs (the
+	// workspace registry, StartClient), so Workspaces may be empty. If
+	// not set, false.
+	Dynamic bool
 	// PollInterval is the period of the long-running poll timer (Run). It is
 	// the source of truth; SSE wake-ups only add polls. If not set, 5 seconds.
 	PollInterval time.Duration
@@ -287,7 +291,7 @@ func (c *Config) Validate() error {
 	bad := func(format string, args ...any) error {
 		return fmt.Errorf("%w: "+format, append([]any{ErrInvalidConfig}, args...)...)
 	}
-	if len(c.Workspaces) == 0 {
+	if len(c.Workspaces) == 0 && !c.Dynamic {
 		return bad("no workspace configured")
 	}
 	seen := make(map[string]bool, len(c.Workspaces))

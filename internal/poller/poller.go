@@ -92,6 +92,9 @@ type Poller struct {
 	// starting holds a slot per workspace between its start and the end
 	// of its first cycle (startWorkspace).
 	starting chan struct{}
+	// added holds, per workspace id, the clients added after New
+	// (AddClient).
+	added sync.Map
 }
 
 // workspace is the in-process state of one polled workspace.

@@ -510,6 +510,9 @@ func (p *Poller) PollWorkspace(ctx context.Context, id string) error {
 			c = w.c
 		}
 	}
+	if v, ok := p.added.Load(id); ok {
+		c = v.(*molecule.Client)
+	}
 	if c == nil {
 		return fmt.Errorf("%w: %s", ErrUnknownWorkspace, id)
 	}
@@ -518,4 +521,27 @@ func (p *Poller) PollWorkspace(ctx context.Context, id string) error {
 	done := make(chan error, 1)
 	p.startWorkspace(ctx, w, func(err error) { done <- err })
 	return <-done
+}
+
+// AddClient makes a workspace known to PollWorkspace after New (the
+// workspace registry added it while the relay runs); a client added again
+// for the same id replaces the earlier one (a new token).
+func (p *Poller) AddClient(c *molecule.Client) { p.added.Store(c.WorkspaceID(), c) }
+
+// StartClient polls c's workspace, added while Run runs, until stop is
+// called or ctx ends. stop returns once its loop, event stream and
+// heartbeats ended: no poll of it runs any more. Messages already
+// published are left to the dispatcher and the replier, which answer
+// them as any other.
+func (p *Poller) StartClient(ctx context.Context, c *molecule.Client) (stop func()) {
+	p.AddClient(c)
+	ctx, cancel := context.WithCancel(ctx)
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		if err := p.PollWorkspace(ctx, c.WorkspaceID()); err != nil {
+			p.log.Error("poller: stopped polling this workspace", "workspace", c.WorkspaceID(), "error", err)
+		}
+	}()
+	return func() { cancel(); <-done }
 }

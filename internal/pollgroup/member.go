@@ -306,3 +306,26 @@ func (m *member) leave() {
 		}
 	}
 }
+
+// setWorkspaces replaces the set the group divides (Config.Source): the
+// assignment is computed again, and a workspace that left the set is
+// stopped, its claim released once its poll ended (onEnded).
+func (m *member) setWorkspaces(ids []string) {
+	in := make(map[string]bool, len(ids))
+	for _, id := range ids {
+		in[id] = true
+	}
+	m.cfg.Workspaces = ids
+	m.liveKey = "" // assign again
+	for ws, p := range m.polls {
+		if !in[ws] && !p.leaving {
+			p.leaving = true
+			p.cancel()
+		}
+	}
+	for ws, c := range m.claims {
+		if !in[ws] && c.owner == m.cfg.Instance && m.polls[ws] == nil {
+			m.release(ws, c)
+		}
+	}
+}

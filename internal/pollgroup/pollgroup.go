@@ -69,6 +69,20 @@ type Config struct {
 	// Replicas of the bucket when Run creates it. If not set, 1.
 	Replicas int
 	Logger   *slog.Logger
+	// Source, when set, is the workspace set instead of Workspaces (the
+	// workspace registry): at each Changed the member reads Current and
+	// recomputes the assignment, starting what became its own and
+	// stopping, then releasing, what left the set. If not set, the set is
+	// Workspaces for the whole run.
+	Source Source
+}
+
+// Source is a workspace set that changes while the group runs.
+type Source interface {
+	// Current returns the ids to poll now.
+	Current() []string
+	// Changed receives after the set changed.
+	Changed() <-chan struct{}
 }
 
 func memberKey(group, instance string) string { return group + ".m." + instance }
@@ -143,6 +157,10 @@ func serve(ctx context.Context, js jetstream.JetStream, cfg Config) error {
 	if err != nil {
 		return fmt.Errorf("pollgroup: watch group %s: %w", cfg.Group, err)
 	}
+	var changed <-chan struct{}
+	if cfg.Source != nil {
+		cfg.Workspaces, changed = cfg.Source.Current(), cfg.Source.Changed()
+	}
 	m := newMember(ctx, kv, cfg)
 	defer m.leave()
 	cfg.Logger.Info("poller group: joined", "workspaces", len(cfg.Workspaces))
@@ -168,6 +186,8 @@ func serve(ctx context.Context, js jetstream.JetStream, cfg Config) error {
 		case ev := <-m.ended:
 			m.onEnded(ev)
 		case <-tick.C:
+		case <-changed:
+			m.setWorkspaces(cfg.Source.Current())
 		}
 		if synced {
 			m.reconcile()

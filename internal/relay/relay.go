@@ -40,6 +40,9 @@ type Runtime struct {
 	Topo    *events.Topology
 	Clients []*molecule.Client
 
+	// reg follows the workspace registry, when it is on (registry.go).
+	reg *regState
+
 	stages running
 	prom   promState
 	// stopTracing flushes and stops the OpenTelemetry SDK (tracing.Setup).
@@ -137,6 +140,12 @@ func OpenStages(ctx context.Context, cfg *config.Config, log *slog.Logger, s Sta
 		conn.Close()
 		return nil, err
 	}
+	if cfg.WorkspaceRegistry && (s.Poll || s.Reply) {
+		if err := rt.openRegistry(ctx); err != nil {
+			conn.Close()
+			return nil, err
+		}
+	}
 	return rt, nil
 }
 
@@ -166,22 +175,26 @@ func newClients(cfg *config.Config, log *slog.Logger) ([]*molecule.Client, error
 	var clients []*molecule.Client
 	budgets := budgetsByBucket{}
 	for _, w := range cfg.Workspaces() {
-		c, err := molecule.New(molecule.Config{
-			PlatformURL:      w.PlatformURL,
-			WorkspaceID:      w.ID,
-			Token:            w.Token,
-			OrgID:            w.OrgID,
-			HTTPClient:       hc,
-			StreamHTTPClient: streams,
-			Logger:           log.With("workspace", w.ID),
-			RateBudget:       budgets.of(w),
-		})
+		c, err := newClient(w, hc, streams, log, budgets.of(w))
 		if err != nil {
 			return nil, fmt.Errorf("workspace %s: %w", w.ID, err)
 		}
 		clients = append(clients, c)
 	}
 	return clients, nil
+}
+
+func newClient(w config.Workspace, hc, streams *http.Client, log *slog.Logger, budget *molecule.RateBudget) (*molecule.Client, error) {
+	return molecule.New(molecule.Config{
+		PlatformURL:      w.PlatformURL,
+		WorkspaceID:      w.ID,
+		Token:            w.Token,
+		OrgID:            w.OrgID,
+		HTTPClient:       hc,
+		StreamHTTPClient: streams,
+		Logger:           log.With("workspace", w.ID),
+		RateBudget:       budget,
+	})
 }
 
 // budgetsByBucket gives the workspaces that share a platform rate-limit
@@ -261,6 +274,9 @@ func (s Stages) names() []string {
 // stops an embedded server.
 func (rt *Runtime) Close() {
 	rt.closeAgentAPI()
+	if rt.reg != nil {
+		rt.reg.stopWatch()
+	}
 	if rt.Conn != nil {
 		rt.Conn.Close()
 	}
@@ -341,6 +357,7 @@ func (rt *Runtime) poller(batched bool) (*poller.Poller, error) {
 	return poller.New(rt.Conn.JS, rt.Topo, poller.Config{
 		BatchRows:    batch,
 		Workspaces:   rt.Clients,
+		Dynamic:      rt.reg != nil,
 		PollInterval: rt.Cfg.PollInterval.D(),
 		// 0 in the configuration keeps the poll at PollInterval; 0 in
 		// poller.Config would take the default.
@@ -470,6 +487,7 @@ func (rt *Runtime) Replier() (*replier.Replier, error) {
 		return nil, err
 	}
 	return replier.New(rt.Conn.JS, rt.Topo, rt.ClientMap(), replier.Config{
+		Lookup:        rt.lookup(),
 		Config:        stage.Config{Concurrency: rt.Cfg.ReplyConcurrency, ConfirmAcks: rt.Cfg.Replicas > 1, Logger: rt.Log, LogMessages: rt.Cfg.LogMessages}, // stage.Open names the stage
 		A2ATimeout:    rt.Cfg.A2ATimeout.D(),
 		ReconcileSkew: rt.Cfg.ReconcileSkew.D(),

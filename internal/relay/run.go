@@ -160,6 +160,9 @@ func (rt *Runtime) answered(ctx context.Context) (bool, error) {
 // runPoller polls every workspace, or, with MOLECULE_POLLER_GROUP, those
 // the group assigns to this process (internal/pollgroup).
 func (rt *Runtime) runPoller(ctx context.Context, p *poller.Poller) error {
+	if rt.Cfg.PollerGroup == "" && rt.reg != nil {
+		return rt.reg.follow(ctx, p)
+	}
 	if rt.Cfg.PollerGroup == "" {
 		return p.Run(ctx)
 	}
@@ -167,11 +170,23 @@ func (rt *Runtime) runPoller(ctx context.Context, p *poller.Poller) error {
 	for i, c := range rt.Clients {
 		ids[i] = c.WorkspaceID()
 	}
+	poll := p.PollWorkspace
+	var src pollgroup.Source
+	if rt.reg != nil {
+		src = rt.reg.reg
+		poll = func(ctx context.Context, id string) error {
+			if c := rt.reg.client(id); c != nil {
+				p.AddClient(c)
+			}
+			return p.PollWorkspace(ctx, id)
+		}
+	}
 	return pollgroup.Run(ctx, rt.Conn.JS, pollgroup.Config{
 		Group:      rt.Cfg.PollerGroup,
 		Instance:   rt.InstanceID(),
 		Workspaces: ids,
-		Poll:       p.PollWorkspace,
+		Source:     src,
+		Poll:       poll,
 		Replicas:   rt.Cfg.Replicas,
 		Logger:     rt.Log.With("stage", events.StagePoller),
 	})

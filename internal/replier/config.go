@@ -64,6 +64,11 @@ type Config struct {
 	// carries a conversation has its turns recorded there. If nil, memory
 	// is off and its bucket is never touched.
 	Memory *memory.Store
+	// Lookup, when set, gives the client of a workspace not in New's
+	// clients (one the workspace registry added while the relay runs).
+	// It must be quick and safe for concurrent use. If nil, only New's
+	// clients post.
+	Lookup func(workspace string) *molecule.Client
 }
 
 // SetDefaults fills every unset field except ProgressInterval, which New

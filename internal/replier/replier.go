@@ -76,7 +76,7 @@ func New(js jetstream.JetStream, topo *events.Topology, clients map[string]*mole
 	if js == nil || topo == nil || topo.Replier == nil || topo.Replies == nil {
 		return nil, fmt.Errorf("%w: need a JetStream handle and a topology with the replier consumer and replies bucket", ErrInvalidConfig)
 	}
-	if len(clients) == 0 {
+	if len(clients) == 0 && cfg.Lookup == nil {
 		return nil, fmt.Errorf("%w: no platform clients", ErrInvalidConfig)
 	}
 	for ws, c := range clients {

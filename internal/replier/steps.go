@@ -112,6 +112,9 @@ func (r *Replier) newJob(ctx context.Context, d *stage.Delivery, rep *events.Rep
 func (r *Replier) routable(next stage.Step[*job]) stage.Step[*job] {
 	return func(runCtx context.Context, j *job) stage.Outcome {
 		j.client = r.clients[j.rep.WorkspaceID]
+		if j.client == nil && r.cfg.Lookup != nil {
+			j.client = r.cfg.Lookup(j.rep.WorkspaceID)
+		}
 		if j.client == nil {
 			return stage.DeadLetter(events.ReasonPermanent, fmt.Errorf("%w: %s", ErrNoClient, j.rep.WorkspaceID))
 		}

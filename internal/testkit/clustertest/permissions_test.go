@@ -12,6 +12,7 @@ import (
 
 	"github.com/molecule-ai/molecule-relay/internal/poller"
 	"github.com/molecule-ai/molecule-relay/internal/pollgroup"
+	"github.com/molecule-ai/molecule-relay/internal/registry"
 	"github.com/molecule-ai/molecule-relay/internal/testkit/clustertest"
 	"github.com/molecule-ai/molecule-relay/pkg/events"
 )
@@ -195,6 +196,7 @@ func TestPermissions(t *testing.T) {
 		}
 		sweepStaleSnapshots(ctx, t, c, js, status)
 		pollerGroupMember(ctx, t, admin, js)
+		registryReader(ctx, t, admin, js)
 		poller.checkClean(t)
 
 		poller.expectRefused(t, []refusal{
@@ -233,6 +235,7 @@ func TestPermissions(t *testing.T) {
 			{"delete stream", "$JS.API.STREAM.DELETE.MOLECULE_INBOUND", publishTo("$JS.API.STREAM.DELETE.MOLECULE_INBOUND")},
 			// The snapshot sweep may list the snapshot keys, no others.
 			{"watch every status key", watchAllStatus, publishTo(watchAllStatus)},
+			{"write workspace registry", "$KV.molecule_workspaces.x", publishTo("$KV.molecule_workspaces.x")},
 		})
 	})
 
@@ -318,6 +321,13 @@ func TestPermissions(t *testing.T) {
 		dispatcher.checkClean(t)
 
 		dispatcher.expectRefused(t, []refusal{
+			{"open workspace registry", "$JS.API.STREAM.INFO.KV_molecule_workspaces", func(ctx context.Context, a *actor) error {
+				if _, err := a.denyJS.KeyValue(ctx, registry.Bucket); err == nil {
+					t.Errorf("dispatcher opened the workspace registry")
+				}
+				return nil
+			}},
+			{"read workspace registry", "$JS.API.DIRECT.GET.KV_molecule_workspaces.x", publishTo("$JS.API.DIRECT.GET.KV_molecule_workspaces.x")},
 			{"publish inbound", events.InboundSubject(ws), publishTo(events.InboundSubject(ws))},
 			{"publish poller dead letter", events.DLQSubject(events.StagePoller, ws), publishTo(events.DLQSubject(events.StagePoller, ws))},
 			{"open cursor bucket", "$JS.API.STREAM.INFO.KV_molecule_cursors", func(ctx context.Context, a *actor) error {
@@ -354,9 +364,11 @@ func TestPermissions(t *testing.T) {
 			t.Fatal(err)
 		}
 		defer adv.Unsubscribe()
+		registryReader(ctx, t, admin, js)
 		replier.checkClean(t)
 
 		replier.expectRefused(t, []refusal{
+			{"write workspace registry", "$KV.molecule_workspaces.x", publishTo("$KV.molecule_workspaces.x")},
 			{"open dispatcher consumer", "$JS.API.CONSUMER.INFO.MOLECULE_INBOUND.dispatcher", func(ctx context.Context, a *actor) error {
 				if _, err := a.denyJS.Consumer(ctx, events.StreamInbound, events.ConsumerDispatcher); err == nil {
 					t.Errorf("replier opened the dispatcher consumer")
@@ -488,5 +500,37 @@ func consumeOne(t *testing.T, ctx context.Context, js jetstream.JetStream, strea
 	}
 	if len(got) != 1 || got[0] != want {
 		t.Fatalf("consumed %v, want [%s]", got, want)
+	}
+}
+
+// registryKey seals the tokens of the registry the stages read.
+var registryKey, _, _ = registry.NewKey()
+
+// registryReader: the admin writes the workspace registry; a stage user
+// (poller, replier) opens it, watches it and reads a token from it.
+func registryReader(ctx context.Context, t *testing.T, admin, js jetstream.JetStream) {
+	t.Helper()
+	const id = "11111111-1111-4111-8111-111111111111"
+	w, err := registry.Open(ctx, admin, registryKey, true, 3)
+	if err != nil {
+		t.Fatalf("admin creates the registry: %v", err)
+	}
+	if err := w.Put(ctx, registry.Entry{ID: id, Token: "tok", PlatformURL: "http://plat"}); err != nil {
+		t.Fatalf("admin writes the registry: %v", err)
+	}
+	r, err := registry.Open(ctx, js, registryKey, false, 3)
+	if err != nil {
+		t.Fatalf("open the registry: %v", err)
+	}
+	wctx, stop := context.WithCancel(ctx)
+	defer stop()
+	if err := r.Start(wctx, nil, func(err error) { t.Errorf("watch: %v", err) }); err != nil {
+		t.Fatalf("watch the registry: %v", err)
+	}
+	if e, ok := r.Lookup(id); !ok || e.Token != "tok" {
+		t.Fatalf("registry lookup: %v %v", e, ok)
+	}
+	if e, err := r.Get(ctx, id); err != nil || e.Token != "tok" {
+		t.Fatalf("registry get: %v", err)
 	}
 }

@@ -1,0 +1,109 @@
+package registry
+
+import (
+	"context"
+	"fmt"
+	"slices"
+
+	"github.com/nats-io/nats.go/jetstream"
+)
+
+// Start watches the bucket until ctx ends. It returns once every entry
+// present at the start was read (each passed to onChange, when not nil),
+// then follows the changes in a goroutine, in the order NATS gives them:
+// a change made by `workspaces add` reaches onChange within milliseconds.
+// An entry that does not open with the key is logged by the caller
+// through onError and skipped.
+func (r *Registry) Start(ctx context.Context, onChange func(Change), onError func(error)) error {
+	w, err := r.kv.WatchAll(ctx)
+	if err != nil {
+		return fmt.Errorf("registry: watch %s: %w", Bucket, err)
+	}
+	apply := func(e jetstream.KeyValueEntry) {
+		c, err := r.applyEntry(e)
+		if err != nil {
+			if onError != nil {
+				onError(err)
+			}
+			return
+		}
+		r.signal()
+		if onChange != nil {
+			onChange(c)
+		}
+	}
+	for e := range w.Updates() {
+		if e == nil {
+			break // every entry present at the start was delivered
+		}
+		apply(e)
+	}
+	if ctx.Err() != nil {
+		return ctx.Err()
+	}
+	go func() {
+		defer func() { _ = w.Stop() }()
+		for e := range w.Updates() {
+			if e != nil {
+				apply(e)
+			}
+		}
+	}()
+	return nil
+}
+
+func (r *Registry) applyEntry(e jetstream.KeyValueEntry) (Change, error) {
+	id := e.Key()
+	if e.Operation() != jetstream.KeyValuePut {
+		r.mu.Lock()
+		old := r.cur[id]
+		delete(r.cur, id)
+		r.mu.Unlock()
+		old.ID = id
+		return Change{Entry: old, Removed: true}, nil
+	}
+	ent, err := r.decode(id, e.Value())
+	if err != nil {
+		return Change{}, err
+	}
+	r.mu.Lock()
+	r.cur[id], r.last[id] = ent, ent
+	r.mu.Unlock()
+	return Change{Entry: ent}, nil
+}
+
+func (r *Registry) signal() {
+	select {
+	case r.changed <- struct{}{}:
+	default:
+	}
+}
+
+// Lookup returns the entry of a workspace as the watch last saw it, also
+// after it was removed: a reply already in flight for it is still posted
+// with its token.
+func (r *Registry) Lookup(id string) (Entry, bool) {
+	r.mu.RLock()
+	defer r.mu.RUnlock()
+	e, ok := r.last[id]
+	return e, ok
+}
+
+// Current returns the ids of the workspaces to poll now (present and not
+// paused), sorted; it follows the watch started by Start.
+func (r *Registry) Current() []string {
+	r.mu.RLock()
+	out := make([]string, 0, len(r.cur))
+	for id, e := range r.cur {
+		if !e.Paused {
+			out = append(out, id)
+		}
+	}
+	r.mu.RUnlock()
+	slices.Sort(out)
+	return out
+}
+
+// Changed receives after the set changed (coalesced: one receive may
+// stand for several changes; read Current then).
+func (r *Registry) Changed() <-chan struct{} { return r.changed }
