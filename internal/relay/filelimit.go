@@ -41,5 +41,7 @@ func raiseFileLimit(n int) (pool int, err error) {
 			"LimitNOFILE=%d in a systemd unit, or ulimits in a container), or configure fewer workspaces per process",
 			n, streams, fileLimitSpare, lim.Cur, lim.Max, want, want)
 	}
-	return int(min(uint64(n), lim.Cur-streams)), nil
+	// Not capped at n: one workspace still wants a pool as wide as the
+	// stages' concurrency (platformHTTPClients caps it to that).
+	return int(lim.Cur - streams), nil
 }
