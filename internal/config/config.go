@@ -118,7 +118,7 @@ type Config struct {
 	// one, is resumed from instead. Default 72h: a laptop closed from
 	// Friday evening to Monday morning (about 64 h) loses nothing; the
 	// platform keeps unacknowledged rows up to 30 days, so the bound is a
-	// choice of ours (README "Cold start"). The TypeScript channel's
+	// choice of ours (docs/operations.md "Cold start"). The TypeScript channel's
 	// MOLECULE_POLL_WINDOW_SECS stands for it.
 	BacklogWindow Seconds `env:"MOLECULE_BACKLOG_WINDOW" envDefault:"72h"`
 	// BacklogLimit caps the messages a cold start delivers from the
@@ -193,7 +193,7 @@ type Config struct {
 	// mcp dispatcher's handler timeout). Default 1h.
 	MCPAnswerTimeout Seconds `env:"MOLECULE_MCP_ANSWER_TIMEOUT" envDefault:"1h"`
 	// HandlerAnswer is how exec: and http: answers are read: text, or
-	// json for structured answers (README "Structured answers"). Default
+	// json for structured answers (docs/handlers.md "Structured answers"). Default
 	// text.
 	HandlerAnswer string `env:"MOLECULE_HANDLER_ANSWER" envDefault:"text"`
 	// Agent API settings (MOLECULE_AGENT_API_*; internal/agentapi).
@@ -250,9 +250,13 @@ type Config struct {
 	// with the reason. Default 26214400 (25 MiB, the TypeScript channel's
 	// cap); the platform itself takes up to 100 MB.
 	FilesMaxBytes int64 `env:"MOLECULE_FILES_MAX_BYTES" envDefault:"26214400"`
-	// OpenAI handler settings.
+	// OpenAIAPIKey is the openai: handler's API key, sent as a bearer
+	// token. If not set, none (a local Ollama needs none).
 	OpenAIAPIKey string `env:"OPENAI_API_KEY"`
-	OpenAIModel  string `env:"MOLECULE_OPENAI_MODEL"`
+	// OpenAIModel is the model the openai: handler names in its request.
+	OpenAIModel string `env:"MOLECULE_OPENAI_MODEL"`
+	// SystemPrompt is the openai: handler's system message, sent before
+	// the conversation's turns. If not set, none.
 	SystemPrompt string `env:"MOLECULE_SYSTEM_PROMPT"`
 
 	// PollerGroup makes this process's poller a member of the named
