@@ -56,7 +56,7 @@ func Environ(environ []string) Option {
 }
 
 // Setting sets one setting by its environment variable's name, as
-// `molecule-relay connect` reads it (the README's Configuration lists
+// `molecule-relay connect` reads it (docs/configuration.md lists
 // them), over the environment: Setting("MOLECULE_POLL_INTERVAL", "1s").
 func Setting(name, value string) Option {
 	return func(o *options) error {

@@ -63,7 +63,7 @@ func init() {
 		{"reply", "the replier stage only (--once: drain the reply queue)", runStage("reply")},
 		{"doctor", "check a configuration without changing anything: platform, token, workspace state, poll mode, rate limit, event stream, NATS", runDoctor},
 		{"status", "workspaces, cursors, streams, consumer lag and dead letters (--json)", runStatus},
-		{"mcp", "Claude Code channel: an MCP stdio server on the durable pipeline; mcp install configures Claude Code for it (README, Claude Code channel)", runMCP},
+		{"mcp", "Claude Code channel: an MCP stdio server on the durable pipeline; mcp install configures Claude Code for it (docs/claude-channel.md)", runMCP},
 		{"dlq", "dead letters: list | show SEQ | replay SEQ | purge", runDLQ},
 		{"console", "the operator console in a browser: workspaces, live flow, dead letters, memory, NATS (MOLECULE_CONSOLE_LISTEN, default 127.0.0.1:8090)", runConsole},
 		{"workspaces", "the workspace registry (MOLECULE_WORKSPACE_REGISTRY): add | import | remove | pause | resume | list | rotate-key", runWorkspaces},

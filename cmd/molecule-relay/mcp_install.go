@@ -100,7 +100,7 @@ func mcpServerFor(env *cliEnv, dryRun bool) (mcpServer, string, error) {
 	switch {
 	case own["MOLECULE_WORKSPACE_ID"] != "" && len(cfg.WorkspaceIDs) == 0:
 	case own["MOLECULE_WORKSPACE_IDS"] != "" || own["MOLECULE_WORKSPACES_JSON"] != "":
-		return mcpServer{}, "", usageError{errors.New("mcp install writes one workspace (MOLECULE_WORKSPACE_ID); for several, put them in the state directory's .env (mode 0600; README, Claude Code channel), which mcp reads, and run mcp install without them")}
+		return mcpServer{}, "", usageError{errors.New("mcp install writes one workspace (MOLECULE_WORKSPACE_ID); for several, put them in the state directory's .env (mode 0600; docs/claude-channel.md), which mcp reads, and run mcp install without them")}
 	default: // the workspaces come from the state directory's .env
 		return srv, "the workspaces and tokens come from the state directory's .env, which mcp reads at each start\n", nil
 	}

@@ -60,7 +60,8 @@ func (g goreleaser) cliArchive(t *testing.T, tag, goos, goarch string) string {
 
 // One release, named alike everywhere: the chart's appVersion (its
 // default image tag) is the version its version names, and every
-// molecule-relay version the README, the chart's README, the Action, the
+// molecule-relay version the README (and docs/install.md and docs/ci.md,
+// where its install and CI steps are), the chart's README, the Action, the
 // GitLab example and the plain manifests (infra/k8s) name is that one, a tag goreleaser accepts (vX.Y.Z);
 // install-relay.sh asks for goreleaser's archive and checksum names; and
 // the image the release workflow pushes is the chart's and the
@@ -87,7 +88,7 @@ func TestReleaseNamesAgree(t *testing.T) {
 		t.Fatalf("Chart.yaml: appVersion %q, version %q; want a tag vX.Y.Z and the chart's version without the v", release, chart.Version)
 	}
 	named := regexp.MustCompile(`molecule-relay[@:/](v\d+\.\d+\.\d+)|molecule-relay_(\d+\.\d+\.\d+)_|MOLECULE_RELAY_VERSION[=:] *"?(v\d+\.\d+\.\d+)`)
-	for _, path := range []string{"README.md", "infra/helm/molecule-relay/README.md", "action.yml", "infra/ci/gitlab-ci.example.yml",
+	for _, path := range []string{"README.md", "docs/install.md", "docs/ci.md", "infra/helm/molecule-relay/README.md", "action.yml", "infra/ci/gitlab-ci.example.yml",
 		"infra/k8s/dispatcher.yaml", "infra/k8s/replier.yaml", "infra/k8s/poller-cronjob.yaml"} {
 		n := 0
 		for _, m := range named.FindAllStringSubmatch(read(path), -1) {

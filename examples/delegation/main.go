@@ -7,7 +7,7 @@
 // sends one canvas question to the coordinator, prints the answer and
 // exits 0. With MOLECULE_PLATFORM_URL, COORDINATOR_ID/COORDINATOR_TOKEN and
 // RESEARCHER_ID/RESEARCHER_TOKEN it serves those two workspaces of a real
-// platform until interrupted. See README.md.
+// platform until interrupted. See README.md and docs/delegation.md.
 package main
 
 import (

@@ -11,7 +11,7 @@
 # (infra/ci/gitlab-ci.example.yml) both call this script; the test suite runs it
 # against the platform double (cmd/molecule-relay/ci_script_test.go).
 #
-# Configuration is the relay's own environment (README "Configuration"):
+# Configuration is the relay's own environment (docs/configuration.md):
 # MOLECULE_PLATFORM_URL, MOLECULE_WORKSPACE_ID, MOLECULE_WORKSPACE_TOKEN
 # (from the CI's secret store, never on the command line), MOLECULE_HANDLER.
 # The script reads in addition:
@@ -27,7 +27,7 @@
 # NATS_STORE_DIR (default .molecule-relay/nats). On an ephemeral runner that
 # directory is new every time; the relay then resumes from the checkpoint
 # it wrote on the workspace's own feed at the end of the last clean run
-# (MOLECULE_CHECKPOINT, default true). See README "CI one-shot".
+# (MOLECULE_CHECKPOINT, default true). See docs/ci.md.
 set -eu
 
 # A platform URL is needed: MOLECULE_PLATFORM_URL, or MOLECULE_PLATFORM_URLS

@@ -15,16 +15,17 @@ import (
 	"sigs.k8s.io/yaml"
 )
 
-// The README's Helm install, as a user would paste it, is complete: every
+// The Helm install of docs/deploy-cluster.md (the README points there), as
+// a user would paste it, is complete: every
 // namespace is created before it is used, the relay's chart renders with
-// exactly the README's `helm install` arguments (run as `helm template`,
+// exactly the page's `helm install` arguments (run as `helm template`,
 // no cluster), every Secret key the rendered pods and the NATS chart's
-// values read is created by the README's `kubectl create secret`, and the
-// relay's NATS URL names the NATS release the README installs. The chart's
+// values read is created by the page's `kubectl create secret`, and the
+// relay's NATS URL names the NATS release the page installs. The chart's
 // own README carries the same steps for the relay.
 func TestHelmREADMEInstallRenders(t *testing.T) {
 	h := helm(t)
-	for _, doc := range []string{"../../README.md", "../helm/molecule-relay/README.md"} {
+	for _, doc := range []string{"../../docs/deploy-cluster.md", "../helm/molecule-relay/README.md"} {
 		t.Run(doc, func(t *testing.T) {
 			cmds := helmInstallCommands(t, doc)
 			if len(cmds) == 0 {
@@ -35,7 +36,7 @@ func TestHelmREADMEInstallRenders(t *testing.T) {
 	}
 }
 
-// installState is what the README's commands have created so far.
+// installState is what the page's commands have created so far.
 type installState struct {
 	repos      map[string]string          // helm repo name -> URL
 	namespaces map[string]bool            // kubectl create namespace
@@ -84,14 +85,14 @@ func (st installState) needNamespace(t *testing.T, ns, line string) {
 	}
 }
 
-// checkSecretRef fails unless the README created key in Secret ns/name.
+// checkSecretRef fails unless the page created key in Secret ns/name.
 func (st installState) checkSecretRef(t *testing.T, who, ns string, ref *corev1.SecretKeySelector) {
 	t.Helper()
 	if ref == nil {
 		return
 	}
 	if keys, ok := st.secretKeys[ns+"/"+ref.Name]; !ok || !keys[ref.Key] {
-		t.Errorf("%s reads key %q of Secret %s/%s, which the README's kubectl create secret does not create (created: %v)", who, ref.Key, ns, ref.Name, st.secretKeys)
+		t.Errorf("%s reads key %q of Secret %s/%s, which the page's kubectl create secret does not create (created: %v)", who, ref.Key, ns, ref.Name, st.secretKeys)
 	}
 }
 

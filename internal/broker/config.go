@@ -81,7 +81,8 @@ type Config struct {
 	// nats-server's sync_interval: "always" (every write, before its
 	// acknowledgement) or a duration (in the background that often; what
 	// was written since is lost on a power cut or an OS crash, not on a
-	// process crash). If not set, DefaultSyncInterval.
+	// process crash; nats-server's own default is 2m). If not set,
+	// DefaultSyncInterval. See docs/powerloss.md.
 	SyncInterval string `env:"NATS_SYNC_INTERVAL"`
 }
 

@@ -93,25 +93,34 @@ type Config struct {
 	WorkspacesFile string `env:"MOLECULE_WORKSPACES_FILE"`
 	// OrgID is sent as X-Molecule-Org-Id (SaaS tenants): by every
 	// workspace, unless OrgIDs is set, and then by MOLECULE_WORKSPACE_ID
-	// only.
+	// only. It is sent with Origin; the platform then counts all the
+	// workspaces' requests in one rate-limit bucket, and the relay paces
+	// them with one shared budget.
 	OrgID string `env:"MOLECULE_ORG_ID"`
 	// OrgIDs configures one X-Molecule-Org-Id per workspace of
 	// WorkspaceIDs, comma separated, paired by position (an empty entry
 	// sends none), for workspaces on several SaaS tenants. If not set,
 	// every workspace sends OrgID.
 	OrgIDs []string `env:"MOLECULE_ORG_IDS" envSeparator:","`
-	// AgentName is the agent card's name. If not set, "molecule-relay".
+	// AgentName is the agent card's name. If not set, "molecule-relay"
+	// (mcp: "Claude Code (channel)", the TypeScript channel's).
 	AgentName string `env:"MOLECULE_AGENT_NAME" envDefault:"molecule-relay"`
 	// AgentDescription is the agent card's description. If not set, the
 	// card has none.
 	AgentDescription string `env:"MOLECULE_AGENT_DESC"`
-	// PollInterval between polls in long-running mode. Default 5s.
+	// PollInterval between polls in long-running mode: a duration with its
+	// unit (a bare number other than 0 is refused; the TypeScript
+	// channel's MOLECULE_POLL_INTERVAL_MS takes milliseconds). After a
+	// failed poll (NATS or platform error) the next comes sooner: 250 ms,
+	// doubling up to the interval. Default 5s.
 	PollInterval Seconds `env:"MOLECULE_POLL_INTERVAL" envDefault:"5s"`
 	// SafetyNetInterval is the poll period, with SSE, while a workspace's
 	// event stream is proven healthy and no message arrived lately: the poll
 	// is then a safety net for an event the stream missed, which it finds
-	// within 1.1 × this (poller.Config.SafetyNetInterval). 0 keeps the poll
-	// at PollInterval. Default 2m.
+	// within 1.1 × this (poller.Config.SafetyNetInterval). Proven healthy:
+	// the platform echoed the last heartbeat on it. Any event, published
+	// row, failure or silent stream returns the poll to PollInterval. 0
+	// keeps the poll at PollInterval. Default 2m; 0..15m.
 	SafetyNetInterval Seconds `env:"MOLECULE_SAFETY_NET_INTERVAL" envDefault:"2m"`
 	// PageLimit is the activity page size (max 500). Default 100.
 	PageLimit int `env:"MOLECULE_PAGE_LIMIT" envDefault:"100"`
@@ -123,8 +132,8 @@ type Config struct {
 	// one, is resumed from instead. Default 72h: a laptop closed from
 	// Friday evening to Monday morning (about 64 h) loses nothing; the
 	// platform keeps unacknowledged rows up to 30 days, so the bound is a
-	// choice of ours (README "Cold start"). The TypeScript channel's
-	// MOLECULE_POLL_WINDOW_SECS stands for it.
+	// choice of ours (docs/operations.md "Cold start"). The TypeScript channel's
+	// MOLECULE_POLL_WINDOW_SECS stands for it. At most 720h.
 	BacklogWindow Seconds `env:"MOLECULE_BACKLOG_WINDOW" envDefault:"72h"`
 	// BacklogLimit caps the messages a cold start delivers from the
 	// window: the newest BacklogLimit, oldest first; one WARN line counts
@@ -141,7 +150,10 @@ type Config struct {
 	// messages, this long after it (comma separated), each from where the
 	// previous re-read looked (less 2 s) up to the cursor, so a row
 	// committed behind the cursor is delivered within about a second; an
-	// idle workspace gets none. 0 turns them off. Default 250ms,1s,3s.
+	// idle workspace gets none. They also follow an event-stream wake-up
+	// that finds nothing after the cursor (at most two a second), and none
+	// is made while the token's rate budget is low. 0 turns them off.
+	// Default 250ms,1s,3s.
 	OverlapFollowUps []Seconds `env:"MOLECULE_OVERLAP_FOLLOW_UPS" envSeparator:"," envDefault:"250ms,1s,3s"`
 	// AllowSelf delivers messages the agent sent itself. Default false.
 	AllowSelf bool `env:"MOLECULE_ALLOW_SELF"`
@@ -189,7 +201,9 @@ type Config struct {
 	// same workspace): "warn" logs it once; "refuse" also stops polling
 	// that workspace (the relay exits when it polls no other), so a
 	// message is never answered twice, at the price of none being
-	// answered by this relay until an operator acts. Default warn.
+	// answered by this relay until an operator acts. A reply posted by
+	// another process on the same NATS only warns of the double poll
+	// (docs/ci.md, "Two relays"). Default warn.
 	Singleton string `env:"MOLECULE_SINGLETON" envDefault:"warn"`
 	// StopGrace is how long a long-running command (connect, poll,
 	// dispatch, reply, mcp, the workers) takes to stop after SIGTERM or
@@ -205,7 +219,7 @@ type Config struct {
 	// mcp dispatcher's handler timeout). Default 1h.
 	MCPAnswerTimeout Seconds `env:"MOLECULE_MCP_ANSWER_TIMEOUT" envDefault:"1h"`
 	// HandlerAnswer is how exec: and http: answers are read: text, or
-	// json for structured answers (README "Structured answers"). Default
+	// json for structured answers (docs/handlers.md "Structured answers"). Default
 	// text.
 	HandlerAnswer string `env:"MOLECULE_HANDLER_ANSWER" envDefault:"text"`
 	// Agent API settings (MOLECULE_AGENT_API_*; internal/agentapi).
@@ -219,6 +233,7 @@ type Config struct {
 	// A2ATimeout is the X-Timeout of a reply to a peer: how long the
 	// platform waits for a push-mode peer before queueing the message.
 	// Default 10m; 5s..30m (the platform's own ceiling is 30 minutes).
+	// The replier waits 10 s longer, and a Lambda drain shortens it to fit.
 	A2ATimeout Seconds `env:"MOLECULE_A2A_TIMEOUT" envDefault:"10m"`
 	// AskTimeout bounds a handler's wait for a peer's answer to its
 	// question when the question sets none (internal/delegate); the handler's
@@ -238,15 +253,22 @@ type Config struct {
 	// DirectPost lets a dispatcher post its replies itself, in its own
 	// slot, through the replier of the same process (connect, dev), instead
 	// of handing them over through the reply stream; a reply it cannot post
-	// at once goes to the stream as before. Without a replier in the
-	// process (dispatch alone, Lambda) it has no effect. Default true.
+	// at once (rate budget at the reserve, a refusal that may pass, an
+	// unknown outcome) goes to the stream as before, and one the platform
+	// refuses for good (a 4xx such as 403) is dead-lettered from the
+	// dispatcher's slot without a second post. Canvas replies only: a
+	// reply to a peer always goes through the stream (its /a2a may wait
+	// minutes for a push-mode peer). Without a replier in the process
+	// (dispatch alone, Lambda) it has no effect (docs/architecture.md,
+	// "Direct posting"). Default true.
 	DirectPost bool `env:"MOLECULE_DIRECT_POST" envDefault:"true"`
 	// HistoryTurns is how many recent turns of each conversation are kept
 	// and given to the handler (conversation memory, in the NATS stream
 	// MOLECULE_MEMORY); 0 turns memory off. Default 20.
 	HistoryTurns int `env:"MOLECULE_HISTORY_TURNS" envDefault:"20"`
 	// HistoryMaxBytes bounds one conversation's stored turns; the oldest
-	// are dropped first. Default 65536.
+	// are dropped first, and one turn's text is cut to a quarter of it.
+	// Default 65536.
 	HistoryMaxBytes int `env:"MOLECULE_HISTORY_MAX_BYTES" envDefault:"65536"`
 	// HistoryTTL is how long a recorded turn is kept (the memory stream's
 	// MaxAge): a conversation silent that long is gone whole. Default 168h
@@ -258,13 +280,18 @@ type Config struct {
 	// molecule-relay/files (mcp: the state directory's inbox, as the
 	// TypeScript channel).
 	FilesDir string `env:"MOLECULE_FILES_DIR"`
-	// FilesMaxBytes caps one attachment; a larger one reaches the handler
+	// FilesMaxBytes caps one attachment held or uploaded (at most 100 MB,
+	// the platform's); a larger one reaches the handler
 	// with the reason. Default 26214400 (25 MiB, the TypeScript channel's
 	// cap); the platform itself takes up to 100 MB.
 	FilesMaxBytes int64 `env:"MOLECULE_FILES_MAX_BYTES" envDefault:"26214400"`
-	// OpenAI handler settings.
+	// OpenAIAPIKey is the openai: handler's API key, sent as a bearer
+	// token. If not set, none (a local Ollama needs none).
 	OpenAIAPIKey string `env:"OPENAI_API_KEY"`
-	OpenAIModel  string `env:"MOLECULE_OPENAI_MODEL"`
+	// OpenAIModel is the model the openai: handler names in its request.
+	OpenAIModel string `env:"MOLECULE_OPENAI_MODEL"`
+	// SystemPrompt is the openai: handler's system message, sent before
+	// the conversation's turns. If not set, none.
 	SystemPrompt string `env:"MOLECULE_SYSTEM_PROMPT"`
 
 	// PollerGroup makes this process's poller a member of the named
@@ -304,7 +331,9 @@ type Config struct {
 	// Replicas of streams and buckets (3 on a cluster). Default 1.
 	Replicas int `env:"MOLECULE_STREAM_REPLICAS" envDefault:"1"`
 	// Topology: "ensure" creates or updates the streams, consumers and
-	// buckets at start-up; "lookup" only finds them, for stage users of a
+	// buckets at start-up (a stage run alone, poll, dispatch or reply:
+	// those it uses, and the dead-letter stream); "lookup" only finds
+	// them, for stage users of a
 	// least-privilege cluster that may not create anything (an admin ran
 	// `molecule-relay status` first). Default ensure.
 	Topology string `env:"MOLECULE_TOPOLOGY" envDefault:"ensure"`
@@ -312,13 +341,14 @@ type Config struct {
 	// answer for its topology (streams, consumers, buckets): a cluster
 	// without quorum, or electing leaders after a node was lost, answers
 	// nothing for seconds. The stage logs what it waits for and retries;
-	// only after StartupTimeout does it exit, naming what is missing.
+	// only after StartupTimeout does it exit (code 1), naming what is
+	// missing.
 	// Default 3m.
 	StartupTimeout Seconds `env:"MOLECULE_STARTUP_TIMEOUT" envDefault:"3m"`
 
 	// LogLevel: debug, info, warn, error. Default info.
 	LogLevel string `env:"MOLECULE_LOG_LEVEL" envDefault:"info"`
-	// LogFormat: text or json. Default text.
+	// LogFormat: text, or json for machines. Default text.
 	LogFormat string `env:"MOLECULE_LOG_FORMAT" envDefault:"text"`
 	// LogMessages logs an info line as each message is received, handled
 	// (in how long) and its reply posted (by notify or a2a): ids,
@@ -330,8 +360,9 @@ type Config struct {
 	// (the message's ids and how long it has run), so a hung handler is
 	// seen before its timeout. 0: never. Default 30s.
 	LogSlowHandler Seconds `env:"MOLECULE_LOG_SLOW_HANDLER" envDefault:"30s"`
-	// MetricsAddr serves /healthz and /metrics for long-running workers
-	// when set, e.g. ":8080".
+	// MetricsAddr serves /livez, /healthz and /metrics for long-running
+	// workers when set, e.g. ":8080" (docs/operations.md, "Metrics"). A
+	// Lambda build refuses it.
 	MetricsAddr string `env:"MOLECULE_METRICS_ADDR"`
 	// ConsoleListen serves the operator console (internal/console) on
 	// this address, e.g. "127.0.0.1:8090", from connect, the stage

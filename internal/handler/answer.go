@@ -2,7 +2,7 @@ package handler
 
 // Structured answers of the exec: and http: handlers: instead of plain
 // text, a handler that opted in answers one JSON object with text,
-// attachments and whether to reply at all (README "Structured answers").
+// attachments and whether to reply at all (docs/handlers.md "Structured answers").
 
 import (
 	"bytes"

@@ -270,8 +270,8 @@ type WorkspaceResult struct {
 // MarshalJSON renders the result with snake_case keys, like every JSON the
 // relay prints, Generation as "new"/"old"/"unknown" and Err as its message
 // "error" (for `poll --once --json` and Lambda answers). Earlier builds
-// used the Go field names (WorkspaceID, Fetched, Err); see the README's
-// CI one-shot section for readers of both.
+// used the Go field names (WorkspaceID, Fetched, Err); see docs/ci.md,
+// "JSON", for readers of both.
 func (r WorkspaceResult) MarshalJSON() ([]byte, error) {
 	type plain WorkspaceResult
 	out := struct {

@@ -62,7 +62,7 @@ func pollFailures(res *poller.Result) []Failure {
 
 func deadLettered(stage string, n uint64) Failure {
 	return Failure{Stage: stage, Cause: CauseDeadLettered, Error: fmt.Sprintf("%d message(s) dead-lettered", n),
-		Action: "inspect them with `molecule-relay dlq list` and `dlq show SEQ`, fix the cause, then `dlq replay SEQ` (the dead letters live in NATS: keep the store, see README \"CI one-shot\")"}
+		Action: "inspect them with `molecule-relay dlq list` and `dlq show SEQ`, fix the cause, then `dlq replay SEQ` (the dead letters live in NATS: keep the store, see docs/ci.md)"}
 }
 
 func pending(queue string, n uint64) Failure {
