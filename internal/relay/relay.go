@@ -27,6 +27,7 @@ import (
 	"github.com/molecule-ai/molecule-relay/internal/replier"
 	"github.com/molecule-ai/molecule-relay/internal/stage"
 	"github.com/molecule-ai/molecule-relay/internal/tracing"
+	"github.com/molecule-ai/molecule-relay/internal/version"
 	"github.com/molecule-ai/molecule-relay/pkg/events"
 	"github.com/molecule-ai/molecule-relay/pkg/molecule"
 )
@@ -171,6 +172,7 @@ func newClients(cfg *config.Config, log *slog.Logger) ([]*molecule.Client, error
 			StreamHTTPClient: streams,
 			Logger:           log.With("workspace", w.ID),
 			RateBudget:       budgets.of(w),
+			RelayVersion:     version.String(),
 		})
 		if err != nil {
 			return nil, fmt.Errorf("workspace %s: %w", w.ID, err)

@@ -165,18 +165,20 @@ const (
 	ReasonUnawaitedAnswer = "unawaited_answer"
 )
 
-// Marshal encodes an envelope, stamping the current Version (Inbound's and
-// Reply's, written by hand, are in inbound_encode.go and reply_encode.go).
+// Marshal encodes an envelope, stamping the current Version.
+func (m Inbound) Marshal() ([]byte, error) { m.V = Version; return json.Marshal(m) }
+
+// Marshal encodes an envelope, stamping the current Version.
+func (m Reply) Marshal() ([]byte, error) { m.V = Version; return json.Marshal(m) }
+
+// Marshal encodes an envelope, stamping the current Version.
 func (m DeadLetter) Marshal() ([]byte, error) { m.V = Version; return json.Marshal(m) }
 
 // DecodeInbound decodes and validates an Inbound envelope.
 func DecodeInbound(data []byte) (*Inbound, error) {
 	var m Inbound
-	if !decodeInboundFast(data, &m) {
-		m = Inbound{}
-		if err := json.Unmarshal(data, &m); err != nil {
-			return nil, fmt.Errorf("events: decode envelope: %w", err)
-		}
+	if err := json.Unmarshal(data, &m); err != nil {
+		return nil, fmt.Errorf("events: decode envelope: %w", err)
 	}
 	if err := checkVersion(m.V); err != nil {
 		return nil, err
@@ -190,11 +192,8 @@ func DecodeInbound(data []byte) (*Inbound, error) {
 // DecodeReply decodes and validates a Reply envelope.
 func DecodeReply(data []byte) (*Reply, error) {
 	var m Reply
-	if !decodeReplyFast(data, &m) {
-		m = Reply{}
-		if err := json.Unmarshal(data, &m); err != nil {
-			return nil, fmt.Errorf("events: decode envelope: %w", err)
-		}
+	if err := json.Unmarshal(data, &m); err != nil {
+		return nil, fmt.Errorf("events: decode envelope: %w", err)
 	}
 	if err := checkVersion(m.V); err != nil {
 		return nil, err

@@ -27,7 +27,7 @@ func BenchmarkActivityPageRead(b *testing.B) {
 
 // readActivityPage is Activity's reading of a body, without the HTTP.
 func readActivityPage(b *testing.B, body []byte) []ActivityRow {
-	rows, err := readPage(request{method: "GET", path: "/activity"}, body, 100)
+	rows, err := readPage(request{method: "GET", path: "/activity"}, body)
 	if err != nil {
 		b.Fatal(err)
 	}

@@ -10,8 +10,6 @@ import (
 	"strings"
 	"time"
 	"unicode/utf8"
-
-	"github.com/molecule-ai/molecule-relay/internal/jsonread"
 )
 
 // ErrMalformedRow is matched by every error ParseRow returns.
@@ -281,11 +279,7 @@ func (o rawObject) strIs(key, want string) (bool, error) {
 	case 'n':
 		return want == "", nil
 	case '"':
-		lit := bytes.TrimSpace(v)
-		if jsonread.PlainASCII(lit) {
-			return string(lit[1:len(lit)-1]) == want, nil
-		}
-		return unquote(lit) == want, nil
+		return unquote(v) == want, nil
 	default:
 		return false, fmt.Errorf("%s: want a string, got %s", key, kindName(k))
 	}
