@@ -350,7 +350,7 @@ func parseRowObject(row rawObject, raw json.RawMessage, self string) (m *Message
 }
 
 // decodeRowObject decodes one feed row, which must be a JSON object. It
-// validates the row once; below it, the row is only split (rawjson.go).
+// validates the row once; below it, the row is only split (split.go).
 func decodeRowObject(raw json.RawMessage) (rawObject, error) {
 	if k := jsonKind(raw); k != '{' {
 		if !json.Valid(raw) {
