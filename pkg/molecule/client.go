@@ -567,7 +567,7 @@ func (c *Client) Activity(ctx context.Context, q ActivityQuery) (*ActivityPage, 
 	if err != nil {
 		return nil, err
 	}
-	rows, err := readPage(r, resp.body)
+	rows, err := readPage(r, resp.body, limit)
 	if err != nil {
 		return nil, err
 	}

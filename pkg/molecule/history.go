@@ -32,7 +32,7 @@ func parseHistory(params rawObject) []HistoryTurn {
 	}
 	var out []HistoryTurn
 	for _, raw := range list {
-		// The page was validated once (readPage): split, never decode.
+		// The page was validated once (rawjson.go): split, never decode.
 		if jsonKind(raw) != '{' {
 			continue
 		}

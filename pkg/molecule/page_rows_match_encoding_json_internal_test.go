@@ -3,8 +3,7 @@ package molecule
 import (
 	"bytes"
 	"encoding/json"
-	"os"
-	"path/filepath"
+	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -13,7 +12,7 @@ import (
 // pageRow reads raw as the one row of a page, as Activity does.
 func pageRow(t testing.TB, raw []byte) ActivityRow {
 	t.Helper()
-	rows, err := readPage(testPageRequest, append(append([]byte("["), raw...), ']'))
+	rows, err := readPage(testPageRequest, append(append([]byte("["), raw...), ']'), 1)
 	if err != nil || len(rows) != 1 {
 		t.Fatalf("page of %s: %d rows, %v", raw, len(rows), err)
 	}
@@ -46,7 +45,7 @@ func encodingJSONRow(raw json.RawMessage) ActivityRow {
 // encoding/json's reading of the body.
 func checkPageMatchesEncodingJSON(t *testing.T, body []byte) {
 	t.Helper()
-	rows, err := readPage(testPageRequest, body)
+	rows, err := readPage(testPageRequest, body, MaxActivityLimit)
 	var raws []json.RawMessage
 	if uerr := json.Unmarshal(body, &raws); uerr != nil {
 		want := decodeJSON(testPageRequest, body, &raws)
@@ -118,33 +117,29 @@ func FuzzPageRowsMatchEncodingJSON(f *testing.F) {
 	f.Fuzz(checkPageMatchesEncodingJSON)
 }
 
-// splitCases are valid JSON objects the splitter must read exactly as
-// encoding/json does: the row fixtures plus the awkward cases.
-func splitCases(t testing.TB) [][]byte {
-	files, err := filepath.Glob(filepath.Join("testdata", "rows", "*.json"))
-	if err != nil || len(files) == 0 {
-		t.Fatalf("fixtures: %v", err)
-	}
-	var cases [][]byte
-	for _, f := range files {
-		b, err := os.ReadFile(f)
-		if err != nil {
-			t.Fatal(err)
+// TestPageRowsCostAllocationsPerPageNotPerRow: a page's rows, ids,
+// methods and times cost a fixed number of allocations, whatever the
+// number of rows: the rows, the ids and methods' shared string, and past
+// 32 rows the list of rows read.
+func TestPageRowsCostAllocationsPerPageNotPerRow(t *testing.T) {
+	page := func(n int) []byte {
+		var rows []string
+		for i := range n {
+			rows = append(rows, fmt.Sprintf(`{"activity_type":"a2a_receive","created_at":"2026-11-21T17:25:36.%06dZ","duration_ms":null,"error_detail":null,`+
+				`"id":"6af0b425-9c93-48bf-ac04-%012d","method":"notify","response_body":{"result":"echo %d"},"source_id":null,"status":"ok",`+
+				`"summary":"Agent message: echo %d","target_id":null,"workspace_id":"35637291-d55e-4553-896c-13c2e02fe4f7"}`, i, i, i, i))
 		}
-		cases = append(cases, b)
+		return []byte("[" + strings.Join(rows, ",") + "]")
 	}
-	for _, s := range []string{
-		`{}`, ` { } `, `{"a":[]}`, `{"a":{}}`, `{"a" : 1 , "b":[ 1 , {"c" : "d"} ] }`,
-		`{"id":"x","id":"y"}`,                       // the last duplicate wins
-		`{"ID":"x","id":"y","Id":"z"}`,              // exact key match
-		`{"k\"ey":"v\\\"al","k\u00e9y":"\u00e9\n"}`, // escapes in keys and values
-		"{\"caf\xc3\xa9\":\"\xff\xfe\",\"\xff\":1}", // UTF-8 and invalid UTF-8
-		`{"a":"}","b":"]","c":"{[","d":"\\"}`,       // brackets inside strings
-		`{"n":-1.5e+10,"t":true,"f":false,"z":null,"s":""}`,
-		"{\n\t\"a\"\r\n:\n[\n{\"b\":\"c\"}\n,\n2\n]\n}",
-		`{"deep":{"a":{"b":{"c":[[[{"d":"e"}]]]}}}}`,
-	} {
-		cases = append(cases, []byte(s))
+	for _, n := range []int{1, 10, 100} {
+		body := page(n)
+		allocs := testing.AllocsPerRun(20, func() {
+			if rows, err := readPage(testPageRequest, body, n); err != nil || len(rows) != n {
+				t.Fatalf("%d rows, %v", len(rows), err)
+			}
+		})
+		if allocs > 3 {
+			t.Errorf("a page of %d rows: %v allocations, want at most 3", n, allocs)
+		}
 	}
-	return cases
 }

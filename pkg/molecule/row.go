@@ -10,6 +10,8 @@ import (
 	"strings"
 	"time"
 	"unicode/utf8"
+
+	"github.com/molecule-ai/molecule-relay/pkg/molecule/internal/jsonread"
 )
 
 // ErrMalformedRow is matched by every error ParseRow returns.
@@ -279,7 +281,11 @@ func (o rawObject) strIs(key, want string) (bool, error) {
 	case 'n':
 		return want == "", nil
 	case '"':
-		return unquote(v) == want, nil
+		lit := bytes.TrimSpace(v)
+		if jsonread.PlainASCII(lit) {
+			return string(lit[1:len(lit)-1]) == want, nil
+		}
+		return unquote(lit) == want, nil
 	default:
 		return false, fmt.Errorf("%s: want a string, got %s", key, kindName(k))
 	}
@@ -350,7 +356,7 @@ func parseRowObject(row rawObject, raw json.RawMessage, self string) (m *Message
 }
 
 // decodeRowObject decodes one feed row, which must be a JSON object. It
-// validates the row once; below it, the row is only split (split.go).
+// validates the row once; below it, the row is only split (rawjson.go).
 func decodeRowObject(raw json.RawMessage) (rawObject, error) {
 	if k := jsonKind(raw); k != '{' {
 		if !json.Valid(raw) {
