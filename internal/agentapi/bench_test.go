@@ -7,9 +7,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/google/uuid"
 	"github.com/molecule-ai/molecule-relay/internal/agentapi"
 	"github.com/molecule-ai/molecule-relay/internal/testkit/pipelinetest"
-	"github.com/molecule-ai/molecule-relay/internal/uuid"
 	"github.com/molecule-ai/molecule-relay/pkg/events"
 )
 
@@ -21,7 +21,7 @@ func BenchmarkSessionOpenEnd(b *testing.B) {
 		b.Fatal(err)
 	}
 	defer srv.Close()
-	in := &events.Inbound{V: events.Version, WorkspaceID: uuid.New(), ActivityID: uuid.New(), Source: events.SourceCanvasUser}
+	in := &events.Inbound{V: events.Version, WorkspaceID: uuid.NewString(), ActivityID: uuid.NewString(), Source: events.SourceCanvasUser}
 	deadline := time.Now().Add(time.Hour)
 	b.ReportAllocs()
 	for b.Loop() {

@@ -9,10 +9,10 @@ import (
 	"testing"
 	"time"
 
+	"github.com/google/uuid"
 	"github.com/molecule-ai/molecule-relay/internal/agentapi"
 	"github.com/molecule-ai/molecule-relay/internal/handler"
 	"github.com/molecule-ai/molecule-relay/internal/testkit/pipelinetest"
-	"github.com/molecule-ai/molecule-relay/internal/uuid"
 	"github.com/molecule-ai/molecule-relay/pkg/events"
 	"github.com/molecule-ai/molecule-relay/pkg/molecule"
 )
@@ -42,7 +42,7 @@ func startAPI(t testing.TB, w *pipelinetest.World, cfg agentapi.Config) *agentap
 // canvasMessage is an inbound canvas message of w's agent, as the
 // dispatcher hands it to Open.
 func canvasMessage(w *pipelinetest.World) *events.Inbound {
-	return &events.Inbound{V: events.Version, WorkspaceID: w.Agent.ID, ActivityID: uuid.New(), Source: events.SourceCanvasUser, Text: "hi"}
+	return &events.Inbound{V: events.Version, WorkspaceID: w.Agent.ID, ActivityID: uuid.NewString(), Source: events.SourceCanvasUser, Text: "hi"}
 }
 
 // endpoint is the URL and capability token of a session.

@@ -21,7 +21,6 @@ import (
 
 	"github.com/molecule-ai/molecule-relay/internal/handler"
 	"github.com/molecule-ai/molecule-relay/internal/stage"
-	"github.com/molecule-ai/molecule-relay/internal/uuid"
 	"github.com/molecule-ai/molecule-relay/pkg/events"
 	"github.com/molecule-ai/molecule-relay/pkg/molecule"
 )
@@ -34,7 +33,7 @@ const interimA2ATimeout = 5 * time.Second
 // InterimID is the stable id of the n-th (1-based) interim message sent
 // while handling activityID.
 func InterimID(activityID string, n int64) string {
-	return uuid.FromName(fmt.Sprintf("molecule-relay/interim/%s/%d", activityID, n))
+	return events.NameUUID(fmt.Sprintf("molecule-relay/interim/%s/%d", activityID, n))
 }
 
 // InterimResult says what became of one interim message.

@@ -6,10 +6,10 @@ import (
 	"testing"
 	"time"
 
+	"github.com/google/uuid"
 	"github.com/molecule-ai/molecule-relay/internal/agentapi"
 	"github.com/molecule-ai/molecule-relay/internal/dispatcher"
 	"github.com/molecule-ai/molecule-relay/internal/testkit/pipelinetest"
-	"github.com/molecule-ai/molecule-relay/internal/uuid"
 	"github.com/molecule-ai/molecule-relay/pkg/events"
 )
 
@@ -23,7 +23,7 @@ func TestPeerInterimRefusedByLoopGuard(t *testing.T) {
 	srv := startAPI(t, w, agentapi.Config{LoopGuard: func(in *events.Inbound) string { return dispatcher.LoopGuard(in, false, 3) }})
 	peer := w.Peers[0]
 	fromPeer := func(mod func(*events.Inbound)) *events.Inbound {
-		in := &events.Inbound{V: events.Version, WorkspaceID: w.Agent.ID, ActivityID: uuid.New(), Source: events.SourcePeerAgent, SourceWorkspaceID: peer.ID, Role: "user", Text: "hi"}
+		in := &events.Inbound{V: events.Version, WorkspaceID: w.Agent.ID, ActivityID: uuid.NewString(), Source: events.SourcePeerAgent, SourceWorkspaceID: peer.ID, Role: "user", Text: "hi"}
 		mod(in)
 		return in
 	}
@@ -32,7 +32,7 @@ func TestPeerInterimRefusedByLoopGuard(t *testing.T) {
 		in   *events.Inbound
 		want int
 	}{
-		{"a reply", fromPeer(func(in *events.Inbound) { in.InReplyTo = uuid.New() }), http.StatusConflict},
+		{"a reply", fromPeer(func(in *events.Inbound) { in.InReplyTo = uuid.NewString() }), http.StatusConflict},
 		{"a role agent answer", fromPeer(func(in *events.Inbound) { in.Role = "agent" }), http.StatusConflict},
 		{"at the hop limit", fromPeer(func(in *events.Inbound) { in.Hops = 3 }), http.StatusConflict},
 		{"an ordinary message", fromPeer(func(*events.Inbound) {}), http.StatusOK},

@@ -13,10 +13,10 @@ import (
 	"strings"
 	"time"
 
+	"github.com/google/uuid"
 	"github.com/molecule-ai/molecule-relay/internal/broker"
 	"github.com/molecule-ai/molecule-relay/internal/configerr"
 	"github.com/molecule-ai/molecule-relay/internal/pollgroup"
-	"github.com/molecule-ai/molecule-relay/internal/uuid"
 )
 
 // ErrInvalid is matched by every validation error.
@@ -671,4 +671,6 @@ func ParseLevel(s string) (slog.Level, error) {
 	return l, nil
 }
 
-func isUUID(s string) bool { return uuid.Valid(s) }
+// isUUID accepts the canonical 8-4-4-4-12 form only (uuid.Validate
+// also takes braces, a urn: prefix and 32 bare hex digits).
+func isUUID(s string) bool { return len(s) == 36 && uuid.Validate(s) == nil }

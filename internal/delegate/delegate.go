@@ -33,7 +33,6 @@ import (
 
 	"github.com/molecule-ai/molecule-relay/internal/configerr"
 	"github.com/molecule-ai/molecule-relay/internal/handler"
-	"github.com/molecule-ai/molecule-relay/internal/uuid"
 	"github.com/molecule-ai/molecule-relay/pkg/events"
 	"github.com/molecule-ai/molecule-relay/pkg/molecule"
 )
@@ -129,7 +128,7 @@ type Scope struct {
 // MessageID is the A2A messageId of the n-th question the handler of
 // workspace's activity asks: the same in every run of that handler.
 func MessageID(workspace, activity string, n int) string {
-	return uuid.FromName("molecule-relay/ask/" + workspace + "/" + activity + "/" + strconv.Itoa(n))
+	return events.NameUUID("molecule-relay/ask/" + workspace + "/" + activity + "/" + strconv.Itoa(n))
 }
 
 // Session numbers the questions of one handler run. Questions asked one

@@ -35,7 +35,6 @@ import (
 
 	"github.com/molecule-ai/molecule-relay/internal/dlq"
 	"github.com/molecule-ai/molecule-relay/internal/handler"
-	"github.com/molecule-ai/molecule-relay/internal/jsfast"
 	"github.com/molecule-ai/molecule-relay/internal/stage"
 	"github.com/molecule-ai/molecule-relay/internal/stage/crashpoint"
 	"github.com/molecule-ai/molecule-relay/internal/tracing"
@@ -77,8 +76,7 @@ func New(js jetstream.JetStream, topo *events.Topology, h handler.Handler, cfg C
 		return nil, fmt.Errorf("%w: need a JetStream handle, a topology with the dispatcher consumer and handled bucket, and a handler", ErrInvalidConfig)
 	}
 	cfg.SetDefaults()
-	// The reply publish, once per message, reads its PubAck by hand.
-	d := &Dispatcher{js: jsfast.WrapJetStream(js), topo: topo, h: h}
+	d := &Dispatcher{js: js, topo: topo, h: h}
 	run, err := stage.Open(js, dlq.DispatcherTarget(topo), &cfg.Config, topo.Config.DispatcherAckWait, topo.Config.DispatcherMaxDeliver,
 		d.admit, d.steps())
 	if err != nil {

@@ -38,7 +38,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/molecule-ai/molecule-relay/internal/uuid"
+	"github.com/google/uuid"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
@@ -318,4 +318,4 @@ func writeJSON(w http.ResponseWriter, status int, v any) {
 	_ = json.NewEncoder(w).Encode(v)
 }
 
-func newUUID() string { return uuid.New() }
+func newUUID() string { return uuid.NewString() }

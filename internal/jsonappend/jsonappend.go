@@ -3,14 +3,11 @@
 // written once per message. A function that reports false met a value it
 // does not write (String a string that needs escaping, Time a time
 // json.Marshal refuses); the caller then encodes the whole record with
-// json.Marshal, so the bytes are always json.Marshal's. Quote escapes
-// any string as json.Marshal does; Compact leaves raw JSON that needs
-// escaping to it.
+// json.Marshal, so the bytes are always json.Marshal's. Its one user
+// left is the poller's cursor record (internal/poller/cursor_encode.go).
 package jsonappend
 
 import (
-	"bytes"
-	"encoding/json"
 	"strconv"
 	"time"
 	"unicode/utf8"
@@ -29,84 +26,6 @@ func String(b []byte, s string) ([]byte, bool) {
 	b = append(b, '"')
 	b = append(b, s...)
 	return append(b, '"'), true
-}
-
-// Quote appends any s as json.Marshal writes a string: quoted, with '"'
-// and '\\' escaped, control characters as \b, \f, \n, \r, \t or \u00XX,
-// the HTML characters '<', '>' and '&' as \u00XX, U+2028 and U+2029 as
-// \u2028 and \u2029, and each byte of invalid UTF-8 as \ufffd (encoding/json
-// appendString, checked by FuzzQuoteLikeJSON). For free text such as a
-// message's; String, which only copies, suits identifiers.
-func Quote(b []byte, s string) []byte {
-	const hex = "0123456789abcdef"
-	b = append(b, '"')
-	start := 0
-	for i := 0; i < len(s); {
-		c := s[i]
-		if c < utf8.RuneSelf {
-			if c >= 0x20 && c != '"' && c != '\\' && c != '<' && c != '>' && c != '&' {
-				i++
-				continue
-			}
-			b = append(b, s[start:i]...)
-			switch c {
-			case '"', '\\':
-				b = append(b, '\\', c)
-			case '\b':
-				b = append(b, '\\', 'b')
-			case '\f':
-				b = append(b, '\\', 'f')
-			case '\n':
-				b = append(b, '\\', 'n')
-			case '\r':
-				b = append(b, '\\', 'r')
-			case '\t':
-				b = append(b, '\\', 't')
-			default:
-				b = append(b, '\\', 'u', '0', '0', hex[c>>4], hex[c&0xF])
-			}
-			i++
-			start = i
-			continue
-		}
-		r, size := utf8.DecodeRuneInString(s[i:])
-		switch {
-		case r == utf8.RuneError && size == 1:
-			b = append(b, s[start:i]...)
-			b = append(b, `\ufffd`...)
-		case r == '\u2028' || r == '\u2029':
-			b = append(b, s[start:i]...)
-			b = append(b, '\\', 'u', '2', '0', '2', hex[r&0xF])
-		default:
-			i += size
-			continue
-		}
-		i += size
-		start = i
-	}
-	b = append(b, s[start:]...)
-	return append(b, '"')
-}
-
-// Compact appends raw as json.Marshal writes a json.RawMessage: compacted
-// (json.Compact). It reports false when raw is not valid JSON (json.Marshal
-// fails) or holds a character json.Marshal would escape in it ('<', '>',
-// '&', U+2028, U+2029).
-func Compact(b []byte, raw []byte) ([]byte, bool) {
-	if raw == nil {
-		return append(b, "null"...), true // json.RawMessage's MarshalJSON
-	}
-	for i, c := range raw {
-		if c == '<' || c == '>' || c == '&' ||
-			(c == 0xE2 && i+2 < len(raw) && raw[i+1] == 0x80 && (raw[i+2] == 0xA8 || raw[i+2] == 0xA9)) {
-			return b, false
-		}
-	}
-	buf := bytes.NewBuffer(b)
-	if err := json.Compact(buf, raw); err != nil {
-		return b, false
-	}
-	return buf.Bytes(), true
 }
 
 // Time appends t as time.Time.MarshalJSON does (RFC 3339 with
@@ -162,21 +81,6 @@ func (o *Object) String(key, s string) {
 	o.ok = o.ok && ok
 }
 
-// Text writes a string field of free text (Quote).
-func (o *Object) Text(key, s string) {
-	o.Key(key)
-	o.b = Quote(o.b, s)
-}
-
-// Compact writes a field of raw JSON as json.Marshal writes a
-// json.RawMessage (Compact).
-func (o *Object) Compact(key string, raw []byte) {
-	o.Key(key)
-	var ok bool
-	o.b, ok = Compact(o.b, raw)
-	o.ok = o.ok && ok
-}
-
 // Time writes a time field.
 func (o *Object) Time(key string, t time.Time) {
 	o.Key(key)
@@ -189,24 +93,6 @@ func (o *Object) Time(key string, t time.Time) {
 func (o *Object) Int(key string, n int64) {
 	o.Key(key)
 	o.b = strconv.AppendInt(o.b, n, 10)
-}
-
-// Uint writes an unsigned integer field.
-func (o *Object) Uint(key string, n uint64) {
-	o.Key(key)
-	o.b = strconv.AppendUint(o.b, n, 10)
-}
-
-// Bool writes a boolean field.
-func (o *Object) Bool(key string, v bool) {
-	o.Key(key)
-	o.b = strconv.AppendBool(o.b, v)
-}
-
-// Raw writes a field whose value is already JSON (an encoded object).
-func (o *Object) Raw(key string, v []byte) {
-	o.Key(key)
-	o.b = append(o.b, v...)
 }
 
 // End closes the object and returns it, and whether every value could be

@@ -17,8 +17,8 @@ import (
 	"github.com/mark3labs/mcp-go/server"
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/google/uuid"
 	"github.com/molecule-ai/molecule-relay/internal/relay"
-	"github.com/molecule-ai/molecule-relay/internal/uuid"
 	"github.com/molecule-ai/molecule-relay/internal/version"
 	"github.com/molecule-ai/molecule-relay/pkg/molecule"
 )
@@ -168,7 +168,7 @@ const instructions = `Messages sent to your Molecule workspaces arrive as channe
 func (s *Server) Serve(ctx context.Context, in io.Reader, out io.Writer) error {
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
-	sess := &session{id: uuid.New(), notes: make(chan mcp.JSONRPCNotification, 16)}
+	sess := &session{id: uuid.NewString(), notes: make(chan mcp.JSONRPCNotification, 16)}
 	if err := s.mcp.RegisterSession(ctx, sess); err != nil {
 		return fmt.Errorf("mcpchannel: session: %w", err)
 	}

@@ -14,7 +14,6 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/molecule-ai/molecule-relay/internal/handler"
-	"github.com/molecule-ai/molecule-relay/internal/uuid"
 	"github.com/molecule-ai/molecule-relay/pkg/events"
 	"github.com/molecule-ai/molecule-relay/pkg/molecule"
 )
@@ -213,7 +212,7 @@ func (s *Server) replyUnprompted(ctx context.Context, ws, peer, text string) *mc
 			fmt.Sprintf("No message was waiting: sent a new message to the canvas user of %s (/notify).", ws))
 	}
 	_, err = c.SendA2A(ctx, molecule.A2AMessage{To: peer, Role: "user", Text: text,
-		MessageID: uuid.FromName("molecule-relay/reply_to_workspace/" + digest(ws, peer, text, window))})
+		MessageID: events.NameUUID("molecule-relay/reply_to_workspace/" + digest(ws, peer, text, window))})
 	if err != nil {
 		return toolError("%s: no message from peer %s is waiting, and a new one to it was not sent: %v", ToolReply, peer, err)
 	}

@@ -18,11 +18,11 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/google/uuid"
 	"github.com/molecule-ai/molecule-relay/internal/delegate"
 	"github.com/molecule-ai/molecule-relay/internal/filecache"
 	"github.com/molecule-ai/molecule-relay/internal/handler"
 	"github.com/molecule-ai/molecule-relay/internal/stage"
-	"github.com/molecule-ai/molecule-relay/internal/uuid"
 	"github.com/molecule-ai/molecule-relay/pkg/events"
 	"github.com/molecule-ai/molecule-relay/pkg/molecule"
 )
@@ -137,7 +137,7 @@ func (s *Server) toolDelegate(ctx context.Context, req mcp.CallToolRequest) (*mc
 	if err != nil {
 		return agentError(ToolDelegate, err), nil
 	}
-	ans, err := a.Ask(ctx, delegate.Scope{Workspace: c.WorkspaceID(), Activity: taskActivityPrefix + uuid.New(), N: 1}, q)
+	ans, err := a.Ask(ctx, delegate.Scope{Workspace: c.WorkspaceID(), Activity: taskActivityPrefix + uuid.NewString(), N: 1}, q)
 	if err != nil {
 		return agentError(ToolDelegate, err), nil
 	}

@@ -13,8 +13,6 @@ import (
 	"github.com/nats-io/nats.go"
 
 	"github.com/molecule-ai/molecule-relay/internal/handler"
-	"github.com/molecule-ai/molecule-relay/internal/jsonappend"
-	"github.com/molecule-ai/molecule-relay/internal/jsonread"
 )
 
 // maxBatch caps one direct get batch (TopologyConfig.HistoryTurns is at
@@ -110,55 +108,21 @@ func decodeRecord(data []byte) (r record, ok bool) {
 	if isForgetMarker(data) {
 		return record{forget: true}, true
 	}
-	r.turns = make([]handler.Turn, 0, 2)
-	r.sizes = make([]int, 0, 2)
-	add := func(raw []byte) bool {
-		var t handler.Turn
-		if !decodeTurnFast(raw, &t) {
-			t = handler.Turn{}
-			if json.Unmarshal(raw, &t) != nil {
-				return true
-			}
-		}
-		r.turns = append(r.turns, t)
-		r.sizes = append(r.sizes, len(raw))
-		return true
-	}
-	if jsonread.Array(data, add) {
-		return r, true
-	}
 	var raws []json.RawMessage
 	if json.Unmarshal(data, &raws) != nil {
 		return record{}, false
 	}
-	r.turns, r.sizes = r.turns[:0], r.sizes[:0]
+	r.turns = make([]handler.Turn, 0, len(raws))
+	r.sizes = make([]int, 0, len(raws))
 	for _, raw := range raws {
-		add(raw)
+		var t handler.Turn
+		if json.Unmarshal(raw, &t) != nil {
+			continue
+		}
+		r.turns = append(r.turns, t)
+		r.sizes = append(r.sizes, len(raw))
 	}
 	return r, true
-}
-
-// decodeTurnFast reads a turn as json.Marshal writes it, or reports false
-// (t then holds partial values); the hand path of internal/jsonread, one
-// decode of every turn the dispatcher reads
-// (TestTurnDecoderMatchesEncodingJSON).
-func decodeTurnFast(raw []byte, t *handler.Turn) bool {
-	var seen jsonread.Seen
-	return jsonread.ElementObject(raw, func(key, val []byte) bool {
-		switch string(key) {
-		case "role":
-			return seen.First(0) && jsonread.String(val, &t.Role)
-		case "text":
-			return seen.First(1) && jsonread.String(val, &t.Text)
-		case "attachments":
-			return seen.First(2) && jsonread.Value(val, &t.Attachments)
-		case "activity_id":
-			return seen.First(3) && jsonread.String(val, &t.ActivityID)
-		case "at":
-			return seen.First(4) && jsonread.Time(val, &t.At)
-		}
-		return false
-	})
 }
 
 // records returns the messages on subject from seq on (from its first
@@ -226,17 +190,8 @@ type directGetRequest struct {
 	NoHeaders bool   `json:"no_hdr"`
 }
 
-// marshal is json.Marshal(r) written by hand, one per read
-// (TestDirectGetRequestEncodesLikeJSON); none of its values can fail.
 func (r directGetRequest) marshal() []byte {
-	o := jsonappend.Begin(make([]byte, 0, 64+len(r.NextFor)))
-	if r.Seq != 0 { // omitempty
-		o.Uint("seq", r.Seq)
-	}
-	o.Text("next_by_subj", r.NextFor)
-	o.Int("batch", int64(r.Batch))
-	o.Bool("no_hdr", r.NoHeaders)
-	b, _ := o.End()
+	b, _ := json.Marshal(r) // none of its values can fail
 	return b
 }
 

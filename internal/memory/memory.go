@@ -42,7 +42,6 @@ import (
 
 	"github.com/molecule-ai/molecule-relay/internal/configerr"
 	"github.com/molecule-ai/molecule-relay/internal/handler"
-	"github.com/molecule-ai/molecule-relay/internal/jsfast"
 	"github.com/molecule-ai/molecule-relay/pkg/events"
 	"github.com/molecule-ai/molecule-relay/pkg/molecule"
 )
@@ -109,7 +108,7 @@ func New(js jetstream.JetStream, topo *events.Topology, cfg Config) (*Store, err
 	}
 	info := topo.Memory.CachedInfo()
 	return &Store{
-		js:     jsfast.WrapJetStream(js), // Record's publish reads its PubAck by hand
+		js:     js,
 		stream: info.Config.Name,
 		get:    newDirectGetter(js.Conn(), info.Config.Name, batchOf(info.Config.MaxMsgsPerSubject)),
 		legacy: topo.History,
@@ -169,7 +168,7 @@ func (s *Store) Seed(ctx context.Context, workspace, conversation string, turns 
 // seed publishes turns as the conversation's first message, expecting its
 // subject to hold none.
 func (s *Store) seed(ctx context.Context, workspace, conversation string, turns []handler.Turn, msgID string) error {
-	data, err := encodeTurns(turns)
+	data, err := json.Marshal(turns)
 	if err != nil {
 		return fmt.Errorf("memory: encode: %w", err)
 	}
@@ -203,12 +202,10 @@ func (s *Store) Record(ctx context.Context, workspace, conversation string, turn
 	if s == nil || len(turns) == 0 {
 		return 0, nil
 	}
-	data, err := encodeTurns(s.clipAll(turns))
+	data, err := json.Marshal(s.clipAll(turns))
 	if err != nil {
 		return 0, fmt.Errorf("memory: encode: %w", err)
 	}
-	// The expected stream as a header, not jetstream.WithExpectStream: a
-	// publish with options stays nats.go's (internal/jsfast).
 	msg := &nats.Msg{Subject: events.MemorySubject(workspace, conversation), Data: data,
 		Header: nats.Header{jetstream.ExpectedStreamHeader: []string{s.stream}}}
 	if id := msgIDOf(workspace, conversation, turns); id != "" {
@@ -276,11 +273,8 @@ func (s *Store) bound(turns []handler.Turn) []handler.Turn {
 }
 
 func turnSize(t handler.Turn) int {
-	b, ok := appendTurn(make([]byte, 0, turnSizeHint(&t)), &t)
-	if !ok {
-		if b, err := json.Marshal(t); err == nil {
-			return len(b)
-		}
+	b, err := json.Marshal(t)
+	if err != nil {
 		return 0
 	}
 	return len(b)

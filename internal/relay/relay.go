@@ -27,6 +27,7 @@ import (
 	"github.com/molecule-ai/molecule-relay/internal/replier"
 	"github.com/molecule-ai/molecule-relay/internal/stage"
 	"github.com/molecule-ai/molecule-relay/internal/tracing"
+	"github.com/molecule-ai/molecule-relay/internal/version"
 	"github.com/molecule-ai/molecule-relay/pkg/events"
 	"github.com/molecule-ai/molecule-relay/pkg/molecule"
 )
@@ -194,6 +195,7 @@ func newClient(w config.Workspace, hc, streams *http.Client, log *slog.Logger, b
 		StreamHTTPClient: streams,
 		Logger:           log.With("workspace", w.ID),
 		RateBudget:       budget,
+		RelayVersion:     version.String(),
 	})
 }
 

@@ -1,12 +1,13 @@
 package events
 
 import (
+	"crypto/sha1"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"time"
 
-	"github.com/molecule-ai/molecule-relay/internal/uuid"
+	"github.com/google/uuid"
 )
 
 // Version is the envelope version this package writes. Decoders accept
@@ -164,18 +165,20 @@ const (
 	ReasonUnawaitedAnswer = "unawaited_answer"
 )
 
-// Marshal encodes an envelope, stamping the current Version (Inbound's and
-// Reply's, written by hand, are in inbound_encode.go and reply_encode.go).
+// Marshal encodes an envelope, stamping the current Version.
+func (m Inbound) Marshal() ([]byte, error) { m.V = Version; return json.Marshal(m) }
+
+// Marshal encodes an envelope, stamping the current Version.
+func (m Reply) Marshal() ([]byte, error) { m.V = Version; return json.Marshal(m) }
+
+// Marshal encodes an envelope, stamping the current Version.
 func (m DeadLetter) Marshal() ([]byte, error) { m.V = Version; return json.Marshal(m) }
 
 // DecodeInbound decodes and validates an Inbound envelope.
 func DecodeInbound(data []byte) (*Inbound, error) {
 	var m Inbound
-	if !decodeInboundFast(data, &m) {
-		m = Inbound{}
-		if err := json.Unmarshal(data, &m); err != nil {
-			return nil, fmt.Errorf("events: decode envelope: %w", err)
-		}
+	if err := json.Unmarshal(data, &m); err != nil {
+		return nil, fmt.Errorf("events: decode envelope: %w", err)
 	}
 	if err := checkVersion(m.V); err != nil {
 		return nil, err
@@ -189,11 +192,8 @@ func DecodeInbound(data []byte) (*Inbound, error) {
 // DecodeReply decodes and validates a Reply envelope.
 func DecodeReply(data []byte) (*Reply, error) {
 	var m Reply
-	if !decodeReplyFast(data, &m) {
-		m = Reply{}
-		if err := json.Unmarshal(data, &m); err != nil {
-			return nil, fmt.Errorf("events: decode envelope: %w", err)
-		}
+	if err := json.Unmarshal(data, &m); err != nil {
+		return nil, fmt.Errorf("events: decode envelope: %w", err)
 	}
 	if err := checkVersion(m.V); err != nil {
 		return nil, err
@@ -241,5 +241,19 @@ func checkVersion(v int) error {
 // It is stable across retries and processes, so the platform's queue
 // de-duplicates a re-sent peer reply.
 func ReplyMessageID(activityID string) string {
-	return uuid.FromName("molecule-relay/reply/" + activityID)
+	return NameUUID("molecule-relay/reply/" + activityID)
+}
+
+// NameUUID returns the name-based UUID of name: the first 16 bytes of
+// SHA-1(name) with the version 5 and RFC 4122 variant bits set, in
+// canonical lower-case form. The same name always gives the same UUID, in
+// every process and every release (a retry after an upgrade must send the
+// id the first attempt sent). Unlike RFC 4122's version 5 (uuid.NewSHA1)
+// no 16-byte namespace is hashed: callers put a fixed text prefix in name.
+func NameUUID(name string) string {
+	h := sha1.Sum([]byte(name))
+	u := uuid.UUID(h[:16])
+	u[6] = u[6]&0x0f | 0x50
+	u[8] = u[8]&0x3f | 0x80
+	return u.String()
 }

@@ -182,3 +182,9 @@ type AskAnswer struct {
 	MessageID  string    `json:"message_id,omitempty"`
 	At         time.Time `json:"at"`
 }
+
+// Marshal encodes r as JSON.
+func (r HandledRecord) Marshal() ([]byte, error) { return json.Marshal(r) }
+
+// Marshal encodes r as JSON.
+func (r ReplyRecord) Marshal() ([]byte, error) { return json.Marshal(r) }

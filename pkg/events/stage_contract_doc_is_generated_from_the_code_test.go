@@ -137,6 +137,7 @@ var names = map[string]string{
 	"ReplyMsgID":              events.ReplyMsgID("ws-1", "act-1"),
 	"MemoryMsgID":             events.MemoryMsgID("ws-1", "canvas", "act-1", "user+agent"),
 	"ReplyMessageID":          events.ReplyMessageID("act-1"),
+	"NameUUID":                events.NameUUID("molecule-relay/reply/act-1"),
 	"HandledKey":              events.HandledKey("ws-1", "act-1"),
 	"PeerMessageKey":          events.PeerMessageKey("ws-1", "ws-2", "msg-1"),
 	"InterimKey":              events.InterimKey("ws-1", "interim-1"),

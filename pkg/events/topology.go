@@ -6,8 +6,6 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
-
-	"github.com/molecule-ai/molecule-relay/internal/jsfast"
 )
 
 // DefaultDispatcherAckWait and DefaultReplierAckWait are the consumers'
@@ -324,7 +322,7 @@ func MemoryStreamConfig(cfg TopologyConfig) jetstream.StreamConfig {
 // the relay writes goes through here, so none allows direct gets when
 // replicated.
 func EnsureBucket(ctx context.Context, js jetstream.JetStream, cfg jetstream.KeyValueConfig) (jetstream.KeyValue, error) {
-	stream, err := ensureStream(ctx, js, BucketStreamConfig(cfg))
+	_, err := ensureStream(ctx, js, BucketStreamConfig(cfg))
 	if err != nil {
 		return nil, fmt.Errorf("events: create bucket %s: %w", cfg.Bucket, err)
 	}
@@ -332,22 +330,7 @@ func EnsureBucket(ctx context.Context, js jetstream.JetStream, cfg jetstream.Key
 	if err != nil {
 		return nil, fmt.Errorf("events: bind bucket %s: %w", cfg.Bucket, err)
 	}
-	return jsfast.Wrap(js, kv, stream), nil
-}
-
-// lookupBucket binds an existing bucket with the fast Get, Create and
-// Update (internal/jsfast). Should its stream vanish between the two
-// look-ups, the bucket stays nats.go's alone, as before.
-func lookupBucket(ctx context.Context, js jetstream.JetStream, name string) (jetstream.KeyValue, error) {
-	kv, err := js.KeyValue(ctx, name)
-	if err != nil {
-		return nil, err
-	}
-	stream, err := js.Stream(ctx, "KV_"+name)
-	if err != nil {
-		return kv, nil
-	}
-	return jsfast.Wrap(js, kv, stream), nil
+	return kv, nil
 }
 
 // BucketStreamConfig is the stream behind a key-value bucket: what nats.go's
@@ -495,7 +478,7 @@ func LookupTopology(ctx context.Context, js jetstream.JetStream, cfg TopologyCon
 	}
 	bucket := func(dst *jetstream.KeyValue, name string) {
 		if err == nil {
-			if *dst, err = lookupBucket(ctx, js, name); err != nil {
+			if *dst, err = js.KeyValue(ctx, name); err != nil {
 				err = fmt.Errorf("events: look up bucket %s: %w (create the topology first, as an admin: molecule-relay status)", name, err)
 			}
 		}
@@ -513,7 +496,7 @@ func LookupTopology(ctx context.Context, js jetstream.JetStream, cfg TopologyCon
 		// Optional: a cluster set up before delegation existed has no
 		// asks bucket (or no permission for it); delegation is then off.
 		if err == nil {
-			if kv, kerr := lookupBucket(ctx, js, BucketAsks); kerr == nil {
+			if kv, kerr := js.KeyValue(ctx, BucketAsks); kerr == nil {
 				t.Asks = kv
 			}
 		}

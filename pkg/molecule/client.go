@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"log/slog"
-	"math"
 	"net/http"
 	"net/url"
 	"slices"
@@ -13,9 +12,6 @@ import (
 	"strings"
 	"sync"
 	"time"
-
-	"github.com/molecule-ai/molecule-relay/internal/jsonappend"
-	"github.com/molecule-ai/molecule-relay/internal/version"
 )
 
 // Defaults applied by New.
@@ -85,6 +81,9 @@ type Config struct {
 	DiscoverTTL time.Duration
 	// UserAgent is sent on every request. If not set, "molecule-relay".
 	UserAgent string
+	// RelayVersion is the relay_version every heartbeat reports. If not
+	// set, "dev".
+	RelayVersion string
 	// RateBudget is the view of the platform's rate-limit bucket this
 	// client's requests count in. Clients whose requests share one bucket
 	// (the same X-Molecule-Org-Id on NEW, the same source IP on OLD)
@@ -147,6 +146,9 @@ func (cfg *Config) validate() (base string, err error) {
 	}
 	if cfg.DiscoverTTL == 0 {
 		cfg.DiscoverTTL = DefaultDiscoverTTL
+	}
+	if cfg.RelayVersion == "" {
+		cfg.RelayVersion = "dev"
 	}
 	if cfg.UserAgent == "" {
 		cfg.UserAgent = DefaultUserAgent
@@ -302,68 +304,6 @@ type heartbeatBody struct {
 	RuntimeState    string          `json:"runtime_state,omitempty"`
 }
 
-// marshal encodes b as json.Marshal does, without reflection, into a
-// buffer sized for it: a relay for a thousand workspaces sends 33
-// heartbeats a second (docs/performance.md, "An idle fleet"). A value
-// jsonappend does not write (a string that needs escaping, an error rate
-// json.Marshal writes with an exponent) falls back to json.Marshal.
-func (b *heartbeatBody) marshal() ([]byte, error) {
-	o := jsonappend.Begin(make([]byte, 0, 384))
-	o.String("workspace_id", b.WorkspaceID)
-	o.Int("active_tasks", int64(b.ActiveTasks))
-	o.String("current_task", b.CurrentTask)
-	o.Int("uptime_seconds", b.UptimeSeconds)
-	o.Key("error_rate")
-	o.Value(func(out []byte) ([]byte, bool) { return appendPlainFloat(out, b.ErrorRate) })
-	o.String("sample_error", b.SampleError)
-	o.Key("runtime_metadata")
-	o.Value(b.RuntimeMetadata.appendJSON)
-	if b.RuntimeState != "" {
-		o.String("runtime_state", b.RuntimeState)
-	}
-	if out, ok := o.End(); ok {
-		return out, nil
-	}
-	return json.Marshal(b)
-}
-
-// appendJSON appends m as json.Marshal writes it, into the caller's
-// buffer; false when a string needs escaping.
-func (m *runtimeMetadata) appendJSON(out []byte) ([]byte, bool) {
-	o := jsonappend.Begin(out)
-	o.Key("capabilities")
-	o.Value(func(out []byte) ([]byte, bool) {
-		caps := m.Capabilities
-		co := jsonappend.Begin(out)
-		co.Bool("heartbeat", caps.Heartbeat)
-		co.Bool("scheduler", caps.Scheduler)
-		co.Bool("session", caps.Session)
-		co.Bool("status_mgmt", caps.StatusMgmt)
-		co.Bool("retry", caps.Retry)
-		co.Bool("activity_decoration", caps.ActivityDecoration)
-		co.Bool("channel_dispatch", caps.ChannelDispatch)
-		return co.End()
-	})
-	if m.IdleTimeoutSeconds != 0 {
-		o.Int("idle_timeout_seconds", int64(m.IdleTimeoutSeconds))
-	}
-	o.String("relay_version", m.RelayVersion)
-	if m.RelayInstance != "" {
-		o.String("relay_instance", m.RelayInstance)
-	}
-	return o.End()
-}
-
-// appendPlainFloat appends f as json.Marshal writes a float64 it writes
-// without an exponent (0, and 1e-6 ≤ |f| < 1e21); other values are left to
-// json.Marshal.
-func appendPlainFloat(b []byte, f float64) ([]byte, bool) {
-	if a := math.Abs(f); f != 0 && (a < 1e-6 || a >= 1e21) || math.IsNaN(f) {
-		return b, false
-	}
-	return strconv.AppendFloat(b, f, 'f', -1, 64), true
-}
-
 type runtimeMetadata struct {
 	Capabilities       Capabilities `json:"capabilities"`
 	IdleTimeoutSeconds int          `json:"idle_timeout_seconds,omitempty"`
@@ -382,13 +322,13 @@ func (c *Client) Heartbeat(ctx context.Context, hb Heartbeat) (*HeartbeatResult,
 		UptimeSeconds:   hb.UptimeSeconds,
 		ErrorRate:       hb.ErrorRate,
 		SampleError:     hb.SampleError,
-		RuntimeMetadata: runtimeMetadata{Capabilities: hb.Capabilities, RelayVersion: version.String(), RelayInstance: hb.InstanceID},
+		RuntimeMetadata: runtimeMetadata{Capabilities: hb.Capabilities, RelayVersion: c.cfg.RelayVersion, RelayInstance: hb.InstanceID},
 		RuntimeState:    hb.RuntimeState,
 	}
 	if hb.IdleTimeoutSeconds > 0 {
 		body.RuntimeMetadata.IdleTimeoutSeconds = hb.IdleTimeoutSeconds
 	}
-	raw, err := body.marshal()
+	raw, err := json.Marshal(body)
 	if err != nil {
 		return nil, fmt.Errorf("%w: POST /registry/heartbeat: encoding body: %w", ErrInvalidArgument, err)
 	}

@@ -8,7 +8,7 @@ import (
 	"time"
 	"unicode/utf8"
 
-	"github.com/molecule-ai/molecule-relay/internal/jsonread"
+	"github.com/molecule-ai/molecule-relay/pkg/molecule/internal/jsonread"
 )
 
 // Reading an activity page.

@@ -13,7 +13,7 @@ import (
 	"strconv"
 	"strings"
 
-	"github.com/molecule-ai/molecule-relay/internal/uuid"
+	"github.com/google/uuid"
 )
 
 // a2aBody is the canonical JSON-RPC message/send envelope (docs/protocol.md §6).
@@ -250,4 +250,4 @@ func redactURL(s string) string {
 }
 
 // newUUID returns a random (version 4) UUID.
-func newUUID() string { return uuid.New() }
+func newUUID() string { return uuid.NewString() }

@@ -6,7 +6,7 @@ import (
 	"math"
 	"unicode/utf8"
 
-	"github.com/molecule-ai/molecule-relay/internal/jsonread"
+	"github.com/molecule-ai/molecule-relay/pkg/molecule/internal/jsonread"
 )
 
 // Splitting JSON that is already known to be valid.

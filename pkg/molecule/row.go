@@ -11,7 +11,7 @@ import (
 	"time"
 	"unicode/utf8"
 
-	"github.com/molecule-ai/molecule-relay/internal/jsonread"
+	"github.com/molecule-ai/molecule-relay/pkg/molecule/internal/jsonread"
 )
 
 // ErrMalformedRow is matched by every error ParseRow returns.

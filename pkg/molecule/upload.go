@@ -16,7 +16,7 @@ import (
 	"net/url"
 	"strings"
 
-	"github.com/molecule-ai/molecule-relay/internal/uuid"
+	"github.com/google/uuid"
 )
 
 // PendingScheme is the URI scheme of a staged upload.
@@ -33,7 +33,7 @@ const MaxUploadBytes = 25 << 20
 func ParsePendingURI(uri string) (workspaceID, fileID string, err error) {
 	rest, ok := strings.CutPrefix(uri, PendingScheme)
 	ws, fid, ok2 := strings.Cut(rest, "/")
-	if !ok || !ok2 || !uuid.Valid(ws) || !uuid.Valid(fid) {
+	if !ok || !ok2 || !isUUID(ws) || !isUUID(fid) {
 		return "", "", fmt.Errorf("%w: %s is not platform-pending:<workspace uuid>/<file uuid>", ErrInvalidArgument, quoteCut(uri))
 	}
 	return ws, fid, nil
@@ -52,7 +52,7 @@ type Upload struct {
 // MaxChatUploadBytes). A 404 (no
 // such file, expired after 24 h, or already acked) matches ErrNotFound.
 func (c *Client) FetchUpload(ctx context.Context, fileID string, max int64) (*Upload, error) {
-	if !uuid.Valid(fileID) {
+	if !isUUID(fileID) {
 		return nil, fmt.Errorf("%w: file id %s is not a UUID", ErrInvalidArgument, quoteCut(fileID))
 	}
 	if max <= 0 {
@@ -90,7 +90,7 @@ func cappedUpload(resp *http.Response, what string, max int64) (*Upload, error) 
 // AckUpload tells the platform the upload was handed off; after it the
 // content is gone (GET answers 404) and a second ack answers 404 too.
 func (c *Client) AckUpload(ctx context.Context, fileID string) error {
-	if !uuid.Valid(fileID) {
+	if !isUUID(fileID) {
 		return fmt.Errorf("%w: file id %s is not a UUID", ErrInvalidArgument, quoteCut(fileID))
 	}
 	_, err := c.do(ctx, request{method: http.MethodPost, path: c.selfPath("/pending-uploads/" + fileID + "/ack")})
@@ -173,3 +173,7 @@ func (c *Client) DownloadWorkspaceFile(ctx context.Context, path string, max int
 	}
 	return cappedUpload(resp, path, max)
 }
+
+// isUUID accepts the canonical 8-4-4-4-12 form only (uuid.Validate also
+// takes braces, a urn: prefix and 32 bare hex digits).
+func isUUID(s string) bool { return len(s) == 36 && uuid.Validate(s) == nil }

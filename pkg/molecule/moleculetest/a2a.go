@@ -13,8 +13,6 @@ import (
 	"strings"
 	"syscall"
 	"time"
-
-	"github.com/molecule-ai/molecule-relay/internal/jsonappend"
 )
 
 // maxAgentResponse caps a push agent's answer, as the platform does.
@@ -324,7 +322,7 @@ func (s *Server) logPushed(c pushCall, code int, respBody []byte, start time.Tim
 	if v, err := decodeAny(respBody); err == nil {
 		rw.responseBody = appendJSON(nil, v, s.bodyOrder())
 	} else {
-		rw.responseBody = jsonappend.Quote(nil, string(respBody))
+		rw.responseBody = quoteJSON(nil, string(respBody))
 	}
 	if code >= 300 {
 		rw.status = "error"

@@ -7,8 +7,6 @@ import (
 	"strconv"
 	"sync"
 	"time"
-
-	"github.com/molecule-ai/molecule-relay/internal/jsonappend"
 )
 
 // sseBuffer is the platform's per-subscriber buffer; events beyond it are
@@ -108,7 +106,7 @@ func (s *Server) publish(id, typ string, data any) {
 	}
 	frame := make([]byte, 0, len(raw)+80)
 	frame = append(frame, `data: {"type":`...)
-	frame = jsonappend.Quote(frame, typ)
+	frame = quoteJSON(frame, typ)
 	frame = append(frame, `,"timestamp":`...)
 	frame = strconv.AppendInt(frame, time.Now().UnixMilli(), 10)
 	frame = append(frame, `,"data":`...)
@@ -132,7 +130,7 @@ func (s *Server) publish(id, typ string, data any) {
 func (s *Server) activityEvent(r *row) []byte {
 	b := make([]byte, 0, 200+len(r.requestBody)+len(r.responseBody))
 	b = append(b, `{"activity_type":`...)
-	b = jsonappend.Quote(b, r.activityType)
+	b = quoteJSON(b, r.activityType)
 	b = append(b, `,"duration_ms":`...)
 	b = appendDuration(b, r)
 	b = append(b, `,"method":`...)
@@ -143,9 +141,9 @@ func (s *Server) activityEvent(r *row) []byte {
 	b = append(b, `,"source_id":`...)
 	b = appendNullString(b, r.sourceID)
 	b = append(b, `,"status":`...)
-	b = jsonappend.Quote(b, r.status)
+	b = quoteJSON(b, r.status)
 	b = append(b, `,"summary":`...)
-	b = jsonappend.Quote(b, r.summary)
+	b = quoteJSON(b, r.summary)
 	b = append(b, `,"target_id":`...)
 	b = appendNullString(b, r.targetID)
 	return append(b, '}')

@@ -6,8 +6,6 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
-
-	"github.com/molecule-ai/molecule-relay/internal/jsonappend"
 )
 
 // row is one activity_logs row. Everything but json is kept for filtering.
@@ -304,10 +302,10 @@ type peerInfo struct {
 func encodeRowNew(r *row, seq bool, pi *peerInfo) []byte {
 	b := make([]byte, 0, 256+len(r.requestBody)+len(r.responseBody))
 	b = append(b, `{"activity_type":`...)
-	b = jsonappend.Quote(b, r.activityType)
+	b = quoteJSON(b, r.activityType)
 	if pi != nil && pi.cardURL != "" {
 		b = append(b, `,"agent_card_url":`...)
-		b = jsonappend.Quote(b, pi.cardURL)
+		b = quoteJSON(b, pi.cardURL)
 	}
 	if pi != nil && pi.attachments != nil {
 		b = append(b, `,"attachments":`...)
@@ -320,16 +318,16 @@ func encodeRowNew(r *row, seq bool, pi *peerInfo) []byte {
 	b = append(b, `,"error_detail":`...)
 	b = appendNullString(b, r.errorDetail)
 	b = append(b, `,"id":`...)
-	b = jsonappend.Quote(b, r.id)
+	b = quoteJSON(b, r.id)
 	b = append(b, `,"method":`...)
 	b = appendMethod(b, r)
 	if pi != nil && pi.name != "" {
 		b = append(b, `,"peer_name":`...)
-		b = jsonappend.Quote(b, pi.name)
+		b = quoteJSON(b, pi.name)
 	}
 	if pi != nil && pi.role != "" {
 		b = append(b, `,"peer_role":`...)
-		b = jsonappend.Quote(b, pi.role)
+		b = quoteJSON(b, pi.role)
 	}
 	b = appendBodies(b, r)
 	if seq {
@@ -339,13 +337,13 @@ func encodeRowNew(r *row, seq bool, pi *peerInfo) []byte {
 	b = append(b, `,"source_id":`...)
 	b = appendNullString(b, r.sourceID)
 	b = append(b, `,"status":`...)
-	b = jsonappend.Quote(b, r.status)
+	b = quoteJSON(b, r.status)
 	b = append(b, `,"summary":`...)
-	b = jsonappend.Quote(b, r.summary)
+	b = quoteJSON(b, r.summary)
 	b = append(b, `,"target_id":`...)
 	b = appendNullString(b, r.targetID)
 	b = append(b, `,"workspace_id":`...)
-	b = jsonappend.Quote(b, r.workspaceID)
+	b = quoteJSON(b, r.workspaceID)
 	return append(b, '}')
 }
 
@@ -354,11 +352,11 @@ func encodeRowNew(r *row, seq bool, pi *peerInfo) []byte {
 func encodeRowOld(r *row) []byte {
 	b := make([]byte, 0, 256+len(r.requestBody)+len(r.responseBody))
 	b = append(b, `{"id":`...)
-	b = jsonappend.Quote(b, r.id)
+	b = quoteJSON(b, r.id)
 	b = append(b, `,"workspace_id":`...)
-	b = jsonappend.Quote(b, r.workspaceID)
+	b = quoteJSON(b, r.workspaceID)
 	b = append(b, `,"activity_type":`...)
-	b = jsonappend.Quote(b, r.activityType)
+	b = quoteJSON(b, r.activityType)
 	b = append(b, `,"source_id":`...)
 	b = appendNullString(b, r.sourceID)
 	b = append(b, `,"target_id":`...)
@@ -366,12 +364,12 @@ func encodeRowOld(r *row) []byte {
 	b = append(b, `,"method":`...)
 	b = appendMethod(b, r)
 	b = append(b, `,"summary":`...)
-	b = jsonappend.Quote(b, r.summary)
+	b = quoteJSON(b, r.summary)
 	b = appendBodies(b, r)
 	b = append(b, `,"duration_ms":`...)
 	b = appendDuration(b, r)
 	b = append(b, `,"status":`...)
-	b = jsonappend.Quote(b, r.status)
+	b = quoteJSON(b, r.status)
 	b = append(b, `,"error_detail":`...)
 	b = appendNullString(b, r.errorDetail)
 	b = append(b, `,"created_at":"`...)
@@ -390,14 +388,14 @@ func appendMethod(b []byte, r *row) []byte {
 	if r.methodNull {
 		return append(b, "null"...)
 	}
-	return jsonappend.Quote(b, r.method)
+	return quoteJSON(b, r.method)
 }
 
 func appendNullString(b []byte, v string) []byte {
 	if v == "" {
 		return append(b, "null"...)
 	}
-	return jsonappend.Quote(b, v)
+	return quoteJSON(b, v)
 }
 
 // appendBodies appends the row's request_body and response_body members,

@@ -7,8 +7,6 @@ import (
 	"io"
 	"sort"
 	"strconv"
-
-	"github.com/molecule-ai/molecule-relay/internal/jsonappend"
 )
 
 // keyOrder orders object keys when re-encoding.
@@ -47,7 +45,7 @@ func appendJSON(b []byte, v any, o keyOrder) []byte {
 	case json.Number:
 		return append(b, x...)
 	case string:
-		return jsonappend.Quote(b, x)
+		return quoteJSON(b, x)
 	case []any:
 		b = append(b, '[')
 		for i, e := range x {
@@ -68,7 +66,7 @@ func appendJSON(b []byte, v any, o keyOrder) []byte {
 			if i > 0 {
 				b = append(b, ',')
 			}
-			b = jsonappend.Quote(b, k)
+			b = quoteJSON(b, k)
 			b = append(b, ':')
 			b = appendJSON(b, x[k], o)
 		}
@@ -148,4 +146,10 @@ func messageID(m map[string]any) string {
 		}
 	}
 	return ""
+}
+
+// quoteJSON appends s as json.Marshal writes a string.
+func quoteJSON(b []byte, s string) []byte {
+	q, _ := json.Marshal(s) // a string always encodes
+	return append(b, q...)
 }

@@ -6,7 +6,7 @@ import (
 	"sync"
 	"time"
 
-	"github.com/molecule-ai/molecule-relay/internal/uuid"
+	"github.com/google/uuid"
 )
 
 // memoryRow is one agent memory (the platform's agent_memories table).
@@ -68,7 +68,7 @@ func (s *Server) handleMemories(w http.ResponseWriter, r *http.Request, id strin
 		if v2 && !s.memv2Commit(w, id, req.Scope, req.Namespace) {
 			return
 		}
-		row := memoryRow{ID: uuid.New(), WorkspaceID: id, Content: req.Content, Scope: req.Scope, Namespace: req.Namespace,
+		row := memoryRow{ID: uuid.NewString(), WorkspaceID: id, Content: req.Content, Scope: req.Scope, Namespace: req.Namespace,
 			CreatedAt: time.Now().UTC().Format(time.RFC3339Nano), secs: nowSeconds()}
 		m.mu.Lock()
 		m.rows = append(m.rows, row)

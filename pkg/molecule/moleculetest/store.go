@@ -10,7 +10,7 @@ import (
 	"net/http"
 	"time"
 
-	"github.com/molecule-ai/molecule-relay/internal/uuid"
+	"github.com/google/uuid"
 )
 
 // workspace is one row of the workspaces table plus the platform's
@@ -69,10 +69,10 @@ type token struct {
 }
 
 // newUUID returns a random (version 4) UUID.
-func newUUID() string { return uuid.New() }
+func newUUID() string { return uuid.NewString() }
 
 // isUUID reports whether v has the canonical 8-4-4-4-12 hex form.
-func isUUID(v string) bool { return uuid.Valid(v) }
+func isUUID(v string) bool { return len(v) == 36 && uuid.Validate(v) == nil }
 
 // newToken returns 32 random bytes, base64url without padding (43 chars).
 func newToken() string {

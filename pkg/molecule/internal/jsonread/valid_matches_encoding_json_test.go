@@ -6,7 +6,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/molecule-ai/molecule-relay/internal/jsonread"
+	"github.com/molecule-ai/molecule-relay/pkg/molecule/internal/jsonread"
 )
 
 // validSeeds are inputs at the edges of the grammar: each one is valid or

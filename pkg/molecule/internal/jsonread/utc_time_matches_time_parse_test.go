@@ -4,7 +4,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/molecule-ai/molecule-relay/internal/jsonread"
+	"github.com/molecule-ai/molecule-relay/pkg/molecule/internal/jsonread"
 )
 
 // FuzzUTCTimeMatchesTimeParse: whatever UTCTime accepts, time.Parse with
