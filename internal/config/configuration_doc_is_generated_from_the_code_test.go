@@ -1,13 +1,11 @@
 package config_test
 
 import (
-	"bytes"
 	"flag"
 	"fmt"
 	"go/ast"
 	"go/parser"
 	"go/token"
-	"os"
 	"path"
 	"path/filepath"
 	"reflect"
@@ -16,6 +14,7 @@ import (
 	"testing"
 
 	"github.com/molecule-ai/molecule-relay/internal/config"
+	"github.com/molecule-ai/molecule-relay/internal/testkit/gendoc"
 )
 
 var update = flag.Bool("update", false, "rewrite the generated part of docs/configuration.md")
@@ -32,24 +31,7 @@ const (
 // added or changed and the page was not regenerated
 // (go test ./internal/config -run TestConfigurationDocIsCurrent -update).
 func TestConfigurationDocIsCurrent(t *testing.T) {
-	cur, err := os.ReadFile(configDoc)
-	if err != nil {
-		t.Fatal(err)
-	}
-	head, _, ok := bytes.Cut(cur, []byte(configMark))
-	if !ok {
-		t.Fatalf("%s lacks the mark %q", configDoc, configMark)
-	}
-	want := append(append(head, configMark...), generateReference(t)...)
-	if *update {
-		if err := os.WriteFile(configDoc, want, 0o644); err != nil {
-			t.Fatal(err)
-		}
-		return
-	}
-	if !bytes.Equal(cur, want) {
-		t.Errorf("%s is stale: run go test ./internal/config -run TestConfigurationDocIsCurrent -update", filepath.Base(configDoc))
-	}
+	gendoc.Check(t, configDoc, configMark, generateReference(t), *update, "go test ./internal/config -run TestConfigurationDocIsCurrent -update")
 }
 
 // fieldDocs maps "package.Type.Field" to the field's doc comment, for the structs

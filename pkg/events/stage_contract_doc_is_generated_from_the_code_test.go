@@ -1,7 +1,6 @@
 package events_test
 
 import (
-	"bytes"
 	"flag"
 	"fmt"
 	"go/ast"
@@ -15,6 +14,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/molecule-ai/molecule-relay/internal/testkit/gendoc"
 	"github.com/molecule-ai/molecule-relay/pkg/events"
 	"github.com/nats-io/nats.go/jetstream"
 )
@@ -32,24 +32,7 @@ const (
 // mark: the test fails when they changed and the document was not
 // regenerated (go test ./pkg/events -run TestStageContractDocIsCurrent -update).
 func TestStageContractDocIsCurrent(t *testing.T) {
-	cur, err := os.ReadFile(contractDoc)
-	if err != nil {
-		t.Fatal(err)
-	}
-	head, _, ok := bytes.Cut(cur, []byte(generatedMark))
-	if !ok {
-		t.Fatalf("%s lacks the mark %q", contractDoc, generatedMark)
-	}
-	want := append(append(head, generatedMark...), generateContract(t)...)
-	if *update {
-		if err := os.WriteFile(contractDoc, want, 0o644); err != nil {
-			t.Fatal(err)
-		}
-		return
-	}
-	if !bytes.Equal(cur, want) {
-		t.Errorf("%s is stale: run go test ./pkg/events -run TestStageContractDocIsCurrent -update", filepath.Base(contractDoc))
-	}
+	gendoc.Check(t, contractDoc, generatedMark, generateContract(t), *update, "go test ./pkg/events -run TestStageContractDocIsCurrent -update")
 }
 
 // generateContract writes the reference part: every exported constant,
