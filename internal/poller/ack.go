@@ -1,3 +1,5 @@
+// Acknowledging the feed to the platform (which rows the ack may cover).
+
 package poller
 
 import (

@@ -1,3 +1,5 @@
+// The cold start: seeding the cursor and bounding the backlog it answers.
+
 package poller
 
 import (
@@ -165,6 +167,156 @@ func (p *Poller) countOlder(ctx context.Context, w *workspace, start time.Time, 
 	}
 	sc.olderAtLeast = page.Full
 	return nil
+}
+
+// seed sets a cursor when there is none (cold start, an empty seed, or a
+// lost cursor after a 410), following docs/protocol.md §4: a query without
+// since_id answers newest-first, and the NEWEST row becomes the cursor.
+//
+// Which existing rows are delivered:
+//   - cold start: rows newer than BacklogWindow (none if it is 0), at most
+//     the newest BacklogLimit, none queued before the workspace's newest
+//     own reply (boundBacklog);
+//   - empty seed (the feed was empty when seeded at UpdatedAt): every row
+//     created since then, plus the overlap slack for late commits;
+//   - cold start after this relay registered the workspace in poll mode
+//     (this process, or an earlier run that ended before its first seed):
+//     at least every row created since the registration was asked for;
+//   - lost cursor: every row created since the cursor was last saved, plus
+//     the overlap slack (any newer row would have advanced it, so these are
+//     undelivered), and at least BacklogWindow.
+func (p *Poller) seed(ctx context.Context, w *workspace, cur *cursorEntry, lost bool, res *WorkspaceResult) (*cursorEntry, error) {
+	cold := cur.UpdatedAt.IsZero() // no cursor, or an unreadable one
+	if cold && p.cfg.ResumeFromCheckpoint {
+		restored, err := p.restoreCheckpoint(ctx, w, cur, res)
+		if err != nil {
+			return nil, err
+		}
+		if restored != nil && restored.Cursor != "" {
+			return restored, nil // fetched from there on
+		}
+		if restored != nil { // the feed was empty then: an empty seed
+			cur, cold = restored, false
+		}
+	}
+	window := p.cfg.BacklogWindow
+	v := cursorValue{Floor: cur.Floor, FloorID: cur.FloorID, Generation: res.Generation.String()}
+	if cold {
+		// Whatever was queued since this relay asked to register the
+		// workspace was sent to a poll-mode agent — us — and is not backlog,
+		// whatever the backlog window says. (The edge is our clock against
+		// the platform's created_at: a platform clock behind ours by more
+		// than the request's latency could still exclude a message queued
+		// in that first instant.)
+		reg, err := p.registeredAt(ctx, w)
+		if err != nil {
+			return nil, err
+		}
+		if !reg.IsZero() {
+			window = max(window, time.Since(reg))
+		}
+	}
+	if !cold {
+		window = max(window, time.Since(cur.UpdatedAt)+max(p.cfg.OverlapWindow, 0))
+	} else if window > 0 {
+		// Rows older than the floor are not ours to deliver, not even by a
+		// later overlap re-read (backlog.go). (Poller clock: a clock skew
+		// with the platform shifts the window's edge by the skew.)
+		var err error
+		if window, err = p.boundBacklog(ctx, w, window, &v, res); err != nil {
+			return nil, err
+		}
+	}
+	var newest *molecule.ActivityRow
+	var err error
+	if window > 0 {
+		v.Recent = cur.Recent // recognise what was published before a lost cursor
+		newest, err = p.readBacklog(ctx, w, window, cold, &v, res)
+	} else {
+		newest, err = p.newestRow(ctx, w, &v, res)
+	}
+	if err != nil {
+		return nil, err
+	}
+	v.UpdatedAt = time.Now().UTC()
+	if newest != nil {
+		v.Cursor, v.CreatedAt, v.Seq = newest.ID, newest.CreatedAt, newest.Seq
+	} else if !cold && !lost {
+		return cur, nil // still empty: keep the original seed time
+	}
+	ncur, err := p.saveCursor(ctx, w, cur, v)
+	if err != nil {
+		return nil, err
+	}
+	res.Cursor = ncur.Cursor
+	return ncur, nil
+}
+
+// readBacklog delivers the rows created in the last window, with v as
+// the floor, and returns the newest (nil if none): where the cursor
+// lands. A backlog larger than one capped read is delivered whole, newer
+// chunks first (windowChunks), before the cursor lands on its newest row:
+// nothing would read what lies behind that cursor.
+func (p *Poller) readBacklog(ctx context.Context, w *workspace, window time.Duration, cold bool, v *cursorValue, res *WorkspaceResult) (*molecule.ActivityRow, error) {
+	var newest *molecule.ActivityRow
+	before, read := res.Published, 0
+	err := p.windowChunks(ctx, w, window, time.Time{}, time.Time{}, res, func(rows []molecule.ActivityRow, only bool) error {
+		if b := p.cfg.BatchRows; b > 0 && only && len(rows) > b {
+			// The oldest batch now; the cursor lands on its newest row and
+			// the next batches are fetched from there. (A backlog of several
+			// chunks is delivered whole: the batch would skip the older
+			// chunks.)
+			rows, res.More = rows[:b], true
+		}
+		if newest == nil && len(rows) > 0 {
+			newest = &rows[len(rows)-1]
+		}
+		read += len(rows)
+		return p.deliver(ctx, w, rows, v, time.Now().UTC(), res)
+	})
+	if err != nil {
+		return nil, err
+	}
+	if cold && read > 0 {
+		// Rows read are not rows delivered: own notifies, rows below the
+		// floor and duplicates are among them.
+		w.log.InfoContext(ctx, "poller: cold start; read the backlog window", "rows_read", read,
+			"published", res.Published-before, "window", window)
+	}
+	return newest, nil
+}
+
+// newestRow returns the feed's newest row (nil if none) and puts v's
+// floor on it: a cold start with backlog window 0 delivers nothing older.
+func (p *Poller) newestRow(ctx context.Context, w *workspace, v *cursorValue, res *WorkspaceResult) (*molecule.ActivityRow, error) {
+	page, err := p.activity(ctx, w, molecule.ActivityQuery{Type: activityType, Limit: 1}, res)
+	if err != nil {
+		return nil, fmt.Errorf("poller: seed cursor: %w", err)
+	}
+	newest := page.Newest()
+	if newest != nil {
+		v.Floor, v.FloorID = newest.CreatedAt, newest.ID
+		w.log.InfoContext(ctx, "poller: cold start; cursor seeded at the newest row, existing backlog not delivered (backlog window 0)")
+	}
+	return newest, nil
+}
+
+// registeredAt is when this relay last asked the platform to register w:
+// this process's own registration, else the poll-mode registration the
+// status bucket records (a one-shot run or Lambda invocation that ended
+// before its first seed; the next one is a new Poller). Zero if none.
+func (p *Poller) registeredAt(ctx context.Context, w *workspace) (time.Time, error) {
+	if t := w.registeredSince(); !t.IsZero() {
+		return t, nil
+	}
+	rec, _, err := loadStatus(ctx, p.topo.Status, w.id)
+	if err != nil {
+		return time.Time{}, err
+	}
+	if !rec.Registered || rec.DeliveryMode != string(molecule.DeliveryPoll) {
+		return time.Time{}, nil
+	}
+	return rec.RegisteredAt, nil
 }
 
 // isMessage reports whether a row would reach a handler: not skipped by

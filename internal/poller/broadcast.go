@@ -1,3 +1,5 @@
+// Reading the workspace's broadcasts into the inbound stream.
+
 package poller
 
 import (

@@ -1,3 +1,5 @@
+// Checkpoint rows on the feed, which carry the cursor when its bucket is lost.
+
 package poller
 
 import (

@@ -1,3 +1,5 @@
+// The poller's configuration, its defaults and its validation.
+
 package poller
 
 import (

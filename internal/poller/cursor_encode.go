@@ -1,3 +1,5 @@
+// The cursor record's JSON encoding.
+
 package poller
 
 import (

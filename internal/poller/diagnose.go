@@ -1,3 +1,5 @@
+// Explaining a failed cycle to an operator (cause and action).
+
 package poller
 
 import (

@@ -1,3 +1,5 @@
+// Logging a repeated failure once per change.
+
 package poller
 
 import (

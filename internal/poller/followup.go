@@ -1,3 +1,5 @@
+// The quick follow-up re-reads scheduled after activity.
+
 package poller
 
 import (
@@ -123,54 +125,4 @@ func absDur(d time.Duration) time.Duration {
 		return -d
 	}
 	return d
-}
-
-// rereadSpan is how far back a quick re-read starting at now looks (it
-// stops at the cursor; overlap): to where this process's previous complete
-// re-read started, less followUpSlack. A row that was not visible then was
-// created at most its commit lag before it became visible, so no earlier;
-// every row visible then and not after the cursor was read by it. So a
-// burst's rows are re-read for about followUpSlack after the cursor passed
-// them, not again from every follow-up's own activity.
-//
-// d is that span on this process's clock (since_secs is relative, so a
-// skewed platform clock does not move it) and from the same edge on the
-// platform's clock, as far as the feed has shown it (feedClock), zero if
-// unknown: the re-read stops paging there instead of reading the rest of
-// since_secs' last whole second. Before the first re-read of the process,
-// d is fallback (the follow-up's window); never more than limit
-// (OverlapWindow: the slow re-read's reach).
-func (w *workspace) rereadSpan(now time.Time, fallback, limit time.Duration) (d time.Duration, from time.Time) {
-	if w.rereadAt.IsZero() {
-		return min(fallback, limit), time.Time{}
-	}
-	return min(now.Sub(w.rereadAt)+followUpSlack, limit), w.rereadFloor
-}
-
-// feedClock is a lower bound of the platform's clock: at (this process's
-// clock) a read of the feed had returned a row created at created, so the
-// platform's time was at least created then, and is at least created plus
-// the time elapsed since. It keeps the reading that says the most (a
-// window's older pages say less than its first), renewed at least every
-// feedClockKeep so that a platform clock set back is followed.
-type feedClock struct{ created, at time.Time }
-
-const feedClockKeep = time.Minute
-
-func (c *feedClock) note(created, at time.Time) {
-	if created.IsZero() {
-		return
-	}
-	if c.created.IsZero() || created.Sub(at) > c.created.Sub(c.at) || at.Sub(c.at) > feedClockKeep {
-		c.created, c.at = created, at
-	}
-}
-
-// atLeast is the platform's time at now, at least; zero if no read has
-// returned a row yet.
-func (c *feedClock) atLeast(now time.Time) time.Time {
-	if c.created.IsZero() {
-		return time.Time{}
-	}
-	return c.created.Add(now.Sub(c.at))
 }

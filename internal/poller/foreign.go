@@ -1,3 +1,5 @@
+// Notify rows not written by this relay (another relay answers the workspace).
+
 package poller
 
 import (

@@ -1,3 +1,5 @@
+// The rows published recently, so a re-read does not publish them again.
+
 package poller
 
 import (

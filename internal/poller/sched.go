@@ -1,3 +1,5 @@
+// The fleet's clock and workers, which run every workspace's timed work.
+
 package poller
 
 import (

@@ -1,3 +1,5 @@
+// The snapshot of the recently published rows in the cursor bucket.
+
 package poller
 
 import (

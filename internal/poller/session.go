@@ -1,3 +1,5 @@
+// Resetting the canvas conversation on the platform's SESSION_RESET.
+
 package poller
 
 import (
