@@ -20,15 +20,21 @@ import (
 // bucket; the relay's own watch of it starts or stops the poller, as
 // for `molecule-relay workspaces`. No answer carries a token.
 
+// notice is a sentence for the operator, shown as it is in the page:
+// what is wrong and what to do.
+type notice string
+
+func (n notice) Error() string { return string(n) }
+
 // registryOff says why there is nothing to change and how to turn it on.
-const registryOff = "The workspace registry is off in this relay, so its workspaces cannot be changed here. " +
+const registryOff notice = "The workspace registry is off in this relay, so its workspaces cannot be changed here. " +
 	"To turn it on, set MOLECULE_WORKSPACE_REGISTRY=true and a key, MOLECULE_REGISTRY_KEY_FILE (a file of mode 0600 holding 32 random bytes in base64: " +
 	"head -c 32 /dev/urandom | base64 > registry.key && chmod 600 registry.key) or MOLECULE_REGISTRY_KEY, and restart the relay " +
 	"(docs/workspace-registry.md). A process that only dispatches never reads the registry: serve the console from connect, poll, reply or `molecule-relay console`."
 
 // writeNeedsAdmin is the answer when NATS refuses this relay's user a
 // write of the registry: the stage users may only read it.
-const writeNeedsAdmin = "This relay's NATS user may read the workspace registry but not change it: only the admin user writes " + registry.Bucket +
+const writeNeedsAdmin notice = "This relay's NATS user may read the workspace registry but not change it: only the admin user writes " + registry.Bucket +
 	" (infra/nats/accounts.conf), and the stage users must stay without that permission. To change workspaces, run " +
 	"`molecule-relay workspaces add|pause|resume|remove` with the admin credentials (NATS_USER=admin and NATS_PASSWORD, or NATS_CREDS), " +
 	"or serve a console with them: `molecule-relay console` with the admin credentials, MOLECULE_WORKSPACE_REGISTRY=true and the registry key."
@@ -59,7 +65,7 @@ type workspaceRow struct {
 func (c *Console) workspaces(r *http.Request) (any, error) {
 	reg := c.opts.Registry
 	if reg == nil {
-		return workspacesView{Off: registryOff, Workspaces: []workspaceRow{}}, nil
+		return workspacesView{Off: string(registryOff), Workspaces: []workspaceRow{}}, nil
 	}
 	all, err := reg.List(r.Context())
 	if err != nil {
@@ -73,7 +79,7 @@ func (c *Console) workspaces(r *http.Request) (any, error) {
 		return nil, err
 	}
 	if !v.Writable {
-		v.WriteNote = writeNeedsAdmin
+		v.WriteNote = string(writeNeedsAdmin)
 	}
 	return v, nil
 }
@@ -113,14 +119,14 @@ func writeRefused(nc *nats.Conn) bool {
 // writableRegistry is the registry an action changes, or why it may not.
 func (c *Console) writableRegistry(r *http.Request) (*registry.Registry, error) {
 	if c.opts.Registry == nil {
-		return nil, httpError{http.StatusConflict, errors.New(registryOff)}
+		return nil, httpError{http.StatusConflict, registryOff}
 	}
 	ok, err := c.canWrite(r.Context())
 	if err != nil {
 		return nil, err
 	}
 	if !ok {
-		return nil, httpError{http.StatusForbidden, errors.New(writeNeedsAdmin)}
+		return nil, httpError{http.StatusForbidden, writeNeedsAdmin}
 	}
 	return c.opts.Registry, nil
 }
@@ -133,7 +139,7 @@ func (c *Console) changeFailed(id string, err error) error {
 	case errors.Is(err, registry.ErrInvalid):
 		return badRequest(err)
 	case writeRefused(c.js.Conn()):
-		return httpError{http.StatusForbidden, errors.New(writeNeedsAdmin)}
+		return httpError{http.StatusForbidden, writeNeedsAdmin}
 	}
 	return fmt.Errorf("console: workspace %s was not changed: %w; check this relay's NATS connection and try again", id, err)
 }
