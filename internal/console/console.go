@@ -2,7 +2,8 @@
 // and the JSON endpoints behind it, served as one http.Handler. It shows
 // the workspaces (what the poller records in its status bucket), the flow
 // of messages live, the dead letters (replay and purge), conversation
-// memory, delegations waiting, MCP sessions and the NATS topology.
+// memory, delegations waiting, MCP sessions, the NATS topology and the
+// workspace registry (add, pause, resume, remove).
 //
 // Its assets are plain HTML, CSS and JavaScript embedded in the binary:
 // nothing is built or fetched at run time. Every request is authenticated
@@ -19,10 +20,12 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"sync"
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/molecule-ai/molecule-relay/internal/registry"
 	"github.com/molecule-ai/molecule-relay/pkg/events"
 	"github.com/molecule-ai/molecule-relay/pkg/molecule"
 )
@@ -39,7 +42,8 @@ type Options struct {
 	Token string
 	// User and Password, when both set, require HTTP basic auth.
 	User, Password string
-	// ReadOnly refuses every action (replay, purge, forget); reveals of
+	// ReadOnly refuses every action (replay, purge, forget, workspace
+	// changes); reveals of
 	// a message body stay allowed and logged.
 	ReadOnly bool
 	// Logger receives the console's log lines (reveals at info). If not
@@ -48,6 +52,10 @@ type Options struct {
 	// Live, when set, reports what only the process serving the console
 	// knows of each workspace (its rate budget). Nil: not shown.
 	Live func() []WorkspaceLive
+	// Registry, when set, is the workspace registry the serving relay
+	// follows (MOLECULE_WORKSPACE_REGISTRY): the Workspaces view lists
+	// and changes it. Nil: the view says how to turn it on.
+	Registry *registry.Registry
 }
 
 // WorkspaceLive is what the serving process knows of one workspace now.
@@ -69,6 +77,10 @@ type Console struct {
 	sess  *sessions
 	flow  *flow
 	start time.Time
+
+	// writeMu guards the answer of canWrite, asked once.
+	writeMu                sync.Mutex
+	writeChecked, writable bool
 }
 
 // New returns the console of the relay whose NATS is js and whose

@@ -9,11 +9,13 @@ import (
 	"testing"
 	"time"
 
+	"github.com/chromedp/cdproto/runtime"
 	"github.com/chromedp/chromedp"
 	"github.com/chromedp/chromedp/kb"
 
 	"github.com/molecule-ai/molecule-relay/internal/config"
 	"github.com/molecule-ai/molecule-relay/internal/kvlease"
+	"github.com/molecule-ai/molecule-relay/internal/registry"
 	"github.com/molecule-ai/molecule-relay/internal/relay"
 	_ "github.com/molecule-ai/molecule-relay/internal/relay/embedded" // connect's own NATS, as the binary runs it
 	"github.com/molecule-ai/molecule-relay/internal/testkit/pipelinetest"
@@ -240,6 +242,16 @@ func TestConsoleInBrowserShowsFlowAndReplaysDeadLetter(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(unmark)
+	// This relay does not follow the workspace registry: the Workspaces
+	// view says how to turn it on and offers no change.
+	run(t, ctx, "workspaces, registry off", view("workspaces"), chromedp.WaitVisible(chromedp.CSS("#view-workspaces[data-loaded]")))
+	if note := text(t, ctx, "#ws-note"); !contains(note, "registry is off", "MOLECULE_WORKSPACE_REGISTRY=true", "MOLECULE_REGISTRY_KEY_FILE") {
+		t.Errorf("workspaces view without the registry: %q, want how to turn it on", note)
+	}
+	if shown := value(t, ctx, "the add form", chromedp.Evaluate[bool](`!document.querySelector("#ws-add").hidden`)); shown {
+		t.Errorf("workspaces view without the registry offers the add form")
+	}
+	check("workspaces, registry off")
 	for _, v := range []string{"delegations", "mcp", "nats"} {
 		run(t, ctx, v, view(v), chromedp.WaitVisible(chromedp.CSS("#view-"+v+"[data-loaded]")))
 		check(v)
@@ -248,7 +260,7 @@ func TestConsoleInBrowserShowsFlowAndReplaysDeadLetter(t *testing.T) {
 			t.Errorf("MCP sessions %q: want the holder and the waiting session", mcp)
 		}
 	}
-	t.Logf("axe-core %s on the login page, 7 views and the open timeline, dead letter and conversation: violations by impact %v (serious and critical fail the test)", axeVersion, axeCounts)
+	t.Logf("axe-core %s on the login page, 8 views and the open timeline, dead letter and conversation: violations by impact %v (serious and critical fail the test)", axeVersion, axeCounts)
 }
 
 func unixMS(t *testing.T, s string) time.Time {
@@ -258,4 +270,114 @@ func unixMS(t *testing.T, s string) time.Time {
 		t.Fatalf("shown at %q: %v", s, err)
 	}
 	return time.UnixMilli(n)
+}
+
+// The Workspaces view in a real browser, driven by keyboard, while
+// connect's Runtime follows the workspace registry on its embedded NATS
+// against the platform double: a workspace added in the form (its token
+// typed into a password field, cleared after) is listed, polled and its
+// message answered; adding it again shows the refusal in the view in
+// plain words; it is paused and resumed; a second one is removed after
+// the confirmation. axe-core finds no violation of any impact in the
+// view, and no page holds a token.
+func TestConsoleInBrowserChangesTheWorkspaceRegistry(t *testing.T) {
+	exe := chromium(t)
+	axe := axeSource(t)
+	srv := moleculetest.NewServer()
+	t.Cleanup(srv.Close)
+	_, keyB64, err := registry.NewKey()
+	if err != nil {
+		t.Fatal(err)
+	}
+	const token = "console-test-token"
+	cfg, err := config.Load(nil, []string{
+		"MOLECULE_WORKSPACE_REGISTRY=true", "MOLECULE_REGISTRY_KEY=" + keyB64,
+		"MOLECULE_PLATFORM_URL=" + srv.URL(), "MOLECULE_HANDLER=echo", "NATS_STORE_DIR=" + t.TempDir(),
+		"MOLECULE_CONSOLE_LISTEN=127.0.0.1:0", "MOLECULE_CONSOLE_TOKEN=" + token,
+	})
+	if err == nil {
+		err = cfg.Validate(config.NeedPlatform | config.NeedHandler)
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	rt, err := relay.Open(pipelinetest.Ctx(t), cfg, pipelinetest.Logger())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(rt.Close)
+	url, stop, err := rt.ServeConsole()
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(stop)
+	running := pipelinetest.Start(t, func(ctx context.Context) error { return rt.Run(ctx, relay.All) })
+	t.Cleanup(func() { _ = running.Stop() })
+	first, second := srv.CreateWorkspace("first"), srv.CreateWorkspace("second")
+
+	ctx := browser(t, exe)
+	check := func(where string) {
+		if counts := checkAccessibility(t, ctx, axe, where); len(counts) != 0 {
+			t.Errorf("%s: axe-core violations by impact %v, want none", where, counts)
+		}
+		html := value(t, ctx, "page of "+where, chromedp.Evaluate[string](`document.documentElement.outerHTML`))
+		if strings.Contains(html, first.Token) || strings.Contains(html, second.Token) || strings.Contains(html, token) {
+			t.Errorf("%s: the page shows a token", where)
+		}
+	}
+	run(t, ctx, "sign in", chromedp.Navigate(url+"login"), chromedp.WaitVisible(chromedp.CSS("#token")),
+		chromedp.SendKeys(chromedp.CSS("#token"), token), chromedp.KeyEvent(kb.Enter),
+		chromedp.WaitVisible(chromedp.CSS("#view-overview")))
+	run(t, ctx, "workspaces", view("workspaces"), chromedp.WaitVisible(chromedp.CSS("#ws-add")),
+		waitJS(`document.querySelector("#ws-table tbody").textContent.includes("No workspace in the registry yet")`))
+	add := func(ws moleculetest.Workspace) {
+		t.Helper()
+		run(t, ctx, "add "+ws.ID,
+			chromedp.SendKeys(chromedp.CSS(`#ws-add [name="id"]`), ws.ID),
+			chromedp.SendKeys(chromedp.CSS(`#ws-add [name="platform_url"]`), srv.URL()),
+			chromedp.SendKeys(chromedp.CSS(`#ws-add [name="token"]`), ws.Token),
+			press(`#ws-add button[type="submit"]`, kb.Enter))
+	}
+	sent := time.Now()
+	add(first)
+	run(t, ctx, "added", waitJS(`document.querySelector('#ws-table tr[data-ws="`+first.ID+`"]')`),
+		waitJS(`document.querySelector("#toast").textContent === "Added `+first.ID+`"`))
+	if v := value(t, ctx, "token field", chromedp.Evaluate[string](`document.querySelector('#ws-add [name="token"]').value`)); v != "" {
+		t.Errorf("the token field still holds %d characters after the add", len(v))
+	}
+	pipelinetest.Eventually(t, 5*time.Second, "a poll of the added workspace", func() bool {
+		for _, r := range srv.Requests() {
+			if r.Header.Get("Authorization") == "Bearer "+first.Token && r.At.After(sent) {
+				return true
+			}
+		}
+		return false
+	})
+	if code, _, err := srv.SendCanvas(context.Background(), first.ID, "hello registry"); err != nil || code != 200 {
+		t.Fatalf("send: %d %v", code, err)
+	}
+	pipelinetest.Eventually(t, 10*time.Second, "the added workspace's message answered", func() bool { return len(srv.Notifications(first.ID)) == 1 })
+
+	add(first) // again: refused, in the view
+	run(t, ctx, "refusal shown", chromedp.WaitVisible(chromedp.CSS("#ws-error")))
+	if msg := text(t, ctx, "#ws-error"); !contains(msg, first.ID+" is already in the registry", "remove it and add it again") {
+		t.Errorf("refusal %q: want what is wrong and what to do", msg)
+	}
+	check("workspaces with a refusal")
+	value(t, ctx, "clear the form", chromedp.Evaluate[*runtime.RemoteObject](`document.querySelector("#ws-add").reset()`))
+	add(second)
+	run(t, ctx, "second added", waitJS(`document.querySelector('#ws-table tr[data-ws="`+second.ID+`"]')`), waitJS(`document.querySelector("#ws-error").hidden`))
+	row := func(ws moleculetest.Workspace) string { return `#ws-table tr[data-ws="` + ws.ID + `"]` }
+	run(t, ctx, "pause", press(row(second)+" button", kb.Enter),
+		waitJS(`document.querySelector('`+row(second)+` td:nth-child(4)').textContent === "paused"`))
+	check("workspaces")
+	screenshot(t, ctx, "workspaces")
+	run(t, ctx, "resume", press(row(second)+" button", kb.Enter),
+		waitJS(`document.querySelector('`+row(second)+` td:nth-child(4)').textContent === "active"`))
+	run(t, ctx, "remove, cancelled", press(row(second)+" button.danger", kb.Enter), chromedp.WaitVisible(chromedp.CSS("#confirm")),
+		chromedp.KeyEvent(kb.Enter), // Cancel has the focus
+		waitJS(`document.querySelector("#toast").textContent === "Remove cancelled"`))
+	run(t, ctx, "remove, confirmed", press(row(second)+" button.danger", kb.Enter), chromedp.WaitVisible(chromedp.CSS("#confirm")),
+		chromedp.KeyEvent(kb.Tab), chromedp.KeyEvent(kb.Enter),
+		waitJS(`!document.querySelector('`+row(second)+`')`), waitJS(`document.querySelector('`+row(first)+`')`))
 }

@@ -32,6 +32,7 @@ const secretText = "the user's private words"
 // served by httptest on loopback, and its log.
 type fixture struct {
 	srv  *httptest.Server
+	url  string // the console's address, without the final slash
 	logs *syncBuffer
 	nc   *nats.Conn
 	js   jetstream.JetStream
@@ -49,7 +50,9 @@ func (s *syncBuffer) Write(p []byte) (int, error) {
 }
 func (s *syncBuffer) String() string { s.mu.Lock(); defer s.mu.Unlock(); return s.b.String() }
 
-func newFixture(t *testing.T, opts console.Options) *fixture {
+// newFixture serves a console with opts; each edit, if any, changes opts
+// with the fixture's NATS at hand (to open the workspace registry on it).
+func newFixture(t *testing.T, opts console.Options, edit ...func(jetstream.JetStream, *console.Options)) *fixture {
 	t.Helper()
 	ns := natstest.Start(t)
 	nc, js := natstest.Connect(t, ns.ClientURL())
@@ -65,6 +68,9 @@ func newFixture(t *testing.T, opts console.Options) *fixture {
 	}
 	f := &fixture{logs: &syncBuffer{}, nc: nc, js: js}
 	opts.Logger = slog.New(slog.NewTextHandler(f.logs, &slog.HandlerOptions{Level: slog.LevelInfo}))
+	for _, e := range edit {
+		e(js, &opts)
+	}
 	c, err := console.New(js, topo, opts)
 	if err != nil {
 		t.Fatal(err)
@@ -72,6 +78,7 @@ func newFixture(t *testing.T, opts console.Options) *fixture {
 	t.Cleanup(c.Close)
 	f.srv = httptest.NewServer(c)
 	t.Cleanup(f.srv.Close)
+	f.url = f.srv.URL
 	return f
 }
 
@@ -86,7 +93,7 @@ func browserClient(t *testing.T) *http.Client {
 
 func (f *fixture) do(t *testing.T, c *http.Client, method, path string, body string, header ...string) (*http.Response, string) {
 	t.Helper()
-	req, err := http.NewRequest(method, f.srv.URL+path, strings.NewReader(body))
+	req, err := http.NewRequest(method, f.url+path, strings.NewReader(body))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -65,6 +65,11 @@ func (c *Console) routes() http.Handler {
 	get("/api/delegations", c.delegations)
 	get("/api/mcp", c.mcpSessions)
 	get("/api/nats", c.natsView)
+	get("/api/workspaces", c.workspaces)
+	act("/api/workspaces/add", c.workspaceAdd)
+	act("/api/workspaces/pause", c.workspaceChange("paused"))
+	act("/api/workspaces/resume", c.workspaceChange("resumed"))
+	act("/api/workspaces/remove", c.workspaceChange("removed"))
 	return mux
 }
 

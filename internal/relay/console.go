@@ -30,7 +30,7 @@ func (rt *Runtime) ServeConsole() (url string, stop func(), err error) {
 // what this process knows of its workspaces (their rate budgets; the
 // event stream's health is in the status record, for every process).
 func (rt *Runtime) ConsoleOptions() console.Options {
-	return console.Options{
+	o := console.Options{
 		Token: rt.Cfg.ConsoleToken, ReadOnly: rt.Cfg.ConsoleReadOnly, Logger: rt.Log,
 		Live: func() []console.WorkspaceLive {
 			out := make([]console.WorkspaceLive, 0, len(rt.Clients))
@@ -40,4 +40,8 @@ func (rt *Runtime) ConsoleOptions() console.Options {
 			return out
 		},
 	}
+	if rt.reg != nil {
+		o.Registry = rt.reg.reg // the Workspaces view changes what this relay follows
+	}
+	return o
 }

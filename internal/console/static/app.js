@@ -61,7 +61,7 @@
     const panel = document.getElementById("view-" + view);
     panel.removeAttribute("data-loaded");
     loaders[view]().then(() => { panel.dataset.loaded = "1"; }, fail);
-    if (view !== "flow" && view !== "conversations" && view !== "dlq") refresher = setInterval(() => loaders[current]().catch(() => {}), 3000);
+    if (view !== "flow" && view !== "conversations" && view !== "dlq" && view !== "workspaces") refresher = setInterval(() => loaders[current]().catch(() => {}), 3000);
   }
 
   // ---- overview
@@ -252,6 +252,41 @@
   $("#conv-forget").addEventListener("click", async () => {
     if (!(await confirmAction("Forget conversation " + convOpen.c + "? Its turns are erased."))) return;
     try { await api("/api/conversations/forget", { workspace_id: convOpen.ws, conversation: convOpen.c }); toast("Forgotten"); $("#conv-detail").hidden = true; await loaders.conversations(); } catch (e) { fail(e); }
+  });
+
+  // ---- workspaces (the registry). An error stays in the view, in the
+  // server's words (what, and what to do), until the next change works.
+  function wsProblem(msg) { const p = $("#ws-error"); p.textContent = msg || ""; p.hidden = !msg; }
+  loaders.workspaces = async () => {
+    let v;
+    try { v = await api("/api/workspaces"); } catch (e) { wsProblem(e.message); throw e; }
+    const note = $("#ws-note");
+    note.textContent = v.on ? v.write_note || "" : v.off;
+    note.hidden = !note.textContent;
+    $("#ws-list").hidden = !v.on;
+    const can = v.on && v.writable && !readOnly;
+    $("#ws-add").hidden = !can;
+    fill($("#ws-table tbody"), v.workspaces.map((w) => el("tr", { "data-ws": w.id },
+      el("td", { class: "mono", text: w.id }), el("td", { class: "wrap", text: w.platform_url }), el("td", { class: "mono", text: w.org_id || "–" }),
+      el("td", { class: w.paused ? "state-received" : "state-answered", text: w.paused ? "paused" : "active" }),
+      el("td", { text: new Date(w.added).toLocaleString() }),
+      el("td", {}, ...(can ? [
+        el("button", { type: "button", "data-action": true, "aria-label": (w.paused ? "Resume " : "Pause ") + w.id, onclick: () => wsChange(w.paused ? "resume" : "pause", w.id) }, w.paused ? "Resume" : "Pause"), " ",
+        el("button", { type: "button", "data-action": true, class: "danger", "aria-label": "Remove " + w.id, onclick: () => wsChange("remove", w.id) }, "Remove")] : ["–"])))),
+    v.on ? "No workspace in the registry yet." : "The registry is off.", 6);
+  };
+  const wsDone = { pause: "Paused", resume: "Resumed", remove: "Removed", add: "Added" };
+  async function wsChange(verb, id) {
+    if (verb === "remove" && !(await confirmAction("Remove workspace " + id + " from the registry? It stops being polled within 2 s and its token is forgotten; its messages already taken in are still answered."))) { toast("Remove cancelled"); return; }
+    try { await api("/api/workspaces/" + verb, { id }); wsProblem(""); toast(wsDone[verb] + " " + id); } catch (e) { wsProblem(e.message); }
+    await loaders.workspaces().catch(() => {});
+  }
+  $("#ws-add").addEventListener("submit", async (e) => {
+    e.preventDefault();
+    const f = e.target;
+    const body = Object.fromEntries(new FormData(f));
+    try { await api("/api/workspaces/add", body); wsProblem(""); f.reset(); toast("Added " + body.id); } catch (err) { f.elements.token.value = ""; wsProblem(err.message); }
+    await loaders.workspaces().catch(() => {});
   });
 
   // ---- delegations, MCP, NATS
