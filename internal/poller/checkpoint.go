@@ -100,7 +100,7 @@ func (p *Poller) writeCheckpoint(ctx context.Context, w *workspace) error {
 	if err != nil || cur.UpdatedAt.IsZero() {
 		return err
 	}
-	return p.writeCheckpointOf(ctx, w, cur, w.sent.all())
+	return p.writeCheckpointOf(ctx, w, cur, w.published.forCheckpoint(cur.Recent, time.Now()))
 }
 
 // CheckpointAnswered writes, on the feed of each workspace whose cursor
@@ -114,9 +114,9 @@ func (p *Poller) writeCheckpoint(ctx context.Context, w *workspace) error {
 // the queues were empty.
 func (p *Poller) CheckpointAnswered(ctx context.Context, answered func(context.Context) (bool, error)) (bool, error) {
 	type snap struct {
-		w    *workspace
-		cur  *cursorEntry
-		sent []recentID
+		w      *workspace
+		cur    *cursorEntry
+		recent map[string]int64
 	}
 	var snaps []snap
 	for _, w := range p.ws {
@@ -132,7 +132,7 @@ func (p *Poller) CheckpointAnswered(ctx context.Context, answered func(context.C
 		}
 		// Read before answered is asked: whatever they name was published
 		// before, so an empty queue then means it was answered.
-		snaps = append(snaps, snap{w, cur, w.sent.all()})
+		snaps = append(snaps, snap{w, cur, w.published.forCheckpoint(cur.Recent, time.Now())})
 	}
 	if len(snaps) == 0 {
 		return true, nil
@@ -143,7 +143,7 @@ func (p *Poller) CheckpointAnswered(ctx context.Context, answered func(context.C
 	}
 	var errs []error
 	for _, sn := range snaps {
-		if err := p.writeCheckpointOf(ctx, sn.w, sn.cur, sn.sent); err != nil {
+		if err := p.writeCheckpointOf(ctx, sn.w, sn.cur, sn.recent); err != nil {
 			sn.w.log.WarnContext(ctx, "poller: checkpoint not written; the next try is at the next interval", "error", err)
 			errs = append(errs, fmt.Errorf("workspace %s: %w", sn.w.id, err))
 			continue
@@ -153,15 +153,16 @@ func (p *Poller) CheckpointAnswered(ctx context.Context, answered func(context.C
 	return true, errors.Join(errs...)
 }
 
-// writeCheckpointOf writes cur, with sent (what this process had
-// published when cur was read) as its Recent, as a checkpoint on w's feed.
-func (p *Poller) writeCheckpointOf(ctx context.Context, w *workspace, cur *cursorEntry, sent []recentID) error {
+// writeCheckpointOf writes cur, with recent (what had been published when
+// cur was read, published.forCheckpoint) as its Recent, as a checkpoint on
+// w's feed.
+func (p *Poller) writeCheckpointOf(ctx context.Context, w *workspace, cur *cursorEntry, recent map[string]int64) error {
 	rec, _, err := loadStatus(ctx, p.topo.Status, w.id)
 	if err != nil {
 		return err
 	}
 	cp := Checkpoint{V: 1, DeliveryMode: rec.DeliveryMode, RegisteredAt: rec.RegisteredAt, Cursor: cur.Cursor, CursorCreatedAt: cur.CreatedAt, SavedAt: cur.UpdatedAt, Instance: p.cfg.InstanceID,
-		Floor: cur.Floor, FloorID: cur.FloorID, Recent: mergeRecent(cur.Recent, sent, p.recentKeep(), time.Now())}
+		Floor: cur.Floor, FloorID: cur.FloorID, Recent: recent}
 	body, err := json.Marshal(map[string]Checkpoint{checkpointKey: cp})
 	if err != nil {
 		return err
@@ -244,16 +245,22 @@ func (p *Poller) restoreCheckpoint(ctx context.Context, w *workspace, cur *curso
 	if cp == nil {
 		return nil, nil
 	}
-	v := cursorValue{Cursor: cp.Cursor, CreatedAt: cp.CursorCreatedAt, UpdatedAt: cp.SavedAt, Generation: res.Generation.String(),
-		Floor: cp.Floor, FloorID: cp.FloorID}
-	w.sent.add(recentRows(cp.Recent), p.recentKeep(), time.Now()) // the cursor record carries them
-	ncur, err := p.saveCursor(ctx, w, cur, v)
+	ncur, err := p.resumeAt(ctx, w, cur, cp, res)
 	if err != nil {
 		return nil, err
 	}
 	w.log.InfoContext(ctx, "poller: empty store; resuming from the checkpoint on the workspace's feed",
 		"cursor", cp.Cursor, "saved_at", cp.SavedAt, "by_instance", cp.Instance)
 	return ncur, nil
+}
+
+// resumeAt saves cp as w's cursor, replacing cur; its recent ids count as
+// published, and the cursor record saved carries them.
+func (p *Poller) resumeAt(ctx context.Context, w *workspace, cur *cursorEntry, cp *Checkpoint, res *WorkspaceResult) (*cursorEntry, error) {
+	v := cursorValue{Cursor: cp.Cursor, CreatedAt: cp.CursorCreatedAt, UpdatedAt: cp.SavedAt, Generation: res.Generation.String(),
+		Floor: cp.Floor, FloorID: cp.FloorID}
+	w.published.add(recentRows(cp.Recent), time.Now())
+	return p.saveCursor(ctx, w, cur, v)
 }
 
 // catchUpWithCheckpoint compares, once per process, the stored cursor with
@@ -271,10 +278,7 @@ func (p *Poller) catchUpWithCheckpoint(ctx context.Context, w *workspace, cur *c
 	if cp == nil || cp.Cursor == "" || cp.Cursor == cur.Cursor || !cp.CursorCreatedAt.After(cur.CreatedAt) {
 		return cur, nil
 	}
-	v := cursorValue{Cursor: cp.Cursor, CreatedAt: cp.CursorCreatedAt, UpdatedAt: cp.SavedAt, Generation: res.Generation.String(),
-		Floor: cp.Floor, FloorID: cp.FloorID}
-	w.sent.add(recentRows(cp.Recent), p.recentKeep(), time.Now())
-	ncur, err := p.saveCursor(ctx, w, cur, v)
+	ncur, err := p.resumeAt(ctx, w, cur, cp, res)
 	if err != nil {
 		return nil, err
 	}

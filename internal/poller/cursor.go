@@ -42,7 +42,7 @@ type cursorValue struct {
 	Floor   time.Time `json:"floor,omitzero"`
 	FloorID string    `json:"floor_id,omitempty"`
 	// Recent maps the activity ids this relay recently published to their
-	// created_at (Unix µs), so that a re-read recognises them (recent.go).
+	// created_at (Unix µs), so that a re-read recognises them (published.go).
 	Recent map[string]int64 `json:"recent,omitempty"`
 }
 
@@ -138,7 +138,7 @@ func (p *Poller) readCursor(ctx context.Context, ws string, wait time.Duration, 
 // saveCursor advances the cursor with compare-and-set: Create for a new key,
 // Update on the loaded revision otherwise. A conflict returns errCursorMoved.
 // The value's recent set is what w published that no snapshot holds yet
-// (sentSet.pending): deliver adds every acknowledged row to w.sent before
+// (published.forCursor): deliver adds every acknowledged row to it before
 // a save covers it.
 //
 // Every caller saves after JetStream acknowledged the rows the new value
@@ -157,9 +157,8 @@ func (p *Poller) saveCursor(ctx context.Context, w *workspace, cur *cursorEntry,
 		v.Floor, v.FloorID = cur.Floor, cur.FloorID
 	}
 	now := time.Now()
-	w.sent.adopt(cur.Recent, p.recentKeep(), now)
-	v.Recent = w.sent.unsaved(p.recentKeep(), now)
-	data, err := v.marshal()
+	v.Recent = w.published.forCursor(cur.Recent, now)
+	data, err := json.Marshal(v)
 	if err != nil {
 		return nil, err
 	}

@@ -1,6 +1,7 @@
 package poller
 
 import (
+	"encoding/json"
 	"fmt"
 	"reflect"
 	"testing"
@@ -20,7 +21,7 @@ func TestCursorReadDecodesOnlyANewRevision(t *testing.T) {
 	for i := range 500 {
 		v.Recent[fmt.Sprintf("%08d-0000-4000-8000-000000000000", i)] = now.UnixMicro()
 	}
-	data, err := v.marshal()
+	data, err := json.Marshal(v)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -50,7 +51,7 @@ func TestCursorReadDecodesOnlyANewRevision(t *testing.T) {
 	}
 
 	v.Cursor, v.Recent = "b-2", map[string]int64{"b-2": now.UnixMicro()}
-	if data, err = v.marshal(); err != nil {
+	if data, err = json.Marshal(v); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := p.topo.Cursors.Update(ctx, ws, data, first.Revision); err != nil {

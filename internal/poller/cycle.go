@@ -240,7 +240,7 @@ func (p *Poller) poll(ctx context.Context, w *workspace, rec *statusRecord, res 
 	if err == nil && p.broadcastDue(w, time.Now()) {
 		err = p.readBroadcasts(ctx, w, rec, res, set)
 	}
-	p.saveSent(ctx, w)
+	w.published.save(ctx)
 	switch {
 	case err == nil:
 	case errors.Is(err, molecule.ErrUnauthorized):

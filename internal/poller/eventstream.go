@@ -84,7 +84,7 @@ func (p *Poller) sseLoop(ctx context.Context, w *workspace, l *pollLoop) {
 	eb.MaxInterval = 30 * time.Second
 	eb.MaxElapsedTime = 0 // until ctx ends
 	b := backoff.WithContext(eb, ctx)
-	var state string // as recorded (streamhealth.go)
+	var state string // as recorded (eventstream.go)
 	for {
 		if err := p.pace(ctx, w); err != nil {
 			return

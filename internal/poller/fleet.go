@@ -36,7 +36,7 @@ func (p *Poller) PollWorkspace(ctx context.Context, id string) error {
 		return fmt.Errorf("%w: %s", ErrUnknownWorkspace, id)
 	}
 	p.statusCache.Delete(id)
-	w := &workspace{id: id, c: c, log: p.log.With("workspace", id), pushURL: p.cfg.Push[id]}
+	w := p.newWorkspace(c)
 	done := make(chan error, 1)
 	p.startWorkspace(ctx, w, func(err error) { done <- err })
 	return <-done

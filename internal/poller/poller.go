@@ -43,9 +43,9 @@ type Poller struct {
 	// statusCache holds, per workspace id, the status record this process
 	// last read or wrote and its revision (updateStatus).
 	statusCache sync.Map
-	// sweptSent: this process deleted the stale published-row snapshots
-	// (sentsnap.go sweepStaleSent).
-	sweptSent sync.Once
+	// sweptSnapshots: this process deleted the stale published-row
+	// snapshots (sweepStaleOnce).
+	sweptSnapshots sync.Once
 	// cursorCache holds, per workspace id, the cursor this process last
 	// loaded or saved, or advanced while the bucket did not answer
 	// (cachedCursor).
@@ -81,8 +81,7 @@ func New(js jetstream.JetStream, topo *events.Topology, cfg Config) (*Poller, er
 	}
 	p := &Poller{js: js, topo: topo, cfg: cfg, log: cfg.Logger, start: time.Now(), clock: newFleetClock(), starting: make(chan struct{}, startConcurrency)}
 	for _, c := range cfg.Workspaces {
-		p.ws = append(p.ws, &workspace{id: c.WorkspaceID(), c: c, log: cfg.Logger.With("workspace", c.WorkspaceID()),
-			pushURL: cfg.Push[c.WorkspaceID()]})
+		p.ws = append(p.ws, p.newWorkspace(c))
 	}
 	return p, nil
 }

@@ -64,9 +64,8 @@ func (p *Poller) deliver(ctx context.Context, w *workspace, rows []molecule.Acti
 	if len(futures) == 0 {
 		return nil
 	}
-	mark := len(res.published)
-	err = p.awaitAcks(ctx, futures, res)
-	w.sent.add(res.published[mark:], p.recentKeep(), time.Now())
+	acked, err := p.awaitAcks(ctx, futures, res)
+	w.published.add(acked, time.Now())
 	return err
 }
 
@@ -87,7 +86,7 @@ func (p *Poller) publishRow(ctx context.Context, w *workspace, row molecule.Acti
 		res.Skipped[SkipBeforeSeed]++
 		return nil, nil
 	}
-	if floor.alreadyPublished(row) || w.sent.has(row) {
+	if w.published.recognises(row, floor) {
 		res.Skipped[SkipPublished]++
 		return nil, nil
 	}
@@ -153,8 +152,9 @@ func (p *Poller) deadLetterRow(ctx context.Context, w *workspace, row molecule.A
 
 // awaitAcks waits for every publish's acknowledgement (at most
 // PublishTimeout in all) and counts the inbound ones as published or
-// duplicates; it returns the first failure.
-func (p *Poller) awaitAcks(ctx context.Context, futures []pendingPublish, res *WorkspaceResult) error {
+// duplicates; it returns the inbound rows acknowledged, and the first
+// failure.
+func (p *Poller) awaitAcks(ctx context.Context, futures []pendingPublish, res *WorkspaceResult) (acked []recentID, err error) {
 	timer := time.NewTimer(p.cfg.PublishTimeout)
 	defer timer.Stop()
 	var firstErr error
@@ -163,23 +163,22 @@ func (p *Poller) awaitAcks(ctx context.Context, futures []pendingPublish, res *W
 		case ack := <-pf.f.Ok():
 			switch {
 			case pf.deadLetter:
+				continue
 			case ack.Duplicate:
 				res.Duplicates++
 			default:
 				res.Published++
 			}
-			if !pf.deadLetter {
-				res.published = append(res.published, recentID{pf.activity, pf.createdAt})
-			}
+			acked = append(acked, recentID{pf.activity, pf.createdAt})
 		case err := <-pf.f.Err():
 			if firstErr == nil {
 				firstErr = fmt.Errorf("poller: publish of activity %s not acknowledged: %w", pf.activity, err)
 			}
 		case <-timer.C:
-			return fmt.Errorf("poller: publish acknowledgements not received within %s", p.cfg.PublishTimeout)
+			return acked, fmt.Errorf("poller: publish acknowledgements not received within %s", p.cfg.PublishTimeout)
 		case <-ctx.Done():
-			return ctx.Err()
+			return acked, ctx.Err()
 		}
 	}
-	return firstErr
+	return acked, firstErr
 }

@@ -112,7 +112,8 @@ func (p *Poller) overlapFrom(ctx context.Context, w *workspace, d time.Duration,
 	// From here on every row visible is visible to the re-read's pages,
 	// and the cursor loaded was created before (rereadSpan).
 	started := time.Now()
-	p.loadSent(ctx, w, cur.Recent) // a restarted poller's first re-read
+	p.sweepStaleOnce(ctx) // a restarted poller's first re-read
+	w.published.load(ctx, cur.Recent)
 	var until time.Time
 	if cur.Cursor != "" && !cur.CreatedAt.IsZero() {
 		until = cur.CreatedAt.Add(time.Microsecond)

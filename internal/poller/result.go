@@ -53,9 +53,6 @@ type WorkspaceResult struct {
 	// Err is the cycle's failure, nil on success.
 	Err error `json:"-"`
 
-	// published are the rows JetStream acknowledged in this cycle, for
-	// the cursor's recent set.
-	published []recentID
 	// rereadOwed: a wake-up's poll found nothing after the cursor; Run
 	// schedules a quick re-read (followUps.owe).
 	rereadOwed bool

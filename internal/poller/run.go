@@ -68,7 +68,7 @@ type pollLoop struct {
 
 	// Owned by the cycle goroutine (one at a time).
 	fu    followUps // quick overlap re-reads after activity (followup.go)
-	retry failRetry // a failed cycle is tried again sooner (retry.go)
+	retry failRetry // a failed cycle is tried again sooner (cadence.go)
 }
 
 // startWorkspace starts w's loop; done is called once with the reason it

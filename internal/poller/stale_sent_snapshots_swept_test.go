@@ -40,9 +40,9 @@ func TestStaleSentSnapshotsAreSweptAndFreshOnesKept(t *testing.T) {
 	}
 	rows := []recentID{{id: "6af0b425-9c93-48bf-ac04-a9c98df27fdb", createdAt: time.Now()}}
 	put(removed, []byte(`{"removed":true}`))
-	stale := put(sentKey(removed), encodeSent(rows))
+	stale := put(snapshotKey(removed), encodeSnapshot(rows))
 	put(live, []byte(`{"registered":true}`))
-	fresh := put(sentKey(live), encodeSent(rows))
+	fresh := put(snapshotKey(live), encodeSnapshot(rows))
 
 	listed := func() []string {
 		t.Helper()
@@ -63,13 +63,13 @@ func TestStaleSentSnapshotsAreSweptAndFreshOnesKept(t *testing.T) {
 	keep := 3 * time.Minute
 	// The moment the first snapshot is older than keep and the second not.
 	now := stale.Created().Add(keep + fresh.Created().Sub(stale.Created())/2)
-	if n, err := sweepStaleSent(ctx, topo.Status, keep, now); err != nil || n != 1 {
+	if n, err := sweepSnapshotsBefore(ctx, topo.Status, keep, now); err != nil || n != 1 {
 		t.Fatalf("sweep deleted %d (%v), want 1", n, err)
 	}
-	if _, err := topo.Status.Get(ctx, sentKey(removed)); !errors.Is(err, jetstream.ErrKeyNotFound) {
+	if _, err := topo.Status.Get(ctx, snapshotKey(removed)); !errors.Is(err, jetstream.ErrKeyNotFound) {
 		t.Errorf("the stale snapshot is still there (%v)", err)
 	}
-	for _, key := range []string{sentKey(live), removed, live} {
+	for _, key := range []string{snapshotKey(live), removed, live} {
 		if _, err := topo.Status.Get(ctx, key); err != nil {
 			t.Errorf("%s: %v, want it kept", key, err)
 		}
@@ -77,7 +77,7 @@ func TestStaleSentSnapshotsAreSweptAndFreshOnesKept(t *testing.T) {
 	if ids := listed(); !slices.Equal(ids, []string{removed, live}) {
 		t.Errorf("status lists %v after the sweep, want the two workspaces", ids)
 	}
-	if n, err := sweepStaleSent(ctx, topo.Status, keep, now); err != nil || n != 0 {
+	if n, err := sweepSnapshotsBefore(ctx, topo.Status, keep, now); err != nil || n != 0 {
 		t.Errorf("a second sweep deleted %d (%v), want 0", n, err)
 	}
 }

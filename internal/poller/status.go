@@ -29,7 +29,7 @@ type statusRecord struct {
 	HeartbeatStatus string    `json:"heartbeat_status,omitempty"`
 	HeartbeatError  string    `json:"heartbeat_error,omitempty"`
 	LastOverlapAt   time.Time `json:"last_overlap_at,omitzero"`
-	// EventStream is the event stream's state (streamhealth.go) since
+	// EventStream is the event stream's state (eventstream.go) since
 	// EventStreamSince; LastEventAt the last event it delivered.
 	EventStream      string    `json:"event_stream,omitempty"`
 	EventStreamSince time.Time `json:"event_stream_since,omitzero"`
@@ -297,7 +297,7 @@ func ReadStatus(ctx context.Context, topo *events.Topology, ids ...string) ([]Wo
 				return nil, fmt.Errorf("poller: list keys: %w", err)
 			}
 			for _, k := range keys {
-				if !isSentKey(k) {
+				if !isSnapshotKey(k) {
 					set[k] = true
 				}
 			}

@@ -38,11 +38,8 @@ type workspace struct {
 	// (catchUpWithCheckpoint), once per process.
 	caughtUp bool
 
-	// sent is what this process published to the inbound stream and saw
-	// acknowledged, for the overlap window (recent.go sentSet).
-	sent sentSet
-	// sentLoaded: the snapshot of sent was read (loadSent; cycleMu).
-	sentLoaded bool
+	// published is what this process published recently (published.go).
+	published *published
 	// rereadAt is when this process's last complete overlap re-read
 	// started, and rereadFloor the platform's time then, at least, less
 	// followUpSlack (cycleMu): where the next quick one starts looking
@@ -210,4 +207,12 @@ func truncate(s string, n int) string {
 		return s
 	}
 	return strings.ToValidUTF8(s[:n], "")
+}
+
+// newWorkspace returns the in-process state of c's workspace, as a start
+// finds it: nothing remembered yet.
+func (p *Poller) newWorkspace(c *molecule.Client) *workspace {
+	id := c.WorkspaceID()
+	log := p.log.With("workspace", id)
+	return &workspace{id: id, c: c, log: log, pushURL: p.cfg.Push[id], published: newPublished(p.topo.Status, id, p.recentKeep(), log)}
 }
