@@ -112,9 +112,7 @@ func (p *Poller) checkState(ctx context.Context, w *workspace, rec *statusRecord
 		return true
 	}
 	if st.Deleted {
-		res.Removed, res.Stopped, res.Err = true, true, removedError(w.id)
-		w.log.ErrorContext(ctx, "poller: workspace was deleted on the platform; regenerate the workspace and token. Polling of this workspace stops")
-		set(func(r *statusRecord) { r.Removed, r.Stopped = true, StoppedRemoved })
+		p.removed(ctx, w, res, set)
 		return true
 	}
 	if changed := w.setPaused(st.Paused); changed || st.Paused != rec.Paused {
@@ -202,9 +200,7 @@ func (p *Poller) unauthorized(ctx context.Context, w *workspace, cause error, re
 		res.Err = fmt.Errorf("poller: token rejected and the removal check failed: %w", errors.Join(cause, err))
 		w.log.ErrorContext(ctx, "poller: token rejected; could not check whether the workspace was removed", "error", res.Err)
 	case removed:
-		res.Removed, res.Stopped, res.Err = true, true, removedError(w.id)
-		w.log.ErrorContext(ctx, "poller: workspace was deleted on the platform; regenerate the workspace and token. Polling of this workspace stops")
-		set(func(r *statusRecord) { r.Removed, r.Stopped = true, StoppedRemoved })
+		p.removed(ctx, w, res, set)
 	default:
 		res.Stopped = true
 		res.Err = fmt.Errorf("%w (%w): workspace %s exists but its token was refused (revoked or wrong); configure a valid token: %w",
@@ -212,6 +208,13 @@ func (p *Poller) unauthorized(ctx context.Context, w *workspace, cause error, re
 		w.log.ErrorContext(ctx, "poller: workspace token rejected (revoked or invalid) although the workspace exists; configure a new token. Polling of this workspace stops")
 		set(func(r *statusRecord) { r.Stopped = StoppedTokenRejected })
 	}
+}
+
+// removed stops a workspace deleted on the platform.
+func (p *Poller) removed(ctx context.Context, w *workspace, res *WorkspaceResult, set func(func(*statusRecord))) {
+	res.Removed, res.Stopped, res.Err = true, true, removedError(w.id)
+	w.log.ErrorContext(ctx, "poller: workspace was deleted on the platform; regenerate the workspace and token. Polling of this workspace stops")
+	set(func(r *statusRecord) { r.Removed, r.Stopped = true, StoppedRemoved })
 }
 
 func removedError(ws string) error {
