@@ -254,11 +254,16 @@ func TestPollerGroupFollowsTheRegistry(t *testing.T) {
 		return out, unread
 	}
 	var ids []string
-	for _, e := range append(slices.Clone(seeded), spare...) {
+	isSeeded := map[string]bool{}
+	for i, e := range append(slices.Clone(seeded), spare...) {
 		ids = append(ids, e.ID)
+		isSeeded[e.ID] = i < len(seeded)
 	}
-	waitFleet(t, 60*time.Second, "every message answered", func() bool {
-		d, _ := due(polls())
+	// The removed workspaces are stopped by now: which of their messages
+	// were read is known.
+	dueNow, _ := due(polls())
+	waitFleet(t, 2*time.Minute, "every message answered", func() bool {
+		d := dueNow
 		got := answers(plat, ids)
 		for text, m := range d {
 			if got["echo: "+text+"@"+m.ws] == 0 {
@@ -313,7 +318,7 @@ func TestPollerGroupFollowsTheRegistry(t *testing.T) {
 			addLat = append(addLat, first.Sub(at))
 			changeLat[id] = first.Sub(at)
 			from = first
-		} else if !slices.ContainsFunc(seeded, func(e registry.Entry) bool { return e.ID == id }) {
+		} else if !isSeeded[id] {
 			continue // a spare never added
 		}
 		if at, ok := removedAt[id]; ok {
@@ -343,6 +348,24 @@ func TestPollerGroupFollowsTheRegistry(t *testing.T) {
 		} else {
 			t.Errorf("workspace %s of the killed member never polled after the kill", ws)
 		}
+	}
+
+	// At the end the three live members hold a share each, and the claims
+	// are the registered workspaces: none left to the killed member, none
+	// kept for a removed one.
+	final, err := pollgroup.Owners(context.Background(), js, "fleet")
+	if err != nil {
+		t.Fatal(err)
+	}
+	share := map[string]int{}
+	for ws, m := range final {
+		share[m]++
+		if _, gone := removedAt[ws]; gone {
+			t.Errorf("workspace %s removed at +%s still claimed by %s", ws, removedAt[ws].Sub(steady).Round(time.Millisecond), m)
+		}
+	}
+	if want := *groupN - len(removedAt) + len(addedAt); len(final) != want || len(share) != 3 || share[killedID] > 0 {
+		t.Errorf("claims at the end: %d workspaces by members %v; want %d by the 3 live members", len(final), share, want)
 	}
 
 	// A live member's workspace taken over means it was polled twice meanwhile.
