@@ -192,9 +192,11 @@ func (l *Lease) renew() {
 		case <-t.C:
 		}
 		// The deadline counts from before the renewal was sent: the
-		// others count from when they saw it, which is later.
+		// others count from when they saw it, which is later. A renewal
+		// may take until then: a loaded server that answers in a second
+		// still renews a 2 s lease, where a TTL/4 timeout lost it.
 		sent := time.Now()
-		ctx, cancel := context.WithTimeout(context.Background(), l.ttl/4)
+		ctx, cancel := context.WithDeadline(context.Background(), deadline)
 		err := l.renewAll(ctx)
 		cancel()
 		switch {
