@@ -24,7 +24,7 @@ IMAGE_REPO    ?= ghcr.io/molecule-ai/molecule-relay
 # but no registry; release: the distroless base of .ko.yaml.
 KO_BASE       ?= local
 
-.PHONY: help build dev test test-short chaos chaos-connect chaos-long chaos-cluster chaos-powerloss lint bench bench-one-at-a-time bench-fleet fuzz cover clean validate-infra image release-check
+.PHONY: help build dev test test-short chaos chaos-connect chaos-long chaos-cluster chaos-powerloss chaos-group lint bench bench-one-at-a-time bench-fleet fuzz cover clean validate-infra image release-check
 
 include Makefile.deploy
 
@@ -65,6 +65,11 @@ chaos-cluster: ## chaos test on a 3-node R3 nats-server cluster: a node SIGKILLe
 
 chaos-powerloss: ## power-loss test: connect's store on a lazyfs FUSE mount, the power cut CHAOS_CUTS times under traffic (every process SIGKILLed, unsynced writes dropped); CHAOS_FLAGS=-chaos.sync=2m (nats-server's default), -chaos.powerloss-nats (a nats-server process's store)
 	$(GO) test -count=1 -v -timeout 15m -run '^TestChaosPowerLoss$$' ./internal/testkit/chaos -args -chaos.cuts=$(or $(CHAOS_CUTS),10) -chaos.msgs=$(or $(CHAOS_MSGS),600) -chaos.rate=$(or $(CHAOS_RATE),15) $(CHAOS_FLAGS)
+
+chaos-group: ## poller group at 10,000 registry workspaces (GROUP_N): three poll processes, one SIGKILLed, one joining, 100 adds and removes under traffic; lost, twice, unpolled gaps (TestPollerGroupFollowsTheRegistry, docs/fleet.md); about 10 minutes
+	@echo "load average: $$(cat /proc/loadavg 2>/dev/null)"
+	$(GO) test -count=1 -v -timeout 40m -run '^TestPollerGroupFollowsTheRegistry$$' ./cmd/molecule-relay -args -group-n=$(or $(GROUP_N),10000) -group-traffic=90s -group-changes=100 -group-poll=3s -group-ready=10m $(GROUP_FLAGS)
+	@echo "load average: $$(cat /proc/loadavg 2>/dev/null)"
 
 test-short: ## tests without the race detector (faster local loop)
 	$(GO) test -count=1 $(PKGS)

@@ -192,9 +192,11 @@ func (l *Lease) renew() {
 		case <-t.C:
 		}
 		// The deadline counts from before the renewal was sent: the
-		// others count from when they saw it, which is later.
+		// others count from when they saw it, which is later. A renewal
+		// may take until then: a loaded server that answers in a second
+		// still renews a 2 s lease, where a TTL/4 timeout lost it.
 		sent := time.Now()
-		ctx, cancel := context.WithTimeout(context.Background(), l.ttl/4)
+		ctx, cancel := context.WithDeadline(context.Background(), deadline)
 		err := l.renewAll(ctx)
 		cancel()
 		switch {
@@ -215,12 +217,28 @@ func (l *Lease) renewAll(ctx context.Context) error {
 	defer l.mu.Unlock()
 	for k, rev := range l.revs {
 		next, err := l.kv.Update(ctx, k, l.value(), rev)
+		if isWrongSequence(err) {
+			next, err = l.renewedUnseen(ctx, k, rev, err)
+		}
 		if err != nil {
 			return fmt.Errorf("%s: %w", k, err)
 		}
 		l.revs[k] = next
 	}
 	return nil
+}
+
+// renewedUnseen: a renewal whose reply timed out (a loaded server) may
+// have been applied, and the next one then fails on its revision. A key
+// that still names this instance, at a newer revision, holds our own
+// renewal (no other instance writes our name): renew from it. Anything
+// else is a takeover and stays mismatch.
+func (l *Lease) renewedUnseen(ctx context.Context, k string, rev uint64, mismatch error) (uint64, error) {
+	e, err := l.kv.Get(ctx, k)
+	if err != nil || e.Revision() <= rev || Holder(e.Value()) != l.instance {
+		return 0, mismatch
+	}
+	return l.kv.Update(ctx, k, l.value(), e.Revision())
 }
 
 // Lost is closed when the lease could not be renewed; the instance must

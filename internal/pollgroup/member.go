@@ -134,14 +134,26 @@ func (m *member) drain(updates <-chan jetstream.KeyValueEntry) (synced bool) {
 	}
 }
 
-// reconcile makes what this member polls agree with the assignment.
-func (m *member) reconcile() {
+// writesPerPass bounds the claims one reconcile writes: each is a KV
+// round trip, and a member that joins a group of 10,000 workspaces must
+// not leave its loop (its lease, the watch) unattended for minutes.
+const writesPerPass = 64
+
+// reconcile makes what this member polls agree with the assignment. It
+// reports whether claims are left to write (call it again soon).
+func (m *member) reconcile() (more bool) {
 	m.assign()
+	writes := 0
 	for _, ws := range m.cfg.Workspaces {
 		c, claimed := m.claims[ws]
 		ours := claimed && c.owner == m.cfg.Instance
 		switch {
 		case m.mine[ws] && !ours && m.polls[ws] == nil && !m.contested[ws] && (!claimed || !m.isLive(c.owner)):
+			if writes == writesPerPass {
+				more = true
+				continue
+			}
+			writes++
 			m.take(ws, c, claimed)
 		case m.mine[ws] && ours && m.polls[ws] == nil && !m.failed[ws]:
 			m.start(ws) // claimed by an earlier membership of this process
@@ -153,6 +165,7 @@ func (m *member) reconcile() {
 		}
 	}
 	m.forgetDead()
+	return more
 }
 
 // assign computes which workspaces are this member's, when the live

@@ -166,9 +166,11 @@ func serve(ctx context.Context, js jetstream.JetStream, cfg Config) error {
 	cfg.Logger.Info("poller group: joined", "workspaces", len(cfg.Workspaces))
 	tick := time.NewTicker(cfg.TTL / 4)
 	defer tick.Stop()
-	synced := false // the watch delivered every key present at the start
+	synced := false         // the watch delivered every key present at the start
+	var again chan struct{} // closed while reconcile has claims left to write
 	for {
 		select {
+		case <-again:
 		case <-ctx.Done():
 			return nil
 		case <-lease.Lost():
@@ -190,7 +192,11 @@ func serve(ctx context.Context, js jetstream.JetStream, cfg Config) error {
 			m.setWorkspaces(cfg.Source.Current())
 		}
 		if synced {
-			m.reconcile()
+			again = nil
+			if m.reconcile() {
+				again = make(chan struct{})
+				close(again)
+			}
 		}
 	}
 }
