@@ -173,14 +173,14 @@ func startRelay(t *testing.T, cfg relayConfig) *relay {
 	}
 	// Wired as relay.Runtime wires a dispatcher with its process's
 	// replier; the `molecule-relay dispatch` child has none.
-	var direct dispatcher.DirectPoster
+	var direct stage.ReplyDelivery
 	if cfg.Direct {
 		direct = rep
 	}
 	for range inproc {
 		js, topo := conn()
-		d, err := dispatcher.New(js, topo, h, dispatcher.Config{Config: stage.Config{Concurrency: cfg.Concurrency, Logger: log},
-			Memory: stageMemory(t, js, topo, cfg.HistoryTurns), Direct: direct})
+		d, err := dispatcher.New(js, topo, h, dispatcher.Config{Config: stage.Config{Concurrency: cfg.Concurrency, Logger: log, Direct: direct},
+			Memory: stageMemory(t, js, topo, cfg.HistoryTurns)})
 		if err != nil {
 			t.Fatal(err)
 		}

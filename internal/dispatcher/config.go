@@ -21,7 +21,8 @@ var ErrInvalidConfig = configerr.For("dispatcher")
 // RetryMax for a retryable handler error, ProgressInterval, StartMargin:
 // a handler is only started if deadline-now >= HandlerTimeout +
 // StartMargin, StoreTimeout for the writes after a handler, SweepInterval,
-// Logger); its defaults are stage's.
+// Logger, and how the runner delivers replies: Direct, OnReply); its
+// defaults are stage's.
 type Config struct {
 	stage.Config
 	// HandlerTimeout bounds one handler run (its context's deadline). If
@@ -57,18 +58,6 @@ type Config struct {
 	// ObserveHandler, when set, receives every handler run's duration (the
 	// metrics histogram); it must be quick and safe for concurrent use.
 	ObserveHandler func(time.Duration)
-	// OnReply, when set, is called after every reply publish JetStream
-	// acknowledged (a Lambda dispatcher wakes the replier function with
-	// it). It must be quick and safe for concurrent use. If nil, nothing is
-	// called.
-	OnReply func()
-	// Direct, when set, posts each reply in the dispatcher's slot right
-	// after its handled record is stored (a replier in the same process:
-	// replier.Replier.PostDirect), skipping the reply stream; a reply it
-	// does not post is published to the stream as usual, except one the
-	// platform refused for good, which is dead-lettered at once. If nil,
-	// every reply is published.
-	Direct DirectPoster
 	// Agent, when set, opens the agent API session of each handler run
 	// (Request.Agent); the dispatcher ends it when the handler returns.
 	// If nil, handlers get no agent API.
@@ -100,26 +89,6 @@ type Files interface {
 	// reason that may pass (the message is tried again, but on its last
 	// delivery the handler gets the files with the reasons).
 	Fetch(ctx context.Context, in *events.Inbound) ([]handler.File, error)
-}
-
-// DirectPoster posts a reply without the reply stream
-// (replier.Replier.PostDirect). Its outcome is the replier stage's: Ack
-// when the reply was posted and recorded sent, Abandon at a crash point;
-// anything else with publish when the reply is to be published to the
-// stream, without publish when the inbound message is to be retried
-// instead (a post that may have happened and is recorded only by the
-// handled record's posting mark: the redelivery records it, duplicate),
-// or, for a DeadLetter, when the platform refused the reply for good
-// (the dispatcher records the refusal, then has DeadLetterDirect write
-// the dead letter: published, the reply would be posted again).
-type DirectPoster interface {
-	// DirectPostDeadline is the deadline of the posting mark the handled
-	// record carries when it is stored at now.
-	DirectPostDeadline(now time.Time) time.Time
-	PostDirect(ctx context.Context, reply []byte, mark events.PostingMark, progress func()) (o stage.Outcome, publish bool)
-	// DeadLetterDirect writes the replier's dead letter of a reply whose
-	// direct post was refused for good (dlq.OfDirectPost).
-	DeadLetterDirect(ctx context.Context, workspaceID, activityID string, reply []byte, refusal events.Refusal) error
 }
 
 // AgentAPI opens per-message agent API sessions (internal/agentapi.Server).

@@ -1,24 +1,21 @@
 // Package dispatcher is the stage that runs the handler: it takes inbound
 // messages from the dispatcher's durable consumer (shared by any number of
 // workers, in any number of processes), runs the handler on each, and
-// publishes the reply for the replier.
+// leaves the reply to its stage runner, which delivers it.
 //
 // Per message: decode (malformed → dead letter); look up the handled record
 // (present → the handler already finished on an earlier delivery whose ack
-// was lost: republish the recorded reply, ack, do not run the handler);
-// run the handler with a deadline while telling the server the message is
-// in progress; store the handled record (create-only; for a reply posted
-// directly it carries the posting mark, which stands for the replier's
-// posting record); post the reply through a replier in the same process
-// (Config.Direct), or, when there is none or it did not post it, publish
-// it with a Nats-Msg-Id derived from the activity id and wait for the
-// stream's acknowledgement (a direct post the platform refused for good
-// is not published: the refusal is recorded in the handled record, then
-// dead-lettered); ack. A crash anywhere after the record is
-// stored leads, on redelivery, to the republish path (a posting mark is
-// first written to the replies bucket as the posting record it stands
-// for); only a crash during the handler runs it again, and the handler
-// then sees Delivery > 1.
+// was lost: leave the recorded reply to the runner, do not run the
+// handler); run the handler with a deadline while telling the server the
+// message is in progress; store the handled record (create-only; for a
+// reply the runner posts directly it carries the posting mark, which
+// stands for the replier's posting record: stage.Runner.MarkDirect). The
+// dispatcher's work ends there: the stage runner delivers the reply
+// (stage.Deliver: posted directly through a replier in the same process,
+// stage.Config.Direct, or published with a Nats-Msg-Id derived from the
+// activity id) and acks. A crash anywhere after the record is stored
+// leads, on redelivery, to the republish path; only a crash during the
+// handler runs it again, and the handler then sees Delivery > 1.
 package dispatcher
 
 import (
@@ -29,15 +26,12 @@ import (
 	"log/slog"
 	"time"
 
-	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
-	"go.opentelemetry.io/otel/trace"
 
 	"github.com/molecule-ai/molecule-relay/internal/dlq"
 	"github.com/molecule-ai/molecule-relay/internal/handler"
 	"github.com/molecule-ai/molecule-relay/internal/stage"
 	"github.com/molecule-ai/molecule-relay/internal/stage/crashpoint"
-	"github.com/molecule-ai/molecule-relay/internal/tracing"
 	"github.com/molecule-ai/molecule-relay/pkg/events"
 )
 
@@ -372,11 +366,7 @@ func (d *Dispatcher) complete(runCtx context.Context, m *message, a handler.Answ
 			return d.handlerFailed(runCtx, m, fmt.Errorf("%w: encode reply: %v", handler.ErrPermanent, err))
 		}
 		rec.Reply = data
-		if d.postsDirectly(m) {
-			// The posting mark: this record is the direct post's posting
-			// record (one write fewer than a posting record of its own).
-			rec.DirectPostingAt, rec.DirectDeadline = now, d.cfg.Direct.DirectPostDeadline(now)
-		}
+		d.run.MarkDirect(&rec, m.Delivery, in, now)
 	}
 	recData, err := rec.Marshal()
 	if err != nil {
@@ -405,226 +395,45 @@ func (d *Dispatcher) complete(runCtx context.Context, m *message, a handler.Answ
 	if rec.Outcome == events.OutcomeReplied {
 		d.streakReplied(ctx, m)
 	}
-	if rec.Reply != nil {
-		if o, finished := d.deliverReply(runCtx, m, rec, rev); finished {
-			return o
+	return d.deliver(m, rec, rev, func(ctx context.Context) {
+		d.rememberUnanswered(ctx, in, rec.Outcome, log)
+		d.stats.handled.Add(1)
+		switch rec.Outcome {
+		case events.OutcomeReplied:
+			d.stats.replied.Add(1)
+		case events.OutcomeNoReply:
+			d.stats.noReply.Add(1)
+		case events.OutcomeCancelled:
+			// counted in cancelled
+		default:
+			d.stats.skipped.Add(1)
 		}
-	} else if crashpoint.Hit(runCtx, crashpoint.DispatcherOf(runCtx).AfterReplyPublish, in) {
-		return stage.Abandon()
-	}
-	d.rememberUnanswered(runCtx, in, rec.Outcome, log)
-	d.stats.handled.Add(1)
-	switch rec.Outcome {
-	case events.OutcomeReplied:
-		d.stats.replied.Add(1)
-	case events.OutcomeNoReply:
-		d.stats.noReply.Add(1)
-	case events.OutcomeCancelled:
-		// counted in cancelled
-	default:
-		d.stats.skipped.Add(1)
-	}
-	d.logHandled(ctx, m, rec, a)
-	return stage.Ack(ackLost)
+		d.logHandled(ctx, m, rec, a)
+	})
 }
 
-// deliverReply posts the reply of rec (the handled record stored at rev)
-// directly, or publishes it. finished says the message ends there, with
-// o (a crash point, a retry); else it is to be acked.
-func (d *Dispatcher) deliverReply(runCtx context.Context, m *message, rec events.HandledRecord, rev uint64) (o stage.Outcome, finished bool) {
-	in, log := m.in, m.Log
-	posted, publish := d.postDirect(runCtx, m, rec)
-	// The writes after the POST get their own time, not what the POST
-	// left of the handled record's.
-	ctx, cancel := d.run.OpContext(runCtx)
-	defer cancel()
-	switch {
-	case posted.Abandoned():
-		return stage.Abandon(), true
-	case posted.Acked():
-		return stage.Outcome{}, false
-	case d.postsDirectly(m) && crashpoint.Hit(runCtx, crashpoint.DispatcherOf(runCtx).AfterDirectPost, in):
-		return stage.Abandon(), true
-	}
-	if reason, cause, refused := posted.DeadLetterReason(); refused && !publish {
-		return d.refused(runCtx, ctx, m, rec, rev, events.Refusal{Reason: reason, Error: errorText(cause), At: time.Now().UTC()})
-	}
-	if !publish {
-		log.ErrorContext(ctx, "dispatcher: direct post may have reached the platform and is not recorded; its redelivery records it from the handled record, then publishes")
-		return stage.Retry(0), true
-	}
-	if err := d.publishReply(ctx, in, rec.Reply); err != nil {
-		log.ErrorContext(ctx, "dispatcher: reply publish failed; will republish on redelivery", "error", err)
-		return stage.Retry(0), true
-	}
-	if crashpoint.Hit(runCtx, crashpoint.DispatcherOf(runCtx).AfterReplyPublish, in) {
-		return stage.Abandon(), true
-	}
-	return stage.Outcome{}, false
+// deliver leaves m's handled record rec (stored at rev; 0: found stored)
+// and its reply to the stage runner, which delivers the reply (posts it
+// directly, publishes it or dead-letters its refusal: stage.Deliver),
+// calls delivered, then acks.
+func (d *Dispatcher) deliver(m *message, rec events.HandledRecord, rev uint64, delivered func(context.Context)) stage.Outcome {
+	return stage.Deliver(stage.Reply{In: m.in, Record: rec, Rev: rev, Handled: d.topo.Handled, Key: m.key, Replies: d.topo.Replies,
+		Lost: ackLost, Delivered: delivered})
 }
 
-// refused finishes a reply whose direct post the platform refused for
-// good: it records the refusal in the handled record (an update at rev),
-// then writes the dead letter the replier stage would have written
-// (deadLetterRefused); the message is then acked. Published, the reply
-// would be posted again by the stage, and refused again. A redelivery
-// after the record writes the dead letter and posts nothing (duplicate);
-// before it (the refusal not recorded), it can only post through the
-// stream again, the refusal leaving nothing on the platform's feed.
-func (d *Dispatcher) refused(runCtx, ctx context.Context, m *message, rec events.HandledRecord, rev uint64, refusal events.Refusal) (stage.Outcome, bool) {
-	log := m.Log
-	rec.ReplyRefused = &refusal
-	data, err := rec.Marshal()
-	if err == nil {
-		err = stage.RetryRequest(ctx, func(ctx context.Context) error {
-			_, err := d.topo.Handled.Update(ctx, m.key, data, rev)
-			return err
-		})
-	}
-	if err != nil {
-		log.ErrorContext(ctx, "dispatcher: refused direct post not recorded; retrying the message, whose redelivery publishes the reply (or writes its dead letter if the record was written)", "error", err)
-		return stage.Retry(0), true
-	}
-	if crashpoint.Hit(runCtx, crashpoint.DispatcherOf(runCtx).AfterRefusalRecord, m.in) {
-		return stage.Abandon(), true
-	}
-	if err := d.deadLetterRefused(ctx, m, rec); err != nil {
-		log.ErrorContext(ctx, "dispatcher: dead letter of a refused direct post not written; retrying the message, whose redelivery writes it", "error", err)
-		return stage.Retry(0), true
-	}
-	if crashpoint.Hit(runCtx, crashpoint.DispatcherOf(runCtx).AfterRefusalDeadLetter, m.in) {
-		return stage.Abandon(), true
-	}
-	return stage.Outcome{}, false
-}
-
-// deadLetterRefused writes the dead letter of the refused direct post
-// that rec records (ReplyRefused), through the replier in this process,
-// which counts it, or, in a process without one (a redelivery that
-// reached a dispatcher run alone), itself.
-func (d *Dispatcher) deadLetterRefused(ctx context.Context, m *message, rec events.HandledRecord) error {
-	ws, act := m.in.WorkspaceID, m.in.ActivityID
-	if d.cfg.Direct != nil {
-		return d.cfg.Direct.DeadLetterDirect(ctx, ws, act, rec.Reply, *rec.ReplyRefused)
-	}
-	return dlq.Publish(ctx, d.js, dlq.OfDirectPost(ws, act, rec.Reply, *rec.ReplyRefused))
-}
-
-func errorText(err error) string {
-	if err == nil {
-		return ""
-	}
-	return err.Error()
-}
-
-// postsDirectly says whether m's reply is posted by the replier in this
-// process (Config.Direct). Only a canvas reply is: a notify takes
-// milliseconds, while an /a2a reply to a push-mode peer waits for the
-// peer's agent, up to MOLECULE_A2A_TIMEOUT (10 minutes), and would hold
-// this handler slot that long; it goes through the reply stream and the
-// replier's own slots. Nor is the reply of a dead letter's replay: its
-// reply may have been posted before the message was dead-lettered, and a
-// marked direct post reads no reply record, while the replier stage's
-// finds it sent.
-func (d *Dispatcher) postsDirectly(m *message) bool {
-	return d.cfg.Direct != nil && m.in.Source != events.SourcePeerAgent && !m.replayed()
-}
-
-// postDirect hands the stored reply of rec to the replier in this process
-// (Config.Direct), which posts it in this slot with rec's posting mark;
-// its outcome says whether the reply is delivered (Ack), is to be
-// published (publish), or the message retried. A redelivery never posts
-// directly (duplicate publishes): the record the direct post left, or
-// the one duplicate writes from the mark, is the replier stage's to
-// follow.
-func (d *Dispatcher) postDirect(runCtx context.Context, m *message, rec events.HandledRecord) (o stage.Outcome, publish bool) {
-	if !d.postsDirectly(m) {
-		return stage.Outcome{}, true
-	}
-	return d.cfg.Direct.PostDirect(runCtx, rec.Reply, rec.Mark(), m.Progress)
-}
-
-// duplicate finishes a message whose handled record exists: republish the
-// recorded reply (its Nats-Msg-Id makes a second copy within the duplicate
-// window harmless, and after it the replier's record stops a second post),
-// then ack. The handler does not run.
+// duplicate finishes a message whose handled record exists: the stage
+// runner republishes the recorded reply (or dead-letters its refusal),
+// then acks. The handler does not run.
 func (d *Dispatcher) duplicate(runCtx context.Context, m *message, value []byte) stage.Outcome {
-	in, log := m.in, m.Log
 	var rec events.HandledRecord
 	if err := json.Unmarshal(value, &rec); err != nil {
-		log.ErrorContext(runCtx, "dispatcher: handled record unreadable; acking without republishing", "error", err)
+		m.Log.ErrorContext(runCtx, "dispatcher: handled record unreadable; acking without republishing", "error", err)
 	}
-	ctx, cancel := d.run.OpContext(runCtx)
-	defer cancel()
-	switch {
-	case rec.ReplyRefused != nil:
-		// The platform refused the direct post for good: its dead letter
-		// (again: the same Nats-Msg-Id), not a second post.
-		if err := d.deadLetterRefused(ctx, m, rec); err != nil {
-			log.ErrorContext(ctx, "dispatcher: dead letter of a refused direct post not written; retrying", "error", err)
-			return stage.Retry(0)
-		}
-	case len(rec.Reply) > 0:
-		if mark := rec.Mark(); !mark.IsZero() {
-			if err := d.recordMark(ctx, m, mark); err != nil {
-				log.ErrorContext(ctx, "dispatcher: posting record of a direct post not written from the handled record's mark; retrying before republishing", "error", err)
-				return stage.Retry(0)
-			}
-		}
-		if err := d.publishReply(ctx, in, rec.Reply); err != nil {
-			log.ErrorContext(ctx, "dispatcher: republish of recorded reply failed; retrying", "error", err)
-			return stage.Retry(0)
-		}
-	}
-	if crashpoint.Hit(runCtx, crashpoint.DispatcherOf(runCtx).AfterReplyPublish, in) {
-		return stage.Abandon()
-	}
-	d.rememberUnanswered(runCtx, in, rec.Outcome, log)
-	d.stats.duplicates.Add(1)
-	log.InfoContext(ctx, "dispatcher: redelivery of a handled message; handler not run again", "outcome", rec.Outcome)
-	return stage.Ack(ackLost)
-}
-
-// recordMark creates, from the handled record's posting mark, the posting
-// record a direct post of the reply stands on (events.PostingMark.Record):
-// the earlier delivery may have died before or after its POST, and the
-// stage's delivery of the republished reply must settle it against the
-// feed, not post it blind. A record that exists (the reply was recorded
-// sent, or the direct post wrote it after an unknown outcome) is left as
-// it is. A process without the replier stage opens the bucket here.
-func (d *Dispatcher) recordMark(ctx context.Context, m *message, mark events.PostingMark) error {
-	kv := d.topo.Replies
-	if kv == nil {
-		var err error
-		if kv, err = d.js.KeyValue(ctx, events.BucketReplies); err != nil {
-			return fmt.Errorf("open bucket %s: %w", events.BucketReplies, err)
-		}
-	}
-	data, err := mark.Record().Marshal()
-	if err != nil {
-		return err
-	}
-	_, err = stage.RetryCreate(ctx, kv, events.ReplyKey(m.in.WorkspaceID, m.in.ActivityID), data)
-	if errors.Is(err, jetstream.ErrKeyExists) {
-		return nil
-	}
-	return err
-}
-
-func (d *Dispatcher) publishReply(ctx context.Context, in *events.Inbound, data []byte) error {
-	m := &nats.Msg{Subject: events.ReplySubject(in.WorkspaceID), Data: data, Header: nats.Header{}}
-	m.Header.Set(jetstream.MsgIDHeader, events.ReplyMsgID(in.WorkspaceID, in.ActivityID))
-	ctx, span := tracing.Start(ctx, "reply-publish", trace.SpanKindProducer)
-	defer span.End()
-	tracing.Inject(ctx, m.Header)
-	err := stage.RetryRequest(ctx, func(ctx context.Context) error {
-		_, err := d.js.PublishMsg(ctx, m)
-		return err
+	return d.deliver(m, rec, 0, func(ctx context.Context) {
+		d.rememberUnanswered(ctx, m.in, rec.Outcome, m.Log)
+		d.stats.duplicates.Add(1)
+		m.Log.InfoContext(ctx, "dispatcher: redelivery of a handled message; handler not run again", "outcome", rec.Outcome)
 	})
-	if err == nil && d.cfg.OnReply != nil {
-		d.cfg.OnReply()
-	}
-	return err
 }
 
 // ackLost is what the redelivery of a message whose ack was lost finds:

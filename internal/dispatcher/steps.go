@@ -10,7 +10,6 @@ import (
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/trace"
 
-	"github.com/molecule-ai/molecule-relay/internal/dlq"
 	"github.com/molecule-ai/molecule-relay/internal/stage"
 	"github.com/molecule-ai/molecule-relay/internal/tracing"
 	"github.com/molecule-ai/molecule-relay/pkg/events"
@@ -31,9 +30,6 @@ type message struct {
 	received    time.Time
 	handlerTook time.Duration
 }
-
-// replayed says whether m is a dead letter's replay (dlq.Replay).
-func (m *message) replayed() bool { return m.Msg != nil && dlq.IsReplay(m.Msg.Headers()) }
 
 // steps is the dispatcher's work on one delivery, in the order a message
 // meets it. Each step either returns how the message is finished (the

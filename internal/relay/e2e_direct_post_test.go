@@ -10,6 +10,7 @@ import (
 
 	"github.com/molecule-ai/molecule-relay/internal/dispatcher"
 	"github.com/molecule-ai/molecule-relay/internal/replier"
+	"github.com/molecule-ai/molecule-relay/internal/stage"
 	"github.com/molecule-ai/molecule-relay/internal/stage/crashpoint"
 	"github.com/molecule-ai/molecule-relay/internal/testkit/pipelinetest"
 	"github.com/molecule-ai/molecule-relay/pkg/events"
@@ -142,7 +143,7 @@ func testCrashDirectPost(t *testing.T, hooks func(kill func() error) *crashpoint
 
 	// The next process: a dispatcher posting through its own replier.
 	proc2 := w.Proc()
-	d2 := w.NewDispatcher(proc2, rec, dispatcher.Config{Direct: w.NewReplier(proc2, nil, replier.Config{})})
+	d2 := w.NewDispatcher(proc2, rec, dispatcher.Config{Config: stage.Config{Direct: w.NewReplier(proc2, nil, replier.Config{})}})
 	recoverInSecondDispatcher(t, w, pl, rec, d2, "crash me", 6, 15*time.Second)
 	checkHandledOnce(t, rec, w.Sent())
 	w.CheckExactlyOnce(t, w.Sent())
@@ -210,7 +211,7 @@ func crashDirectPoster(t *testing.T, w *pipelinetest.World, rec *pipelinetest.Re
 		return errKilled
 	}
 	r1 := w.NewReplier(proc1, nil, replier.Config{NotifyTimeout: time.Second})
-	d1 := w.NewDispatcher(proc1, rec, dispatcher.Config{Direct: r1})
+	d1 := w.NewDispatcher(proc1, rec, dispatcher.Config{Config: stage.Config{Direct: r1}})
 	run1 = pipelinetest.Start(t, crashpoint.RunDispatcher(d1.Run, hooks(kill)))
 	w.WaitSeeded(w.Agent.ID)
 	w.SendCanvas("crash me")

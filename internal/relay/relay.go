@@ -409,8 +409,9 @@ func (rt *Runtime) Dispatcher(h handler.Handler) (*dispatcher.Dispatcher, error)
 
 // stageCores builds the dispatcher and replier s selects (nil when not). When
 // it runs both and MOLECULE_DIRECT_POST is on (the default), the
-// dispatcher posts its replies through this replier in its own slot
-// (replier.Replier.PostDirect), skipping the reply stream.
+// dispatcher's runner posts its replies through this replier in the
+// message's slot (stage.Config.Direct: replier.Replier.PostDirect),
+// skipping the reply stream.
 func (rt *Runtime) stageCores(s Stages) (*dispatcher.Dispatcher, *replier.Replier, error) {
 	var (
 		d *dispatcher.Dispatcher
@@ -427,7 +428,7 @@ func (rt *Runtime) stageCores(s Stages) (*dispatcher.Dispatcher, *replier.Replie
 		if err != nil {
 			return nil, nil, err
 		}
-		var direct dispatcher.DirectPoster
+		var direct stage.ReplyDelivery
 		if r != nil && rt.Cfg.DirectPost {
 			direct = r
 		}
@@ -438,7 +439,7 @@ func (rt *Runtime) stageCores(s Stages) (*dispatcher.Dispatcher, *replier.Replie
 	return d, r, nil
 }
 
-func (rt *Runtime) dispatcher(h handler.Handler, direct dispatcher.DirectPoster) (*dispatcher.Dispatcher, error) {
+func (rt *Runtime) dispatcher(h handler.Handler, direct stage.ReplyDelivery) (*dispatcher.Dispatcher, error) {
 	mem, err := rt.Memory()
 	if err != nil {
 		return nil, err
@@ -448,16 +449,17 @@ func (rt *Runtime) dispatcher(h handler.Handler, direct dispatcher.DirectPoster)
 		return nil, err
 	}
 	d, err := dispatcher.New(rt.Conn.JS, rt.Topo, h, dispatcher.Config{
-		Agent:          agent,
-		Config:         stage.Config{Concurrency: rt.Cfg.Concurrency, ConfirmAcks: rt.Cfg.Replicas > 1, Logger: rt.Log, LogMessages: rt.Cfg.LogMessages}, // stage.Open names the stage
+		Agent: agent,
+		Config: stage.Config{
+			Concurrency: rt.Cfg.Concurrency, ConfirmAcks: rt.Cfg.Replicas > 1, Logger: rt.Log, LogMessages: rt.Cfg.LogMessages, // stage.Open names the stage
+			Direct: direct, OnReply: rt.Hooks.OnReply, // the runner delivers the replies
+		},
 		HandlerTimeout: rt.Cfg.HandlerTimeout.D(),
 		LogSlowHandler: rt.Cfg.LogSlowHandler.D(),
 		MaxHops:        rt.Cfg.MaxHops,
 		ReplyToReplies: rt.Cfg.ReplyToReplies,
 		ObserveHandler: rt.handlerObserver(),
-		OnReply:        rt.Hooks.OnReply,
 		Memory:         mem,
-		Direct:         direct,
 		Files:          rt.fileCache(),
 		Uploads:        rt.uploader(),
 	})

@@ -17,14 +17,18 @@ import (
 // delivery, which reads no record before its posting record's create.
 var firstDelivery = jetstream.MsgMetadata{NumDelivered: 1}
 
+// The replier is the stage runner's reply delivery in a process that runs
+// both stages: the dispatcher's runner hands it the canvas replies it
+// carries (stage.Deliver), which are posted in the inbound message's slot
+// instead of going through the reply stream (docs/architecture.md,
+// "Direct posting").
+var _ stage.ReplyDelivery = (*Replier)(nil)
+
 // PostDirect posts reply (an encoded events.Reply) at once, in the
 // caller's goroutine, as the stage would on its first delivery of it
 // (chain: route, rate budget, posting record, POST, sent record, turns in
-// memory: work), and returns the outcome the stage would have applied. A
-// dispatcher in the same process calls it for a canvas reply after
-// storing its handled record, instead of publishing the reply to the
-// reply stream (docs/architecture.md, "Direct posting"; a peer reply's
-// /a2a may wait minutes and goes through the stream).
+// memory: work), and returns the outcome the stage would have applied,
+// with publish as stage.ReplyDelivery says.
 //
 // mark, when set (a notify only), is the posting mark the caller's handled
 // record carries (events.HandledRecord.Mark, its deadline from
@@ -35,24 +39,16 @@ var firstDelivery = jetstream.MsgMetadata{NumDelivered: 1}
 // mark's deadline. Without a mark the posting record is written first, as
 // the stage does.
 //
-// Ack means the reply was posted and recorded sent (or found sent): the
-// caller acks its inbound message and publishes nothing. Abandon means a
-// crash point stopped it (tests only): the caller must stop too. Any other
-// outcome with publish means the reply is not known to be delivered: the
-// caller publishes it to the reply stream as usual, and the stage's
-// delivery follows whatever record this attempt left, as for a
-// redelivery. Any other outcome without publish (a marked POST that may
-// have reached the platform, whose record could not be written) means the
-// caller must not publish the reply but retry its inbound message: the
-// redelivery writes the posting record from the mark, then publishes.
-// DeadLetter without publish means the platform refused the reply for
-// good: the stream's delivery would post it again and be refused again,
-// so the caller records the refusal (its handled record), writes the dead
-// letter the stream would have written (DeadLetterDirect) and acks its
-// inbound message.
-// The caller never waits here for the rate budget or for a post in flight
-// to settle: those are left to the stream. ctx is the caller's message's:
-// its trace, its deadline, its crash points (crashpoint.Dispatcher.Direct);
+// A reply not known to be delivered is published (publish), and the
+// stage's delivery follows whatever record this attempt left, as for a
+// redelivery; a marked POST that may have reached the platform, whose
+// record could not be written, is not (the inbound message is retried and
+// its redelivery writes the posting record from the mark), nor is one the
+// platform refused for good (DeadLetter: the caller records the refusal,
+// then has DeadLetterDirect write the dead letter the stream would have
+// written). It never waits for the rate budget or for a post in flight to
+// settle: those are left to the stream. ctx is the caller's message's: its
+// trace, its deadline, its crash points (crashpoint.Dispatcher.Direct);
 // progress keeps the caller's message alive during the POST.
 func (r *Replier) PostDirect(ctx context.Context, reply []byte, mark events.PostingMark, progress func()) (o stage.Outcome, publish bool) {
 	rep, err := events.DecodeReply(reply)

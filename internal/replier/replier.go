@@ -7,10 +7,10 @@
 // A reply is posted at most once where the platform cannot de-duplicate.
 // Before the POST the replier creates a "posting" record (events.ReplyKey
 // in events.BucketReplies); after the platform accepted it the record says
-// "sent"; only then is the message acked. (A canvas reply a dispatcher in
-// the same process posts directly has its posting record in the
-// dispatcher's handled record, the posting mark: PostDirect writes only
-// the sent record, direct.go.) A redelivery reads the record
+// "sent"; only then is the message acked. (A canvas reply posted directly,
+// by the dispatcher's stage runner in the same process, has its posting
+// record in the dispatcher's handled record, the posting mark: PostDirect
+// writes only the sent record, direct.go.) A redelivery reads the record
 // first (a first delivery, which almost never has one, learns of one from
 // the posting record's create-only write instead) and finds:
 //   - "sent": ack, nothing posted;

@@ -183,7 +183,7 @@ func (r *Replier) unknownOutcome(runCtx context.Context, j *job, rev uint64, cau
 // and returns its revision. A record that exists is left as it is: a
 // redelivery of the inbound message wrote it from the same mark, or the
 // reply was settled since. If it cannot be written the job is unrecorded
-// (the dispatcher retries its message instead of publishing the reply).
+// (the runner retries the inbound message instead of publishing the reply).
 func (r *Replier) recordMark(runCtx context.Context, j *job, rec events.ReplyRecord) uint64 {
 	ctx, cancel := r.run.OpContext(runCtx)
 	defer cancel()

@@ -33,8 +33,8 @@ type Stats struct {
 	// MemoryErrors counts sent replies whose turns could not be recorded
 	// in the conversation's memory (best-effort: the reply was acked).
 	MemoryErrors uint64
-	// Direct counts replies a dispatcher in this process posted in its
-	// own slot (PostDirect), skipping the reply stream; they are counted
+	// Direct counts replies the dispatcher's stage runner in this process
+	// posted in the inbound message's slot (PostDirect), skipping the reply stream; they are counted
 	// in Notified or SentA2A too. DirectFallbacks counts the replies
 	// PostDirect left to the stream (not posted, or not known to be).
 	// DirectRefused counts direct posts the platform refused for good,

@@ -29,8 +29,8 @@ type job struct {
 	xTimeout time.Duration
 	// rec is the posting record of the post under way.
 	rec events.ReplyRecord
-	// direct: a dispatcher in this process posts it in its own slot
-	// (PostDirect), before any stream delivery. It never waits there: a
+	// direct: the dispatcher's stage runner in this process posts it in
+	// the inbound message's slot (PostDirect), before any stream delivery. It never waits there: a
 	// wait the stage would sit out is left to the stream's delivery.
 	direct bool
 	// marked: a direct post whose posting record is the dispatcher's
@@ -40,19 +40,19 @@ type job struct {
 	// unrecorded: a marked post may have reached the platform and no
 	// record in BucketReplies says so (it could not be written). The reply
 	// must not go to the stream, whose first delivery would post it again:
-	// the dispatcher retries its inbound message instead, and the
+	// the runner retries the inbound message instead, and the
 	// redelivery writes the posting record from the mark.
 	unrecorded bool
 	// refused: the platform refused a direct post for good. The reply
 	// must not go to the stream, whose delivery would post it again: the
-	// dispatcher records the refusal and writes the dead letter
+	// runner records the refusal and writes the dead letter
 	// (DeadLetterDirect).
 	refused bool
 }
 
 // steps is the replier's work on one delivery: its decode, then the
 // chain every reply meets (chain), whether it came from the stream or from
-// a dispatcher in this process (PostDirect).
+// the dispatcher's stage runner in this process (PostDirect).
 func (r *Replier) steps() stage.Step[*stage.Delivery] {
 	return r.decoded(r.work)
 }

@@ -85,6 +85,18 @@ type Config struct {
 	// level (the dispatcher: received, handled; the replier: posted),
 	// with ids, kinds and sizes only. If not set, at debug level.
 	LogMessages bool
+	// Direct, when set, posts the replies the stage's steps leave to the
+	// Runner (Deliver) in the message's slot, skipping the reply stream: a
+	// replier in the same process (replier.Replier). A reply it does not
+	// post is published to the stream as usual, except one the platform
+	// refused for good, which is dead-lettered at once. If nil, every reply
+	// is published.
+	Direct ReplyDelivery
+	// OnReply, when set, is called after every reply publish JetStream
+	// acknowledged (a Lambda dispatcher wakes the replier function with
+	// it). It must be quick and safe for concurrent use. If nil, nothing is
+	// called.
+	OnReply func()
 }
 
 // MessageLevel is the level of a message's milestone lines (LogMessages).

@@ -18,7 +18,8 @@ import (
 // before it (records, publishes, posts) are all done when the message is
 // acked, and every way a message ends is counted and logged the same way.
 //
-// Build one with Ack, Retry, Defer, DeadLetter or Abandon. The zero
+// Build one with Ack, Retry, Defer, DeadLetter, Abandon or Deliver (a
+// reply to deliver, then an ack). The zero
 // Outcome is not valid: a step that returns it is a bug, which is logged,
 // and its message is left to its AckWait like an abandoned one.
 type Outcome struct {
@@ -30,6 +31,8 @@ type Outcome struct {
 	// reason and cause: DeadLetter's.
 	reason string
 	cause  error
+	// reply: Deliver's.
+	reply *Reply
 }
 
 type outcomeKind uint8
@@ -41,6 +44,7 @@ const (
 	outcomeDefer
 	outcomeDeadLetter
 	outcomeAbandon
+	outcomeDeliver
 )
 
 // Ack acknowledges the message. lost names the outcome record a
@@ -71,18 +75,15 @@ func DeadLetter(reason string, cause error) Outcome {
 // stands for a process that died right there, abandons a message.
 func Abandon() Outcome { return Outcome{kind: outcomeAbandon} }
 
-// Acked says whether o acknowledges its message: what a step that
-// completes work for another stage in the same process (the replier's
-// direct post) reports as done.
+// Acked says whether o acknowledges its message: what a direct post
+// (ReplyDelivery.PostDirect) reports as done.
 func (o Outcome) Acked() bool { return o.kind == outcomeAck }
 
 // Abandoned says whether o is Abandon: a crash point stopped the work, and
 // whoever called the step must stop too.
 func (o Outcome) Abandoned() bool { return o.kind == outcomeAbandon }
 
-// DeadLetterReason is o's reason and cause when o is DeadLetter (ok): what
-// a caller that finishes the work of another stage's message in its own
-// (the replier's direct post) writes in that message's dead letter.
+// DeadLetterReason is o's reason and cause when o is DeadLetter (ok).
 func (o Outcome) DeadLetterReason() (reason string, cause error, ok bool) {
 	return o.reason, o.cause, o.kind == outcomeDeadLetter
 }
@@ -100,6 +101,8 @@ func (o Outcome) String() string {
 		return "dead-letter " + o.reason
 	case outcomeAbandon:
 		return "abandon"
+	case outcomeDeliver:
+		return "deliver"
 	}
 	return "none"
 }
@@ -126,6 +129,8 @@ func (r *Runner) finish(runCtx context.Context, d *Delivery, o Outcome) {
 		r.deferMsg(d, o.delay)
 	case outcomeDeadLetter:
 		r.deadLetter(runCtx, d, o.reason, o.cause)
+	case outcomeDeliver:
+		r.finish(runCtx, d, r.deliver(runCtx, d, o.reply))
 	case outcomeAbandon:
 	default:
 		r.log.ErrorContext(runCtx, r.target.Stage+": a step returned no outcome; the message is left to its AckWait (a bug)", "subject", d.Msg.Subject())

@@ -15,7 +15,8 @@ import (
 	"github.com/molecule-ai/molecule-relay/pkg/events"
 )
 
-// Dispatcher holds the dispatcher's crash points.
+// Dispatcher holds the dispatcher's crash points, those of its handler
+// run and those of the reply its stage runner delivers (stage.Deliver).
 type Dispatcher struct {
 	// AfterHandler runs after the handler returned, before anything is
 	// recorded.
@@ -39,8 +40,8 @@ type Dispatcher struct {
 	// direct post was written, before the inbound message is acked.
 	AfterRefusalDeadLetter func(ctx context.Context, m *events.Inbound) error
 	// Direct are the replier's points on the dispatcher's direct post (a
-	// replier in the same process posting the reply in the dispatcher's
-	// slot, after AfterRecord): BeforePost after the posting record (for
+	// replier in the same process posting the reply in the inbound
+	// message's slot for the dispatcher's runner, after AfterRecord): BeforePost after the posting record (for
 	// a canvas reply, the handled record's posting mark), AfterPost after
 	// the POST, AfterSent after the sent record, before the inbound
 	// message is acked.

@@ -342,7 +342,7 @@ type PipelineConfig struct {
 	NoPoller, NoDispatcher, NoReplier bool
 	// Direct puts the dispatcher and the replier in one process and has
 	// the dispatcher post its replies through that replier
-	// (dispatcher.Config.Direct), as relay's composition does. It needs
+	// (stage.Config.Direct), as relay's composition does. It needs
 	// both stages.
 	Direct bool
 }
