@@ -2,6 +2,7 @@ package relay
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"net/http"
 	"sync"
@@ -37,7 +38,10 @@ type regClient struct {
 // workspaces that are not paused. Only the poller and the replier read it
 // (the dispatcher's NATS user may not).
 func (rt *Runtime) openRegistry(ctx context.Context) error {
-	key, err := registry.LoadKey(rt.Cfg.RegistryKeyFile, rt.Cfg.RegistryKey)
+	key, err := registry.KeyFromConfig(ctx, rt.Cfg)
+	if errors.Is(err, registry.ErrKeyUnavailable) {
+		return err
+	}
 	if err != nil {
 		return fmt.Errorf("%w: %w", config.ErrInvalid, err)
 	}
