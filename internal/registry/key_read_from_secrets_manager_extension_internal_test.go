@@ -77,8 +77,8 @@ func TestKeyReadFromSecretsManagerExtension(t *testing.T) {
 		is   error
 		says string
 	}{
-		{"not found", cfg("molecule/other", "session-token"), ErrKeyUnavailable, "HTTP 400"},
-		{"wrong session token", cfg(arn, "someone else's"), ErrKeyUnavailable, "HTTP 401"},
+		{"not found", cfg("molecule/other", "session-token"), ErrKeyUnavailable, "answered 400"},
+		{"wrong session token", cfg(arn, "someone else's"), ErrKeyUnavailable, "answered 401"},
 		{"not a key", cfg("not-a-key", "session-token"), ErrKey, "not 32 bytes"},
 		{"two sources", both, ErrKey, "MOLECULE_REGISTRY_KEY_FILE and MOLECULE_REGISTRY_KEY_SECRET"},
 		{"no session token", cfg(arn, ""), ErrKey, "AWS_SESSION_TOKEN"},

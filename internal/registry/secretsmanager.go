@@ -2,17 +2,11 @@ package registry
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
-	"net/http"
-	"net/url"
 	"strconv"
-	"time"
 
-	"github.com/cenkalti/backoff/v4"
-
+	"github.com/molecule-ai/molecule-relay/internal/awssecrets"
 	"github.com/molecule-ai/molecule-relay/internal/config"
 )
 
@@ -20,10 +14,6 @@ import (
 // extension not running, the secret not readable): a runtime failure, not
 // a configuration one.
 var ErrKeyUnavailable = errors.New("registry: key not available")
-
-// extensionWait bounds the wait for the extension, which starts beside
-// the function and may not listen yet at its first read.
-const extensionWait = 10 * time.Second
 
 // KeyFromConfig reads the key from the one source cfg sets:
 // MOLECULE_REGISTRY_KEY_FILE, MOLECULE_REGISTRY_KEY, or
@@ -48,47 +38,18 @@ func KeyFromConfig(ctx context.Context, cfg *config.Config) (*Key, error) {
 	return k, nil
 }
 
-// fetchSecret reads secret id's SecretString from the AWS Parameters and
-// Secrets Lambda Extension: GET
-// http://localhost:<port>/secretsmanager/get?secretId=<id> with the
-// function's session token in X-Aws-Parameters-Secrets-Token; the answer
-// is GetSecretValue's JSON (docs/workspace-registry.md, Encryption).
+// fetchSecret reads secret id's SecretString through the AWS Parameters
+// and Secrets Lambda Extension (internal/awssecrets).
 func fetchSecret(ctx context.Context, port int, sessionToken, id string) (string, error) {
 	if sessionToken == "" {
 		return "", fmt.Errorf("%w: MOLECULE_REGISTRY_KEY_SECRET needs AWS_SESSION_TOKEN (Lambda sets it)", ErrKey)
 	}
-	u := "http://localhost:" + strconv.Itoa(port) + "/secretsmanager/get?secretId=" + url.QueryEscape(id)
-	var resp *http.Response
-	op := func() error {
-		req, err := http.NewRequestWithContext(ctx, http.MethodGet, u, nil)
-		if err != nil {
-			return backoff.Permanent(err)
-		}
-		req.Header.Set("X-Aws-Parameters-Secrets-Token", sessionToken)
-		resp, err = http.DefaultClient.Do(req)
-		return err // not listening yet: try again
+	v, err := awssecrets.New(strconv.Itoa(port), sessionToken).Get(ctx, id)
+	switch {
+	case errors.Is(err, awssecrets.ErrUnavailable):
+		return "", fmt.Errorf("%w: MOLECULE_REGISTRY_KEY_SECRET: %w (does the function's role have secretsmanager:GetSecretValue on it, and kms:Decrypt on its key?)", ErrKeyUnavailable, err)
+	case err != nil:
+		return "", fmt.Errorf("%w: MOLECULE_REGISTRY_KEY_SECRET: %w; store the key as text: 32 bytes in base64", ErrKey, err)
 	}
-	bo := backoff.NewExponentialBackOff()
-	bo.InitialInterval, bo.MaxElapsedTime = 50*time.Millisecond, extensionWait
-	if err := backoff.Retry(op, backoff.WithContext(bo, ctx)); err != nil {
-		return "", fmt.Errorf("%w: MOLECULE_REGISTRY_KEY_SECRET: the AWS Parameters and Secrets Lambda Extension on localhost:%d did not answer (is its layer on the function?): %w", ErrKeyUnavailable, port, err)
-	}
-	defer resp.Body.Close()
-	body, err := io.ReadAll(io.LimitReader(resp.Body, 64<<10))
-	if err != nil {
-		return "", fmt.Errorf("%w: MOLECULE_REGISTRY_KEY_SECRET %s: reading the extension's answer: %w", ErrKeyUnavailable, id, err)
-	}
-	if resp.StatusCode != http.StatusOK {
-		// An error answer names the cause (AccessDenied, not found); it
-		// holds no secret.
-		return "", fmt.Errorf("%w: MOLECULE_REGISTRY_KEY_SECRET %s: the extension answered HTTP %d: %.300s (does the function's role have secretsmanager:GetSecretValue on it, and kms:Decrypt on its key?)",
-			ErrKeyUnavailable, id, resp.StatusCode, body)
-	}
-	var v struct {
-		SecretString string `json:"SecretString"`
-	}
-	if err := json.Unmarshal(body, &v); err != nil || v.SecretString == "" {
-		return "", fmt.Errorf("%w: MOLECULE_REGISTRY_KEY_SECRET %s: no SecretString in the answer (a binary secret? store the key as text: 32 bytes in base64)", ErrKey, id)
-	}
-	return v.SecretString, nil
+	return v, nil
 }
