@@ -58,12 +58,16 @@ var (
 		{"MOLECULE_POLLER_GROUP", "share the workspaces with the pollers of this group on one NATS"},
 		{"MOLECULE_WORKSPACE_REGISTRY", "take the workspaces from the NATS registry (molecule-relay workspaces), seeded by the settings above"},
 		{"MOLECULE_REGISTRY_KEY_FILE", "registry: file (0600) with the AES-256 key that seals the tokens, 32 bytes in base64"},
-		{"MOLECULE_REGISTRY_KEY", "registry: the AES-256 key itself, 32 bytes in base64 (the file wins)"},
+		{"MOLECULE_REGISTRY_KEY", "registry: the AES-256 key itself, 32 bytes in base64 (one key source only)"},
+		{"MOLECULE_REGISTRY_KEY_SECRET", "registry: the key from this AWS Secrets Manager secret (name or ARN), through the Lambda extension"},
+		{"PARAMETERS_SECRETS_EXTENSION_HTTP_PORT", "registry: the AWS Parameters and Secrets Lambda Extension's port on localhost (AWS sets it)"},
+		{"AWS_SESSION_TOKEN", "registry: the Lambda function's session token, for the extension (Lambda sets it)"},
 	}}
 	// workspaces changes the registry.
 	groupRegistry = settingGroup{"Workspace registry", []setting{
 		{"MOLECULE_REGISTRY_KEY_FILE", "file (0600) with the AES-256 key that seals the tokens, 32 bytes in base64"},
-		{"MOLECULE_REGISTRY_KEY", "the key itself, 32 bytes in base64 (the file wins)"},
+		{"MOLECULE_REGISTRY_KEY", "the key itself, 32 bytes in base64 (one key source only)"},
+		{"MOLECULE_REGISTRY_KEY_SECRET", "the key from this AWS Secrets Manager secret (name or ARN), through the Lambda extension"},
 		{"MOLECULE_PLATFORM_URL", "add, import: the platform URL of a workspace that names none"},
 	}}
 	// status shows the group's members (and creates its bucket).

@@ -65,7 +65,10 @@ func runWorkspaces(ctx context.Context, env *cliEnv, args []string) error {
 	if err != nil {
 		return err
 	}
-	key, err := registry.LoadKey(cfg.RegistryKeyFile, cfg.RegistryKey)
+	key, err := registry.KeyFromConfig(context.Background(), cfg)
+	if errors.Is(err, registry.ErrKeyUnavailable) {
+		return err
+	}
 	if err != nil {
 		return usageError{err}
 	}

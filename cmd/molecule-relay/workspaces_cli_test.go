@@ -2,6 +2,7 @@ package main
 
 import (
 	"encoding/json"
+	"net"
 	"os"
 	"path/filepath"
 	"strings"
@@ -88,4 +89,28 @@ func TestWorkspacesCommandChangesTheRegistry(t *testing.T) {
 	if r.code != 2 || !strings.Contains(r.stderr, "MOLECULE_REGISTRY_KEY_FILE") {
 		t.Errorf("no key: exit %d %q", r.code, r.stderr)
 	}
+	// Two key sources are bad configuration; a Secrets Manager key whose
+	// extension does not answer (nothing listens on the port: no Lambda
+	// here) is a runtime failure.
+	r = runCLI(t, append(env, "MOLECULE_REGISTRY_KEY="+k1), "workspaces", "list")
+	if r.code != 2 || !strings.Contains(r.stderr, "MOLECULE_REGISTRY_KEY") || !strings.Contains(r.stderr, "exactly one") {
+		t.Errorf("two key sources: exit %d %q", r.code, r.stderr)
+	}
+	r = runCLI(t, []string{"NATS_URL=" + ns.ClientURL(), "MOLECULE_REGISTRY_KEY_SECRET=molecule/registry-key", "AWS_SESSION_TOKEN=session",
+		"PARAMETERS_SECRETS_EXTENSION_HTTP_PORT=" + closedPort(t)}, "workspaces", "list")
+	if r.code != 1 || !strings.Contains(r.stderr, "MOLECULE_REGISTRY_KEY_SECRET") || !strings.Contains(r.stderr, "not reachable") {
+		t.Errorf("Secrets Manager key, no extension: exit %d %q", r.code, r.stderr)
+	}
+}
+
+// closedPort is a loopback port nothing listens on.
+func closedPort(t *testing.T) string {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, port, _ := net.SplitHostPort(l.Addr().String())
+	_ = l.Close()
+	return port
 }

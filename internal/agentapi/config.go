@@ -41,6 +41,10 @@ type Config struct {
 	// workspace without one gets 503 from the endpoints that call the
 	// platform. The map must not change afterwards.
 	Clients map[string]*molecule.Client
+	// Lookup, when set, gives the client of a workspace not in Clients
+	// (the workspace registry's, as it is now). It must be quick and safe
+	// for concurrent use.
+	Lookup func(workspace string) *molecule.Client
 	// Records is the bucket where interim messages to a canvas user are
 	// recorded before they are posted (events.InterimKey; the dispatcher's
 	// handled bucket). If nil, canvas interims are refused with 503.

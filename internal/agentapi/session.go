@@ -71,6 +71,9 @@ func (s *Session) scoped(ctx context.Context) (context.Context, context.CancelFu
 // client is the platform client of the session's workspace.
 func (s *Session) client() (*molecule.Client, error) {
 	c := s.srv.cfg.Clients[s.in.WorkspaceID]
+	if c == nil && s.srv.cfg.Lookup != nil {
+		c = s.srv.cfg.Lookup(s.in.WorkspaceID)
+	}
 	if c == nil {
 		return nil, fmt.Errorf("%w %s", ErrNoClient, s.in.WorkspaceID)
 	}

@@ -309,15 +309,27 @@ type Config struct {
 	// the source of the workspace set: the static workspace settings seed
 	// it at the start, `molecule-relay workspaces` changes it, and a
 	// running relay starts and stops workspaces as it changes. Needs
-	// RegistryKeyFile or RegistryKey. If not set, false: the static
-	// settings alone.
+	// one key source: RegistryKeyFile, RegistryKey or RegistryKeySecret.
+	// If not set, false: the static settings alone.
 	WorkspaceRegistry bool `env:"MOLECULE_WORKSPACE_REGISTRY"`
 	// RegistryKeyFile names a file (mode 0600) holding the registry's
-	// AES-256 key, 32 bytes in base64; it wins over RegistryKey.
+	// AES-256 key, 32 bytes in base64. At most one of it, RegistryKey and
+	// RegistryKeySecret is set.
 	RegistryKeyFile string `env:"MOLECULE_REGISTRY_KEY_FILE"`
-	// RegistryKey is the registry's AES-256 key, 32 bytes in base64, when
-	// no RegistryKeyFile is given.
+	// RegistryKey is the registry's AES-256 key, 32 bytes in base64.
 	RegistryKey string `env:"MOLECULE_REGISTRY_KEY"`
+	// RegistryKeySecret names an AWS Secrets Manager secret (its name or
+	// ARN) whose SecretString is the registry's key, 32 bytes in base64,
+	// read at start through the AWS Parameters and Secrets Lambda
+	// Extension (a Lambda function with its layer; template.yaml's
+	// RegistryKeySecretArn).
+	RegistryKeySecret string `env:"MOLECULE_REGISTRY_KEY_SECRET"`
+	// SecretsExtensionPort is the extension's port on localhost; AWS sets
+	// it when it changes it. Default 2773.
+	SecretsExtensionPort int `env:"PARAMETERS_SECRETS_EXTENSION_HTTP_PORT" envDefault:"2773"`
+	// AWSSessionToken is the function's session token (Lambda sets it),
+	// which the extension requires of every read. Never logged.
+	AWSSessionToken string `env:"AWS_SESSION_TOKEN"`
 
 	// NATS connection (NATS_URL empty: embedded server).
 	NATS broker.Config
@@ -479,8 +491,8 @@ func (c *Config) Validate(need Requirement) error {
 	if err := c.validatePollerGroup(); err != nil {
 		return err
 	}
-	if c.WorkspaceRegistry && c.RegistryKeyFile == "" && c.RegistryKey == "" {
-		return bad("MOLECULE_REGISTRY_KEY_FILE", "not set, nor MOLECULE_REGISTRY_KEY, with MOLECULE_WORKSPACE_REGISTRY=true; the registry seals the tokens with this key: make one with head -c 32 /dev/urandom | base64 > key && chmod 600 key")
+	if err := c.validateRegistryKey(); err != nil {
+		return err
 	}
 	if c.Topology != "ensure" && c.Topology != "lookup" {
 		return bad("MOLECULE_TOPOLOGY", "%q; use ensure or lookup", c.Topology)
@@ -498,6 +510,35 @@ func (c *Config) Validate(need Requirement) error {
 }
 
 // bad is a Validate error naming the variable that is wrong.
+// validateRegistryKey: at most one key source, one with the registry on,
+// and what the Secrets Manager source needs.
+func (c *Config) validateRegistryKey() error {
+	set := c.RegistryKeySources()
+	switch {
+	case len(set) > 1:
+		return bad(set[1], "set together with %s; set exactly one key source", set[0])
+	case c.WorkspaceRegistry && len(set) == 0:
+		return bad("MOLECULE_REGISTRY_KEY_FILE", "not set, nor MOLECULE_REGISTRY_KEY or MOLECULE_REGISTRY_KEY_SECRET, with MOLECULE_WORKSPACE_REGISTRY=true; the registry seals the tokens with this key: make one with head -c 32 /dev/urandom | base64 > key && chmod 600 key")
+	case c.RegistryKeySecret == "":
+	case c.AWSSessionToken == "":
+		return bad("AWS_SESSION_TOKEN", "not set; MOLECULE_REGISTRY_KEY_SECRET is read through the AWS Parameters and Secrets Lambda Extension, which needs the Lambda function's session token (Lambda sets it; elsewhere use MOLECULE_REGISTRY_KEY_FILE)")
+	case c.SecretsExtensionPort < 1 || c.SecretsExtensionPort > 65535:
+		return bad("PARAMETERS_SECRETS_EXTENSION_HTTP_PORT", "%d is not a port", c.SecretsExtensionPort)
+	}
+	return nil
+}
+
+// RegistryKeySources names the registry key settings that are set.
+func (c *Config) RegistryKeySources() []string {
+	var set []string
+	for _, s := range []struct{ name, v string }{{"MOLECULE_REGISTRY_KEY_FILE", c.RegistryKeyFile}, {"MOLECULE_REGISTRY_KEY", c.RegistryKey}, {"MOLECULE_REGISTRY_KEY_SECRET", c.RegistryKeySecret}} {
+		if s.v != "" {
+			set = append(set, s.name)
+		}
+	}
+	return set
+}
+
 func bad(name, format string, a ...any) error {
 	return fmt.Errorf("%w: %s: %s", ErrInvalid, name, fmt.Sprintf(format, a...))
 }

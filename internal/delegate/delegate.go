@@ -61,8 +61,12 @@ type Config struct {
 	// Asks is the asks bucket (events.Topology.Asks). Required.
 	Asks jetstream.KeyValue
 	// Clients are the platform clients of the workspaces that may ask,
-	// by workspace id. Required.
+	// by workspace id. Required, unless Lookup is set.
 	Clients map[string]*molecule.Client
+	// Lookup, when set, gives the client of a workspace not in Clients
+	// (the workspace registry's, as it is now). It must be quick and safe
+	// for concurrent use.
+	Lookup func(workspace string) *molecule.Client
 	// DefaultTimeout bounds the wait of a question that sets none
 	// (MOLECULE_ASK_TIMEOUT). If not set, DefaultTimeout (2 minutes).
 	DefaultTimeout time.Duration
@@ -87,7 +91,7 @@ type Asker struct {
 
 // New validates cfg, applies its defaults and returns an Asker.
 func New(cfg Config) (*Asker, error) {
-	if cfg.Asks == nil || len(cfg.Clients) == 0 {
+	if cfg.Asks == nil || (len(cfg.Clients) == 0 && cfg.Lookup == nil) {
 		return nil, fmt.Errorf("%w: need the asks bucket and at least one workspace client", ErrInvalidConfig)
 	}
 	if cfg.DefaultTimeout <= 0 {
@@ -190,6 +194,9 @@ func (a *Asker) Ask(ctx context.Context, s Scope, q handler.Question) (*handler.
 
 func (a *Asker) validate(s Scope, q handler.Question) (*molecule.Client, error) {
 	c := a.cfg.Clients[s.Workspace]
+	if c == nil && a.cfg.Lookup != nil {
+		c = a.cfg.Lookup(s.Workspace)
+	}
 	switch {
 	case c == nil:
 		return nil, fmt.Errorf("%w: workspace %q is not served here", ErrInvalidQuestion, s.Workspace)

@@ -42,6 +42,10 @@ type Cache struct {
 	// Clients are the platform clients by workspace id; an attachment of
 	// a workspace without one is reported as not fetched.
 	Clients map[string]*molecule.Client
+	// Lookup, when set, gives the client of a workspace not in Clients
+	// (the workspace registry's, as it is now). It must be quick and safe
+	// for concurrent use.
+	Lookup func(workspace string) *molecule.Client
 	// Logger logs fetch failures (never a token or content).
 	Logger *slog.Logger
 }
@@ -141,9 +145,17 @@ func (c *Cache) fetchOne(ctx context.Context, ws string, f *handler.File) error 
 	return nil
 }
 
+// clientOf is ws's client in m, or else what lookup gives.
+func clientOf(m map[string]*molecule.Client, lookup func(string) *molecule.Client, ws string) *molecule.Client {
+	if c := m[ws]; c != nil || lookup == nil {
+		return c
+	}
+	return lookup(ws)
+}
+
 // sourceOf checks uri and says how to read it.
 func (c *Cache) sourceOf(ws, uri string) (source, error) {
-	client := c.Clients[ws]
+	client := clientOf(c.Clients, c.Lookup, ws)
 	switch {
 	case strings.HasPrefix(uri, molecule.PendingScheme):
 		owner, fid, err := molecule.ParsePendingURI(uri)

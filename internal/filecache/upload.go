@@ -32,6 +32,10 @@ import (
 type Uploader struct {
 	// Clients are the platform clients by workspace id.
 	Clients map[string]*molecule.Client
+	// Lookup, when set, gives the client of a workspace not in Clients
+	// (the workspace registry's, as it is now). It must be quick and safe
+	// for concurrent use.
+	Lookup func(workspace string) *molecule.Client
 	// Records is where each upload's answer is kept (the dispatcher's
 	// handled bucket), keyed by workspace, answer and file.
 	Records jetstream.KeyValue
@@ -41,6 +45,9 @@ type Uploader struct {
 	// file, a .env) is refused, so no answer posts the relay's credentials
 	// to the chat.
 	Secrets []string
+	// MoreSecrets, when set, gives more tokens at each upload (the
+	// workspace registry's, which change while the relay runs).
+	MoreSecrets func() []string
 }
 
 // LocalPath is the path a local attachment names (file:///x or /x).
@@ -82,7 +89,7 @@ func (u *Uploader) Upload(ctx context.Context, ws, answer string, atts []events.
 }
 
 func (u *Uploader) uploadOne(ctx context.Context, ws, answer, path string, a events.Attachment) (events.Attachment, error) {
-	c := u.Clients[ws]
+	c := clientOf(u.Clients, u.Lookup, ws)
 	if c == nil {
 		return events.Attachment{}, fmt.Errorf("%w: attachment %s: this process has no token for workspace %s", handler.ErrPermanent, path, ws)
 	}
@@ -155,7 +162,11 @@ func readLocal(path string, max int64) ([]byte, error) {
 }
 
 func (u *Uploader) holdsSecret(content []byte) bool {
-	for _, s := range u.Secrets {
+	var more []string
+	if u.MoreSecrets != nil {
+		more = u.MoreSecrets()
+	}
+	for _, s := range append(more, u.Secrets...) {
 		if len(s) >= 8 && bytes.Contains(content, []byte(s)) {
 			return true
 		}

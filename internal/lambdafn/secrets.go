@@ -5,23 +5,14 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
-	"net/http"
-	"net/url"
 	"os"
 	"strings"
-	"time"
+
+	"github.com/molecule-ai/molecule-relay/internal/awssecrets"
 )
 
 // Secrets come from AWS Secrets Manager or SSM Parameter Store through the
-// "AWS Parameters and Secrets Lambda Extension" (a layer that serves
-// http://localhost:2773 inside the execution environment, authenticated with
-// the function's session token). Using the extension keeps the AWS SDK out of
-// the binaries and caches values across invocations.
-//
-// IAM: secretsmanager:GetSecretValue on the secret ARNs (or
-// ssm:GetParameter on the parameter ARNs), plus kms:Decrypt on a customer
-// managed key if one encrypts them. template.yaml grants exactly these.
+// AWS Parameters and Secrets Lambda Extension (internal/awssecrets).
 
 // Environment variables naming secrets.
 const (
@@ -42,70 +33,10 @@ const (
 )
 
 // ErrSecret is matched by every secret-resolution failure.
-var ErrSecret = errors.New("lambdafn: secret")
+var ErrSecret = awssecrets.ErrSecret
 
-// secretStore fetches secret values.
-type secretStore struct {
-	base  string // http://localhost:2773
-	token string // AWS_SESSION_TOKEN
-	hc    *http.Client
-}
-
-func newSecretStore(environ map[string]string) *secretStore {
-	port := environ[EnvExtensionPort]
-	if port == "" {
-		port = "2773"
-	}
-	return &secretStore{base: "http://localhost:" + port, token: environ["AWS_SESSION_TOKEN"], hc: &http.Client{Timeout: 10 * time.Second}}
-}
-
-// get fetches id: an SSM parameter when id is an SSM ARN or a path
-// ("/relay/tokens"), else a Secrets Manager secret id or ARN.
-func (s *secretStore) get(ctx context.Context, id string) (string, error) {
-	ssm := strings.HasPrefix(id, "/") || strings.HasPrefix(id, "arn:aws:ssm:") || strings.HasPrefix(id, "arn:aws-cn:ssm:") || strings.HasPrefix(id, "arn:aws-us-gov:ssm:")
-	var u string
-	if ssm {
-		u = s.base + "/systemsmanager/parameters/get?withDecryption=true&name=" + url.QueryEscape(id)
-	} else {
-		u = s.base + "/secretsmanager/get?secretId=" + url.QueryEscape(id)
-	}
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, u, nil)
-	if err != nil {
-		return "", fmt.Errorf("%w %s: %w", ErrSecret, id, err)
-	}
-	req.Header.Set("X-Aws-Parameters-Secrets-Token", s.token)
-	resp, err := s.hc.Do(req)
-	if err != nil {
-		return "", fmt.Errorf("%w %s: the Parameters and Secrets extension is not reachable at %s (is its layer attached?): %w", ErrSecret, id, s.base, err)
-	}
-	defer resp.Body.Close()
-	body, err := io.ReadAll(io.LimitReader(resp.Body, 1<<20))
-	if err != nil {
-		return "", fmt.Errorf("%w %s: %w", ErrSecret, id, err)
-	}
-	if resp.StatusCode != http.StatusOK {
-		// The body names the AWS error (AccessDenied, ResourceNotFound); it
-		// never holds the secret.
-		return "", fmt.Errorf("%w %s: extension answered %d: %s", ErrSecret, id, resp.StatusCode, strings.TrimSpace(string(body)))
-	}
-	if ssm {
-		var p struct {
-			Parameter struct {
-				Value string `json:"Value"`
-			} `json:"Parameter"`
-		}
-		if err := json.Unmarshal(body, &p); err != nil {
-			return "", fmt.Errorf("%w %s: unexpected answer shape: %w", ErrSecret, id, err)
-		}
-		return p.Parameter.Value, nil
-	}
-	var sv struct {
-		SecretString *string `json:"SecretString"`
-	}
-	if err := json.Unmarshal(body, &sv); err != nil || sv.SecretString == nil {
-		return "", fmt.Errorf("%w %s: the secret has no SecretString (binary secrets are not supported)", ErrSecret, id)
-	}
-	return *sv.SecretString, nil
+func newSecretStore(environ map[string]string) *awssecrets.Store {
+	return awssecrets.New(environ[EnvExtensionPort], environ["AWS_SESSION_TOKEN"])
 }
 
 // secretValues are the raw values of the configured secrets ("" for one
@@ -123,12 +54,12 @@ func fetchSecrets(ctx context.Context, environ map[string]string) (secretValues,
 	s := newSecretStore(environ)
 	var err error
 	if tokID != "" {
-		if v.tokens, err = s.get(ctx, tokID); err != nil {
+		if v.tokens, err = s.Get(ctx, tokID); err != nil {
 			return v, err
 		}
 	}
 	if credsID != "" {
-		if v.creds, err = s.get(ctx, credsID); err != nil {
+		if v.creds, err = s.Get(ctx, credsID); err != nil {
 			return v, err
 		}
 	}

@@ -65,7 +65,7 @@ func LoadKey(file, b64 string) (*Key, error) {
 		return k, nil
 	}
 	if b64 == "" {
-		return nil, fmt.Errorf("%w: not set; set MOLECULE_REGISTRY_KEY_FILE (a 0600 file holding 32 random bytes in base64) or MOLECULE_REGISTRY_KEY", ErrKey)
+		return nil, fmt.Errorf("%w: not set; set MOLECULE_REGISTRY_KEY_FILE (a 0600 file holding 32 random bytes in base64), MOLECULE_REGISTRY_KEY or MOLECULE_REGISTRY_KEY_SECRET", ErrKey)
 	}
 	k, err := ParseKey(b64)
 	if err != nil {

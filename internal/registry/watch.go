@@ -89,6 +89,27 @@ func (r *Registry) Lookup(id string) (Entry, bool) {
 	return e, ok
 }
 
+// Tokens returns the tokens of every workspace the watch saw, removed ones
+// included (an upload that holds one is refused).
+func (r *Registry) Tokens() []string {
+	r.mu.RLock()
+	defer r.mu.RUnlock()
+	out := make([]string, 0, len(r.last))
+	for _, e := range r.last {
+		out = append(out, e.Token)
+	}
+	return out
+}
+
+// Active says whether workspace id is to be polled now (present and not
+// paused).
+func (r *Registry) Active(id string) bool {
+	r.mu.RLock()
+	defer r.mu.RUnlock()
+	e, ok := r.cur[id]
+	return ok && !e.Paused
+}
+
 // Current returns the ids of the workspaces to poll now (present and not
 // paused), sorted; it follows the watch started by Start.
 func (r *Registry) Current() []string {

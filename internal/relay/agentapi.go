@@ -19,7 +19,8 @@ func (rt *Runtime) agentAPI() (dispatcher.AgentAPI, error) {
 	if rt.agentSrv == nil {
 		srv, err := agentapi.New(agentapi.Config{
 			Listen:  rt.Cfg.AgentAPIListen,
-			Clients: rt.ClientMap(),
+			Clients: rt.startClients(),
+			Lookup:  rt.lookup(),
 			Files:   rt.FileCache(),
 			Records: rt.Topo.Handled,
 			Secrets: rt.Cfg.AgentAPISecrets,

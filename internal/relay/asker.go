@@ -25,7 +25,8 @@ func (rt *Runtime) Asker() (*delegate.Asker, error) {
 	}
 	return delegate.New(delegate.Config{
 		Asks:           rt.Topo.Asks,
-		Clients:        rt.ClientMap(),
+		Clients:        rt.startClients(),
+		Lookup:         rt.lookup(),
 		DefaultTimeout: rt.Cfg.AskTimeout.D(),
 		MaxWait:        rt.Topo.Config.AskTTL - events.AskTTLMargin,
 		Logger:         rt.Log, // delegate.New names the stage

@@ -33,8 +33,9 @@ func (rt *Runtime) ConsoleOptions() console.Options {
 	o := console.Options{
 		Token: rt.Cfg.ConsoleToken, ReadOnly: rt.Cfg.ConsoleReadOnly, Logger: rt.Log,
 		Live: func() []console.WorkspaceLive {
-			out := make([]console.WorkspaceLive, 0, len(rt.Clients))
-			for _, c := range rt.Clients {
+			clients := rt.liveClients()
+			out := make([]console.WorkspaceLive, 0, len(clients))
+			for _, c := range clients {
 				out = append(out, console.WorkspaceLive{WorkspaceID: c.WorkspaceID(), RateLimit: c.RateLimit()})
 			}
 			return out

@@ -37,7 +37,7 @@ func (rt *Runtime) newFileCache() *filecache.Cache {
 		}
 		dir = filepath.Join(base, "molecule-relay", "files")
 	}
-	return &filecache.Cache{Dir: dir, MaxBytes: rt.Cfg.FilesMaxBytes, Clients: rt.ClientMap(), Logger: rt.Log.With("stage", "filecache")}
+	return &filecache.Cache{Dir: dir, MaxBytes: rt.Cfg.FilesMaxBytes, Clients: rt.startClients(), Lookup: rt.lookup(), Logger: rt.Log.With("stage", "filecache")}
 }
 
 // uploader uploads the local files of answers, unless the handler is
@@ -57,5 +57,9 @@ func (rt *Runtime) Uploader() *filecache.Uploader {
 	for _, w := range rt.Cfg.Workspaces() {
 		secrets = append(secrets, w.Token)
 	}
-	return &filecache.Uploader{Clients: rt.ClientMap(), Records: rt.Topo.Handled, MaxBytes: rt.Cfg.FilesMaxBytes, Secrets: secrets}
+	u := &filecache.Uploader{Clients: rt.startClients(), Lookup: rt.lookup(), Records: rt.Topo.Handled, MaxBytes: rt.Cfg.FilesMaxBytes, Secrets: secrets}
+	if rt.reg != nil {
+		u.MoreSecrets = rt.reg.reg.Tokens
+	}
+	return u
 }

@@ -190,7 +190,7 @@ func (rt *Runtime) collectJetStream(ch chan<- prometheus.Metric) {
 }
 
 func (rt *Runtime) collectPlatform(ch chan<- prometheus.Metric) {
-	for _, c := range rt.Clients {
+	for _, c := range rt.liveClients() {
 		for status, n := range c.RequestCounts() {
 			ch <- counterOf(descRequests, n, c.WorkspaceID(), strconv.Itoa(status))
 		}

@@ -34,10 +34,14 @@ func (rt *Runtime) answerPollerQuestions() (stop func()) {
 	for _, c := range rt.Clients {
 		polled[c.WorkspaceID()] = true
 	}
+	polls := func(ws string) bool { return polled[ws] }
+	if rt.reg != nil {
+		polls = rt.reg.reg.Active // the set changes while it runs
+	}
 	me := rt.InstanceID()
 	prefix := events.SubjectPollersPrefix + "."
 	sub, err := rt.Conn.NC.Subscribe(prefix+"*", func(m *nats.Msg) {
-		if string(m.Data) == me || !polled[strings.TrimPrefix(m.Subject, prefix)] {
+		if string(m.Data) == me || !polls(strings.TrimPrefix(m.Subject, prefix)) {
 			return // our own question, or not our workspace
 		}
 		_ = m.Respond([]byte(me))

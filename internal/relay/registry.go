@@ -2,6 +2,7 @@ package relay
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"net/http"
 	"sync"
@@ -14,11 +15,11 @@ import (
 
 // regState is the workspace registry as a running relay follows it
 // (MOLECULE_WORKSPACE_REGISTRY): the clients built from its entries, one
-// per workspace and token.
+// per workspace and platform.
 type regState struct {
 	reg         *registry.Registry
 	cfg         *config.Config
-	hc, streams *http.Client
+	hc, streams *http.Client // set once, under mu, after the watch started
 	rt          *Runtime
 	stopWatch   context.CancelFunc
 
@@ -37,7 +38,10 @@ type regClient struct {
 // workspaces that are not paused. Only the poller and the replier read it
 // (the dispatcher's NATS user may not).
 func (rt *Runtime) openRegistry(ctx context.Context) error {
-	key, err := registry.LoadKey(rt.Cfg.RegistryKeyFile, rt.Cfg.RegistryKey)
+	key, err := registry.KeyFromConfig(ctx, rt.Cfg)
+	if errors.Is(err, registry.ErrKeyUnavailable) {
+		return err
+	}
 	if err != nil {
 		return fmt.Errorf("%w: %w", config.ErrInvalid, err)
 	}
@@ -52,8 +56,15 @@ func (rt *Runtime) openRegistry(ctx context.Context) error {
 		}
 		rt.Log.Info("workspace registry: seeded from the settings", "added", n, "configured", len(seed))
 	}
+	rs := &regState{reg: reg, cfg: rt.Cfg, rt: rt, clients: map[string]regClient{}, budgets: budgetsByBucket{}}
 	wctx, stop := context.WithCancel(context.Background()) // the watch lives as long as the runtime
-	if err := reg.Start(wctx, nil, func(err error) { rt.Log.Error("workspace registry: entry skipped", "error", err) }); err != nil {
+	// A changed entry reaches its client at once, whoever holds it.
+	onChange := func(c registry.Change) {
+		if !c.Removed {
+			rs.clientOf(c.Entry.ID, false)
+		}
+	}
+	if err := reg.Start(wctx, onChange, func(err error) { rt.Log.Error("workspace registry: entry skipped", "error", err) }); err != nil {
 		stop()
 		return err
 	}
@@ -65,31 +76,48 @@ func (rt *Runtime) openRegistry(ctx context.Context) error {
 		return err
 	}
 	hc, streams := platformHTTPClients(rt.Cfg, pool)
-	rs := &regState{reg: reg, cfg: rt.Cfg, hc: hc, streams: streams, rt: rt, clients: map[string]regClient{}, budgets: budgetsByBucket{}}
+	rs.mu.Lock()
+	rs.hc, rs.streams = hc, streams
+	rs.mu.Unlock()
 	rs.stopWatch = stop
 	rt.reg = rs
-	rt.Clients = nil
-	for _, id := range reg.Current() {
-		if c := rs.client(id); c != nil {
-			rt.Clients = append(rt.Clients, c)
-		}
-	}
+	rt.Clients = rt.liveClients()
 	rt.Log.Info("workspace registry: read", "workspaces", len(rt.Clients))
 	return nil
 }
 
 // client returns the client of workspace id as the registry last showed
-// it (also after its removal, for a reply in flight), built once per
-// token; nil for a workspace never seen.
-func (rs *regState) client(id string) *molecule.Client {
+// it (also after its removal, for a reply in flight); nil for a
+// workspace never seen. A workspace keeps one client while its platform
+// URL and org id stay: a new token is set on that client
+// (molecule.Client.SetToken), so the poller's loop, the replier and the
+// agent API that hold it send the new token from their next request on,
+// the poller's cursor and state untouched.
+func (rs *regState) client(id string) *molecule.Client { return rs.clientOf(id, true) }
+
+// clientOf is client; without build it only updates a client already
+// built (the watch, which runs before the HTTP clients exist).
+func (rs *regState) clientOf(id string, build bool) *molecule.Client {
 	e, ok := rs.reg.Lookup(id)
 	if !ok {
 		return nil
 	}
 	rs.mu.Lock()
 	defer rs.mu.Unlock()
-	if rc, ok := rs.clients[id]; ok && rc.entry.Token == e.Token && rc.entry.PlatformURL == e.PlatformURL && rc.entry.OrgID == e.OrgID {
+	rc, built := rs.clients[id]
+	switch {
+	case built && rc.entry.PlatformURL == e.PlatformURL && rc.entry.OrgID == e.OrgID:
+		if rc.entry.Token != e.Token {
+			if err := rc.c.SetToken(e.Token); err != nil {
+				rs.rt.Log.Error("workspace registry: new token not usable; the old one stays", "workspace", id, "error", err)
+				return rc.c
+			}
+			rs.clients[id] = regClient{c: rc.c, entry: e}
+			rs.rt.Log.Info("workspace registry: a new token is in use", "workspace", id)
+		}
 		return rc.c
+	case !built && !build:
+		return nil
 	}
 	w := config.Workspace{ID: e.ID, Token: e.Token, PlatformURL: e.PlatformURL, OrgID: e.OrgID}
 	c, err := newClient(w, rs.hc, rs.streams, rs.rt.Log, rs.budgets.of(w))
@@ -106,32 +134,43 @@ func (rs *regState) client(id string) *molecule.Client {
 // stops a removed or paused one (its messages already published are
 // answered as any other; the replier still finds its token).
 func (rs *regState) follow(ctx context.Context, p *poller.Poller) error {
-	running := map[string]func(){}
+	type polled struct {
+		c    *molecule.Client
+		stop func()
+	}
+	running := map[string]polled{}
 	var stopping sync.WaitGroup
+	stopAsync := func(stop func()) {
+		stopping.Add(1)
+		go func() { defer stopping.Done(); stop() }() // one slow stop holds no other change
+	}
 	defer func() {
-		for _, stop := range running {
-			stopping.Add(1)
-			go func() { defer stopping.Done(); stop() }()
+		for _, r := range running {
+			stopAsync(r.stop)
 		}
 		stopping.Wait()
 	}()
 	for {
-		cur := map[string]bool{}
-		for _, id := range rs.reg.Current() {
+		ids := rs.reg.Current()
+		cur := make(map[string]bool, len(ids))
+		for _, id := range ids {
 			cur[id] = true
-			if running[id] == nil {
-				if c := rs.client(id); c != nil {
-					running[id] = p.StartClient(ctx, c)
-					rs.rt.Log.Info("workspace registry: polling an added workspace", "workspace", id)
-				}
+		}
+		for id, r := range running {
+			// Removed, paused, or moved to another platform URL or org
+			// (a new client, started below; a new token keeps the client).
+			if !cur[id] || rs.client(id) != r.c {
+				delete(running, id)
+				stopAsync(r.stop)
+				rs.rt.Log.Info("workspace registry: stopped polling a removed, paused or moved workspace", "workspace", id)
 			}
 		}
-		for id, stop := range running {
-			if !cur[id] {
-				delete(running, id)
-				stopping.Add(1)
-				go func() { defer stopping.Done(); stop() }() // one slow stop holds no other change
-				rs.rt.Log.Info("workspace registry: stopped polling a removed or paused workspace", "workspace", id)
+		for _, id := range ids {
+			if _, ok := running[id]; !ok {
+				if c := rs.client(id); c != nil {
+					running[id] = polled{c: c, stop: p.StartClient(ctx, c)}
+					rs.rt.Log.Info("workspace registry: polling an added workspace", "workspace", id)
+				}
 			}
 		}
 		select {
@@ -142,10 +181,37 @@ func (rs *regState) follow(ctx context.Context, p *poller.Poller) error {
 	}
 }
 
-// lookup is the replier's client of a workspace added after it started.
+// lookup is the client of a workspace as the registry shows it now (added
+// after the start, or with a new token or URL), for every stage and tool
+// of this process; nil without the registry.
 func (rt *Runtime) lookup() func(string) *molecule.Client {
 	if rt.reg == nil {
 		return nil
 	}
 	return rt.reg.client
+}
+
+// startClients are the clients the stages take at their start: none with
+// the registry, whose workspaces they look up (lookup) as it changes.
+func (rt *Runtime) startClients() map[string]*molecule.Client {
+	if rt.reg != nil {
+		return nil
+	}
+	return rt.ClientMap()
+}
+
+// liveClients are the clients of the workspaces this process serves now:
+// the registry's present ones, or the configured ones.
+func (rt *Runtime) liveClients() []*molecule.Client {
+	if rt.reg == nil {
+		return rt.Clients
+	}
+	ids := rt.reg.reg.Current()
+	out := make([]*molecule.Client, 0, len(ids))
+	for _, id := range ids {
+		if c := rt.reg.client(id); c != nil {
+			out = append(out, c)
+		}
+	}
+	return out
 }

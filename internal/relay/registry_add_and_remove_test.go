@@ -5,125 +5,153 @@ import (
 	"fmt"
 	"slices"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
-	"github.com/molecule-ai/molecule-relay/internal/registry"
-	"github.com/molecule-ai/molecule-relay/internal/relay"
-	"github.com/molecule-ai/molecule-relay/internal/testkit/natstest"
+	"github.com/molecule-ai/molecule-relay/internal/handler"
 	"github.com/molecule-ai/molecule-relay/internal/testkit/pipelinetest"
 	"github.com/molecule-ai/molecule-relay/pkg/molecule/moleculetest"
 )
 
-// TestRegistryAddAndRemove: a running relay that takes its workspaces
-// from the registry answers a workspace added to it within 2 s (add →
-// first message answered) and stops polling a removed one within 2 s
-// (remove → its last platform request; a message sent after that is not
-// answered), over 100 changes each. It prints the median and max.
+// TestRegistryAddAndRemove: over 100 adds and 100 removes on a running
+// relay, each added workspace is polled within 2 s (add → its first
+// activity poll, as the platform double sees it), each removed one is
+// polled no more 2 s after its removal (remove → its last request with
+// its token other than a reply), and a message in its handler when it is
+// removed is still answered; a message sent after the 2 s is not. It
+// prints the median and max of both.
 func TestRegistryAddAndRemove(t *testing.T) {
-	const changes = 100
-	plat := moleculetest.NewServer()
-	t.Cleanup(plat.Close)
-	ns := natstest.Start(t)
-	_, keyB64, err := registry.NewKey()
-	if err != nil {
-		t.Fatal(err)
-	}
-	rt := openRelay(t, pipelinetest.Logger(),
-		"MOLECULE_WORKSPACE_REGISTRY=true",
-		"MOLECULE_REGISTRY_KEY="+keyB64,
-		"MOLECULE_PLATFORM_URL="+plat.URL(),
-		"MOLECULE_HANDLER=echo",
-		"NATS_URL="+ns.ClientURL(),
-	)
-	ctx, cancel := context.WithCancel(context.Background())
-	ran := make(chan error, 1)
-	go func() { ran <- rt.Run(ctx, relay.All) }()
-	t.Cleanup(func() {
-		cancel()
-		if err := <-ran; err != nil {
-			t.Errorf("Run: %v", err)
-		}
-	})
-
-	key, _ := registry.ParseKey(keyB64)
-	_, js := natstest.Connect(t, ns.ClientURL())
-	admin, err := registry.Open(context.Background(), js, key, true, 1)
-	if err != nil {
-		t.Fatal(err)
-	}
-	sendCtx, stopSend := context.WithTimeout(context.Background(), time.Minute)
-	defer stopSend()
-	send := func(ws moleculetest.Workspace, text string) {
-		t.Helper()
-		if st, body, err := plat.SendCanvas(sendCtx, ws.ID, text); err != nil || (st != 200 && st != 202) {
-			t.Fatalf("send: %d %s %v", st, body, err)
-		}
-	}
-	answered := func(ws moleculetest.Workspace, text string) bool {
-		for _, n := range plat.Notifications(ws.ID) {
-			if strings.Contains(n.Message, text) {
-				return true
+	const changes, bound = 100, 2 * time.Second
+	w := newRegistryWorld(t)
+	rt := w.open(t)
+	started := make(chan string, 2*changes)
+	var mu sync.Mutex
+	release := map[string]chan struct{}{}
+	rt.SetHandler(handler.Func(func(ctx context.Context, req *handler.Request) (string, error) {
+		if strings.HasPrefix(req.Message.Text, "hold") {
+			mu.Lock()
+			ch := release[req.Message.WorkspaceID]
+			mu.Unlock()
+			started <- req.Message.WorkspaceID
+			select {
+			case <-ch:
+			case <-ctx.Done():
+				return "", ctx.Err()
 			}
 		}
-		return false
-	}
+		return "echo: " + req.Message.Text, nil
+	}))
+	w.run(t, rt)
 
-	var added []time.Duration
 	wss := make([]moleculetest.Workspace, changes)
-	removedAt := make([]time.Time, changes)
-	for i := range changes {
-		ws := plat.CreateWorkspace(fmt.Sprintf("agent-%d", i))
+	var added []time.Duration
+	for i := range wss {
+		ws := w.plat.CreateWorkspace(fmt.Sprintf("agent-%d", i))
 		wss[i] = ws
-		text := fmt.Sprintf("hello %d", i)
-		send(ws, text) // queued before the add: the cold start's backlog delivers it
+		mu.Lock()
+		release[ws.ID] = make(chan struct{})
+		mu.Unlock()
 		t0 := time.Now()
-		if err := admin.Put(context.Background(), registry.Entry{ID: ws.ID, Token: ws.Token, PlatformURL: plat.URL()}); err != nil {
-			t.Fatal(err)
-		}
-		for !answered(ws, text) {
-			if time.Since(t0) > 2*time.Second {
-				t.Fatalf("workspace %d added %s ago: its message is not answered", i, time.Since(t0))
-			}
-			time.Sleep(time.Millisecond)
-		}
-		added = append(added, time.Since(t0))
+		w.put(t, ws.ID, ws.Token)
+		var first time.Time
+		pipelinetest.Eventually(t, 2*bound, fmt.Sprintf("workspace %d's first poll", i), func() bool {
+			first = firstPoll(w.plat, ws.Token, t0)
+			return !first.IsZero()
+		})
+		added = append(added, first.Sub(t0))
 	}
+
+	removedAt := make([]time.Time, changes)
 	for i, ws := range wss {
+		w.send(t, ws.ID, fmt.Sprintf("hold %d", i))
+		waitStarted(t, started, ws.ID)
 		removedAt[i] = time.Now()
-		if err := admin.Remove(context.Background(), ws.ID); err != nil {
+		if err := w.admin.Remove(context.Background(), ws.ID); err != nil {
 			t.Fatal(err)
 		}
+		mu.Lock()
+		close(release[ws.ID]) // in flight at the removal: its answer must still be posted
+		mu.Unlock()
 	}
-	time.Sleep(2 * time.Second) // the bound under test: nothing may be polled after it
-	for i, ws := range wss {
-		send(ws, fmt.Sprintf("after removal %d", i))
-	}
-	cutoff := time.Now()
-	var removed []time.Duration
-	last := map[string]time.Time{}
-	deadline := time.Now().Add(3 * time.Second) // a poll interval and a half: a live poller would fetch by then
-	for time.Now().Before(deadline) {
-		time.Sleep(100 * time.Millisecond)
-	}
-	for _, r := range plat.Requests() {
-		for _, ws := range wss {
-			if r.Header.Get("Authorization") == "Bearer "+ws.Token && r.At.After(last[ws.ID]) {
-				last[ws.ID] = r.At
+	pipelinetest.Eventually(t, 30*time.Second, "every message in flight at its removal answered", func() bool {
+		for i, ws := range wss {
+			if w.answers(ws.ID, fmt.Sprintf("hold %d", i)) == 0 {
+				return false
 			}
 		}
-	}
+		return true
+	})
+	// The bound under test: nothing may be polled after it. Then a message
+	// to each; a live poller would fetch it within milliseconds (its event
+	// stream) or a poll interval.
+	time.Sleep(time.Until(removedAt[changes-1].Add(bound)))
 	for i, ws := range wss {
-		if last[ws.ID].After(cutoff) {
-			t.Errorf("workspace %d: a request at %s, after its removal and the 2 s bound", i, last[ws.ID].Sub(removedAt[i]))
+		w.send(t, ws.ID, fmt.Sprintf("after removal %d", i))
+	}
+	time.Sleep(3 * time.Second) // nothing to wait on: what is tested is that nothing happens
+
+	var removed []time.Duration
+	last := lastPolls(w.plat)
+	for i, ws := range wss {
+		d := max(0, last[ws.Token].Sub(removedAt[i]))
+		if d > bound {
+			t.Errorf("workspace %d: polled %s after its removal", i, d)
 		}
-		if answered(ws, fmt.Sprintf("after removal %d", i)) {
+		if w.answers(ws.ID, fmt.Sprintf("after removal %d", i)) != 0 {
 			t.Errorf("workspace %d: answered after its removal", i)
 		}
-		removed = append(removed, max(0, last[ws.ID].Sub(removedAt[i])))
+		removed = append(removed, d)
 	}
-	t.Logf("add → first answered over %d adds: median %s, max %s", changes, median(added), slices.Max(added))
-	t.Logf("remove → last platform request with its token over %d removes (0: none after the removal): median %s, max %s", changes, median(removed), slices.Max(removed))
+	for i, d := range added {
+		if d > bound {
+			t.Errorf("workspace %d: first polled %s after its add", i, d)
+		}
+	}
+	t.Logf("add → first poll over %d adds: median %s, max %s", changes, median(added), slices.Max(added))
+	t.Logf("remove → last poll over %d removes (0: none after the removal): median %s, max %s", changes, median(removed), slices.Max(removed))
+}
+
+// firstPoll is when the double first answered a read of the activity
+// feed with token, at or after from; zero if not yet.
+func firstPoll(plat *moleculetest.Server, token string, from time.Time) time.Time {
+	for _, r := range plat.Requests() {
+		if r.Method == "GET" && strings.HasSuffix(r.Path, "/activity") && r.Header.Get("Authorization") == "Bearer "+token && !r.At.Before(from) {
+			return r.At
+		}
+	}
+	return time.Time{}
+}
+
+// lastPolls is, by token, the last request the double received that is
+// the poller's (anything but a reply posted: notify, A2A).
+func lastPolls(plat *moleculetest.Server) map[string]time.Time {
+	last := map[string]time.Time{}
+	for _, r := range plat.Requests() {
+		tok := strings.TrimPrefix(r.Header.Get("Authorization"), "Bearer ")
+		if strings.HasSuffix(r.Path, "/notify") || strings.HasSuffix(r.Path, "/a2a") {
+			continue
+		}
+		if r.At.After(last[tok]) {
+			last[tok] = r.At
+		}
+	}
+	return last
+}
+
+func waitStarted(t *testing.T, started <-chan string, ws string) {
+	t.Helper()
+	timeout := time.After(10 * time.Second)
+	for {
+		select {
+		case id := <-started:
+			if id == ws {
+				return
+			}
+		case <-timeout:
+			t.Fatalf("workspace %s: its message did not reach the handler", ws)
+		}
+	}
 }
 
 func median(d []time.Duration) time.Duration {

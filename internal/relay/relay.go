@@ -490,7 +490,7 @@ func (rt *Runtime) Replier() (*replier.Replier, error) {
 	if err != nil {
 		return nil, err
 	}
-	return replier.New(rt.Conn.JS, rt.Topo, rt.ClientMap(), replier.Config{
+	return replier.New(rt.Conn.JS, rt.Topo, rt.startClients(), replier.Config{
 		Lookup:        rt.lookup(),
 		Config:        stage.Config{Concurrency: rt.Cfg.ReplyConcurrency, ConfirmAcks: rt.Cfg.Replicas > 1, Logger: rt.Log, LogMessages: rt.Cfg.LogMessages}, // stage.Open names the stage
 		A2ATimeout:    rt.Cfg.A2ATimeout.D(),

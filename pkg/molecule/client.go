@@ -11,6 +11,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 )
 
@@ -121,13 +122,8 @@ func (cfg *Config) validate() (base string, err error) {
 	if strings.TrimSpace(cfg.WorkspaceID) == "" {
 		return "", bad("WorkspaceID is required")
 	}
-	if cfg.Token == "" {
-		return "", bad("Token is required")
-	}
-	for _, r := range cfg.Token {
-		if r <= ' ' || r == 0x7f {
-			return "", bad("Token contains whitespace or control characters")
-		}
+	if why := tokenProblem(cfg.Token); why != "" {
+		return "", bad("%s", why)
 	}
 	if cfg.RequestTimeout == 0 {
 		cfg.RequestTimeout = DefaultRequestTimeout
@@ -165,10 +161,25 @@ func (cfg *Config) validate() (base string, err error) {
 	return strings.TrimRight(cfg.PlatformURL, "/"), nil
 }
 
+// tokenProblem says what is wrong with a bearer token, or "".
+func tokenProblem(tok string) string {
+	if tok == "" {
+		return "Token is required"
+	}
+	for _, r := range tok {
+		if r <= ' ' || r == 0x7f {
+			return "Token contains whitespace or control characters"
+		}
+	}
+	return ""
+}
+
 // Client speaks the Molecule platform's remote-agent protocol for one
 // workspace. It is safe for concurrent use.
 type Client struct {
 	cfg Config
+	// token is the bearer sent (Config.Token, then SetToken's).
+	token atomic.Pointer[string]
 	// base is PlatformURL without a trailing slash (also the Origin).
 	base string
 	hc   *http.Client
@@ -195,15 +206,35 @@ func New(cfg Config) (*Client, error) {
 		budget = NewRateBudget()
 	}
 	budget.join()
-	return &Client{
+	c := &Client{
 		cfg:    cfg,
 		base:   base,
 		hc:     cfg.HTTPClient,
 		log:    cfg.Logger,
 		budget: budget,
 		disc:   make(map[string]discEntry),
-	}, nil
+	}
+	c.token.Store(&cfg.Token)
+	return c, nil
 }
+
+// SetToken replaces the workspace's bearer token: every request that
+// starts afterwards carries the new one, and what the client holds (its
+// rate budget, caches, a caller's state around it) stays. A request sent
+// with the old token that gets 401 is sent once more with the new one, so
+// an operator may revoke the old token as soon as SetToken returned. An
+// event stream already open keeps its connection; it reconnects with the
+// new token. A token that is empty or holds whitespace matches
+// ErrInvalidArgument and changes nothing.
+func (c *Client) SetToken(token string) error {
+	if why := tokenProblem(token); why != "" {
+		return fmt.Errorf("%w: SetToken: %s", ErrInvalidArgument, why)
+	}
+	c.token.Store(&token)
+	return nil
+}
+
+func (c *Client) bearer() string { return *c.token.Load() }
 
 // WorkspaceID returns the client's workspace id.
 func (c *Client) WorkspaceID() string { return c.cfg.WorkspaceID }

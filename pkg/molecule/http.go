@@ -71,8 +71,19 @@ func (c *Client) do(ctx context.Context, r request) (*response, error) {
 	return c.attempt(ctx, r)
 }
 
-// attempt sends r once.
+// attempt sends r once, or twice when the platform refused a token that
+// SetToken replaced while r was out: a 401 is answered before anything is
+// done, so sending again with the new token does nothing twice.
 func (c *Client) attempt(ctx context.Context, r request) (*response, error) {
+	tok := c.bearer()
+	resp, err := c.attemptWith(ctx, r, tok)
+	if resp != nil && resp.status == http.StatusUnauthorized && !r.noAuth && c.bearer() != tok {
+		return c.attemptWith(ctx, r, c.bearer())
+	}
+	return resp, err
+}
+
+func (c *Client) attemptWith(ctx context.Context, r request, tok string) (*response, error) {
 	parent := ctx
 	if !r.noTimeout && c.cfg.RequestTimeout > 0 {
 		if _, ok := ctx.Deadline(); !ok {
@@ -81,7 +92,7 @@ func (c *Client) attempt(ctx context.Context, r request) (*response, error) {
 			defer cancel()
 		}
 	}
-	req, err := c.newRequest(ctx, r)
+	req, err := c.newRequest(ctx, r, tok)
 	if err != nil {
 		return nil, err
 	}
@@ -113,8 +124,9 @@ func (c *Client) attempt(ctx context.Context, r request) (*response, error) {
 	return out, nil
 }
 
-// newRequest builds the HTTP request with every standard header.
-func (c *Client) newRequest(ctx context.Context, r request) (*http.Request, error) {
+// newRequest builds the HTTP request with every standard header, tok as
+// its bearer.
+func (c *Client) newRequest(ctx context.Context, r request, tok string) (*http.Request, error) {
 	u := c.base + r.path
 	if len(r.query) > 0 {
 		u += "?" + r.query.Encode()
@@ -144,7 +156,7 @@ func (c *Client) newRequest(ctx context.Context, r request) (*http.Request, erro
 	}
 	req.Header.Set("User-Agent", c.cfg.UserAgent)
 	if !r.noAuth {
-		req.Header.Set("Authorization", "Bearer "+c.cfg.Token)
+		req.Header.Set("Authorization", "Bearer "+tok)
 	}
 	c.setTenantHeaders(req.Header)
 	for k, vs := range r.header {
@@ -182,7 +194,7 @@ func (c *Client) transportError(parent context.Context, r request, err error) er
 // with do; a non-200 answer is an *APIError, its body read up to errCap.
 // hc is the client that carries it.
 func (c *Client) openStream(ctx context.Context, hc *http.Client, r request, errCap int64) (*http.Response, error) {
-	req, err := c.newRequest(ctx, r)
+	req, err := c.newRequest(ctx, r, c.bearer())
 	if err != nil {
 		return nil, err
 	}

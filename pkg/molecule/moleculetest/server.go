@@ -454,6 +454,30 @@ func (s *Server) Resume(id string) {
 // (Old).
 func (s *Server) Delete(id string) { s.remove(id) }
 
+// MintToken mints another token for a live workspace (POST
+// /workspaces/:id/tokens); "" when there is no such workspace. Every
+// token minted before keeps working until RevokeToken.
+func (s *Server) MintToken(id string) string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	w := s.workspaces[id]
+	if w == nil || w.removed {
+		return ""
+	}
+	return s.mintLocked(w)
+}
+
+// RevokeToken revokes one token (DELETE /workspaces/:id/tokens/:tokenId):
+// from then on it gets 401 wherever a workspace token is checked.
+func (s *Server) RevokeToken(tok string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if t := s.tokens[tok]; t != nil && !t.revoked {
+		t.revoked = true
+		t.ws.liveTokens--
+	}
+}
+
 // PruneRows deletes every row of a workspace's feed created before t (the
 // retention sweep), so cursors pointing at them get 410.
 func (s *Server) PruneRows(id string, before time.Time) {
