@@ -93,9 +93,11 @@ func loadStatus(ctx context.Context, kv jetstream.KeyValue, ws string) (statusRe
 const StatusRefresh = 5 * time.Minute
 
 // cachedStatus is a status record as this process last read or wrote it,
-// and the revision it had then (0 when not known).
+// and the revision it had then (0 when not known); mem is the record as
+// this process knows it now, with the times it did not write yet
+// (sameStatus).
 type cachedStatus struct {
-	rec      statusRecord
+	rec, mem statusRecord
 	rev      uint64
 	readAt   time.Time // when it was last read from the bucket
 	failedAt time.Time // when the bucket last did not answer a read
@@ -140,7 +142,7 @@ func (p *Poller) readStatus(ctx context.Context, ws string) (statusRecord, error
 		p.log.DebugContext(ctx, "poller: status bucket did not answer; going on with the record in memory", "workspace", ws, "error", err)
 		return c.rec, nil
 	case err == nil && rev > 0:
-		p.statusCache.Store(ws, cachedStatus{rec: r, rev: rev, readAt: time.Now()})
+		p.statusCache.Store(ws, cachedStatus{rec: r, mem: r, rev: rev, readAt: time.Now()})
 	}
 	return r, err
 }
@@ -172,12 +174,20 @@ func sameStatus(prev, next statusRecord) bool {
 // does, the record is written on that revision without reading it first,
 // and read only when another write came in between (the compare-and-set
 // fails): a fleet's heartbeats refresh a thousand records a minute.
+//
+// fn is applied to what this process knows (mem), so a write carries every
+// time not written yet: the poll's, the heartbeat's and the last event's
+// refreshes, each due every StatusRefresh on its own phase, go out in one
+// write instead of three (at 10,000 workspaces about 100 fsynced writes a
+// second, docs/fleet.md).
 func (p *Poller) updateStatus(ctx context.Context, ws string, fn func(*statusRecord)) (statusRecord, error) {
 	if v, ok := p.statusCache.Load(ws); ok {
 		c := v.(cachedStatus)
-		next := c.rec
+		next := c.mem
 		fn(&next)
 		if sameStatus(c.rec, next) {
+			c.mem = next
+			p.statusCache.Store(ws, c)
 			return c.rec, nil
 		}
 		if c.rev > 0 {
@@ -193,7 +203,7 @@ func (p *Poller) updateStatus(ctx context.Context, ws string, fn func(*statusRec
 		if err != nil {
 			return r, err
 		}
-		p.statusCache.Store(ws, cachedStatus{rec: r, rev: rev, readAt: time.Now()})
+		p.statusCache.Store(ws, cachedStatus{rec: r, mem: r, rev: rev, readAt: time.Now()})
 		fn(&r)
 		r, err = p.writeStatus(ctx, ws, r, rev)
 		if !isConflict(err) {
@@ -226,7 +236,7 @@ func (p *Poller) writeStatus(ctx context.Context, ws string, r statusRecord, rev
 		if v, ok := p.statusCache.Load(ws); ok {
 			readAt = v.(cachedStatus).readAt
 		}
-		p.statusCache.Store(ws, cachedStatus{rec: r, rev: rev, readAt: readAt})
+		p.statusCache.Store(ws, cachedStatus{rec: r, mem: r, rev: rev, readAt: readAt})
 		return r, nil
 	}
 	if isConflict(err) {
