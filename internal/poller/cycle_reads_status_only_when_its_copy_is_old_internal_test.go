@@ -63,9 +63,9 @@ func TestCycleReadsItsStatusRecordOnlyWhenItsCopyIsOld(t *testing.T) {
 	// Or by the read once the copy is statusReadEvery old.
 	theirs(func(r *statusRecord) { r.DeliveryMode = "push" })
 	v, _ := p.statusCache.Load(ws)
-	c := v.(cachedStatus)
+	c := *v.(*cachedStatus)
 	c.readAt = c.readAt.Add(-statusReadEvery)
-	p.statusCache.Store(ws, c)
+	p.statusCache.Store(ws, &c)
 	before = reads()
 	if got := read(); got.DeliveryMode != "push" {
 		t.Fatalf("a copy statusReadEvery old was used: %+v", got)

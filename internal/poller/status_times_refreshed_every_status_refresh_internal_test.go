@@ -29,7 +29,7 @@ func TestStatusTimesRefreshedEveryStatusRefresh(t *testing.T) {
 	for _, c := range cases {
 		next := prev
 		c.set(&next)
-		if write := !sameStatus(prev, next); write != c.write {
+		if write := !sameStatus(&prev, &next); write != c.write {
 			t.Errorf("%s: written %v, want %v", c.name, write, c.write)
 		}
 	}
