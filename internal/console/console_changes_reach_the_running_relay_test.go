@@ -9,9 +9,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/molecule-ai/molecule-relay/internal/config"
 	"github.com/molecule-ai/molecule-relay/internal/registry"
-	"github.com/molecule-ai/molecule-relay/internal/relay"
 	"github.com/molecule-ai/molecule-relay/internal/testkit/natstest"
 	"github.com/molecule-ai/molecule-relay/internal/testkit/pipelinetest"
 	"github.com/molecule-ai/molecule-relay/pkg/molecule/moleculetest"
@@ -31,31 +29,11 @@ func TestConsoleChangesReachTheRunningRelay(t *testing.T) {
 		t.Fatal(err)
 	}
 	const consoleToken = "console-e2e-token"
-	cfg, err := config.Load(nil, []string{
-		"MOLECULE_WORKSPACE_REGISTRY=true", "MOLECULE_REGISTRY_KEY=" + keyB64,
-		"MOLECULE_PLATFORM_URL=" + plat.URL(), "MOLECULE_HANDLER=echo", "NATS_URL=" + ns.ClientURL(),
-		"MOLECULE_POLL_INTERVAL=200ms",
-		"MOLECULE_CONSOLE_LISTEN=127.0.0.1:0", "MOLECULE_CONSOLE_TOKEN=" + consoleToken,
-	})
-	if err == nil {
-		err = cfg.Validate(config.NeedPlatform | config.NeedHandler)
-	}
-	if err != nil {
-		t.Fatal(err)
-	}
 	logs := &syncBuffer{}
-	rt, err := relay.Open(pipelinetest.Ctx(t), cfg, slog.New(slog.NewTextHandler(logs, &slog.HandlerOptions{Level: slog.LevelDebug})))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(rt.Close)
-	url, stop, err := rt.ServeConsole()
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(stop)
-	running := pipelinetest.Start(t, func(ctx context.Context) error { return rt.Run(ctx, relay.All) })
-	t.Cleanup(func() { _ = running.Stop() })
+	_, url := runRelayWithConsole(t, consoleToken, slog.New(slog.NewTextHandler(logs, &slog.HandlerOptions{Level: slog.LevelDebug})),
+		"MOLECULE_WORKSPACE_REGISTRY=true", "MOLECULE_REGISTRY_KEY="+keyB64,
+		"MOLECULE_PLATFORM_URL="+plat.URL(), "MOLECULE_HANDLER=echo", "NATS_URL="+ns.ClientURL(),
+		"MOLECULE_POLL_INTERVAL=200ms")
 
 	f := &fixture{url: strings.TrimSuffix(url, "/")}
 	c := browserClient(t)

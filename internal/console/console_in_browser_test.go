@@ -13,10 +13,8 @@ import (
 	"github.com/chromedp/chromedp"
 	"github.com/chromedp/chromedp/kb"
 
-	"github.com/molecule-ai/molecule-relay/internal/config"
 	"github.com/molecule-ai/molecule-relay/internal/kvlease"
 	"github.com/molecule-ai/molecule-relay/internal/registry"
-	"github.com/molecule-ai/molecule-relay/internal/relay"
 	_ "github.com/molecule-ai/molecule-relay/internal/relay/embedded" // connect's own NATS, as the binary runs it
 	"github.com/molecule-ai/molecule-relay/internal/testkit/pipelinetest"
 	"github.com/molecule-ai/molecule-relay/pkg/events"
@@ -54,29 +52,9 @@ func TestConsoleInBrowserShowsFlowAndReplaysDeadLetter(t *testing.T) {
 		t.Fatal(err)
 	}
 	const token = "console-test-token"
-	cfg, err := config.Load(nil, []string{
-		"MOLECULE_PLATFORM_URL=" + srv.URL(), "MOLECULE_WORKSPACE_ID=" + ws.ID, "MOLECULE_WORKSPACE_TOKEN=" + ws.Token,
-		"MOLECULE_HANDLER=exec:" + script, "NATS_STORE_DIR=" + t.TempDir(),
-		"MOLECULE_CONSOLE_LISTEN=127.0.0.1:0", "MOLECULE_CONSOLE_TOKEN=" + token,
-	})
-	if err == nil {
-		err = cfg.Validate(config.NeedPlatform | config.NeedHandler)
-	}
-	if err != nil {
-		t.Fatal(err)
-	}
-	rt, err := relay.Open(pipelinetest.Ctx(t), cfg, pipelinetest.Logger())
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(rt.Close)
-	url, stop, err := rt.ServeConsole()
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(stop)
-	running := pipelinetest.Start(t, func(ctx context.Context) error { return rt.Run(ctx, relay.All) })
-	t.Cleanup(func() { _ = running.Stop() })
+	rt, url := runRelayWithConsole(t, token, nil,
+		"MOLECULE_PLATFORM_URL="+srv.URL(), "MOLECULE_WORKSPACE_ID="+ws.ID, "MOLECULE_WORKSPACE_TOKEN="+ws.Token,
+		"MOLECULE_HANDLER=exec:"+script, "NATS_STORE_DIR="+t.TempDir())
 	pipelinetest.Eventually(t, 15*time.Second, "the poller's event stream", func() bool {
 		for _, r := range srv.Requests() {
 			if r.Method == "GET" && strings.HasSuffix(r.Path, "/events/stream") {
@@ -290,29 +268,9 @@ func TestConsoleInBrowserChangesTheWorkspaceRegistry(t *testing.T) {
 		t.Fatal(err)
 	}
 	const token = "console-test-token"
-	cfg, err := config.Load(nil, []string{
-		"MOLECULE_WORKSPACE_REGISTRY=true", "MOLECULE_REGISTRY_KEY=" + keyB64,
-		"MOLECULE_PLATFORM_URL=" + srv.URL(), "MOLECULE_HANDLER=echo", "NATS_STORE_DIR=" + t.TempDir(),
-		"MOLECULE_CONSOLE_LISTEN=127.0.0.1:0", "MOLECULE_CONSOLE_TOKEN=" + token,
-	})
-	if err == nil {
-		err = cfg.Validate(config.NeedPlatform | config.NeedHandler)
-	}
-	if err != nil {
-		t.Fatal(err)
-	}
-	rt, err := relay.Open(pipelinetest.Ctx(t), cfg, pipelinetest.Logger())
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(rt.Close)
-	url, stop, err := rt.ServeConsole()
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(stop)
-	running := pipelinetest.Start(t, func(ctx context.Context) error { return rt.Run(ctx, relay.All) })
-	t.Cleanup(func() { _ = running.Stop() })
+	_, url := runRelayWithConsole(t, token, nil,
+		"MOLECULE_WORKSPACE_REGISTRY=true", "MOLECULE_REGISTRY_KEY="+keyB64,
+		"MOLECULE_PLATFORM_URL="+srv.URL(), "MOLECULE_HANDLER=echo", "NATS_STORE_DIR="+t.TempDir())
 	first, second := srv.CreateWorkspace("first"), srv.CreateWorkspace("second")
 
 	ctx := browser(t, exe)
