@@ -63,6 +63,7 @@ type member struct {
 	// The assignment, computed again only when the live members change.
 	liveKey string
 	mine    map[string]bool
+	inSet   map[string]bool // cfg.Workspaces as a set
 }
 
 func newMember(ctx context.Context, kv jetstream.KeyValue, cfg Config) *member {
@@ -70,7 +71,15 @@ func newMember(ctx context.Context, kv jetstream.KeyValue, cfg Config) *member {
 		lastAt: map[string]uint64{}, memRevs: map[string]uint64{},
 		claims: map[string]claim{}, contested: map[string]bool{}, released: map[string]uint64{},
 		polls: map[string]*polling{}, failed: map[string]bool{},
-		ended: make(chan ended, len(cfg.Workspaces)+1)}
+		ended: make(chan ended, len(cfg.Workspaces)+1), inSet: setOf(cfg.Workspaces)}
+}
+
+func setOf(ids []string) map[string]bool {
+	in := make(map[string]bool, len(ids))
+	for _, id := range ids {
+		in[id] = true
+	}
+	return in
 }
 
 // apply records a change the watch delivered.
@@ -165,7 +174,34 @@ func (m *member) reconcile() (more bool) {
 		}
 	}
 	m.forgetDead()
+	m.sweepOrphans()
 	return more
+}
+
+// sweepOrphans deletes the claims dead members left on workspaces that
+// have since left the set (removed from the registry while their owner
+// was dying): take only claims workspaces of the set, so without this
+// they would stay in the bucket for good. The live member the assignment
+// would give such a workspace deletes its claim, by compare-and-delete.
+func (m *member) sweepOrphans() {
+	var live []string
+	writes := 0
+	for ws, c := range m.claims {
+		if m.inSet[ws] || c.owner == m.cfg.Instance || m.isLive(c.owner) {
+			continue
+		}
+		if live == nil {
+			live = m.liveMembers()
+		}
+		if Owner(ws, live) != m.cfg.Instance || writes == writesPerPass {
+			continue
+		}
+		writes++
+		err := m.kv.Delete(m.ctx, claimKey(m.cfg.Group, ws), jetstream.LastRevision(c.rev))
+		if err == nil || errors.Is(err, jetstream.ErrKeyRevisionMismatch) {
+			delete(m.claims, ws) // gone, or changed: the watch shows what is there
+		}
+	}
 }
 
 // assign computes which workspaces are this member's, when the live
@@ -324,11 +360,8 @@ func (m *member) leave() {
 // assignment is computed again, and a workspace that left the set is
 // stopped, its claim released once its poll ended (onEnded).
 func (m *member) setWorkspaces(ids []string) {
-	in := make(map[string]bool, len(ids))
-	for _, id := range ids {
-		in[id] = true
-	}
-	m.cfg.Workspaces = ids
+	in := setOf(ids)
+	m.cfg.Workspaces, m.inSet = ids, in
 	m.liveKey = "" // assign again
 	for ws, p := range m.polls {
 		if !in[ws] && !p.leaving {
