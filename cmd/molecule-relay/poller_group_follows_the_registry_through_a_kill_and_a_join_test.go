@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"os"
-	"path/filepath"
 	"regexp"
 	"slices"
 	"strings"
@@ -130,24 +129,8 @@ func TestPollerGroupFollowsTheRegistry(t *testing.T) {
 		"MOLECULE_SSE=false", "MOLECULE_POLL_INTERVAL=" + groupPoll.String(), "MOLECULE_SAFETY_NET_INTERVAL=0",
 		"MOLECULE_LOG_LEVEL=info",
 	}
-	start := func(name, cmd string, extra ...string) *chaos.Process {
-		p := chaos.NewProcess(name, bin, []string{cmd}, append(slices.Clone(env), extra...), filepath.Join(dir, name+".log"))
-		t.Cleanup(p.Stop)
-		if err := p.Start(); err != nil {
-			t.Fatal(err)
-		}
-		return p
-	}
-	group := "MOLECULE_POLLER_GROUP=fleet"
-	procs := []*chaos.Process{start("dispatch", "dispatch"), start("reply", "reply"),
-		start("poll-1", "poll", group), start("poll-2", "poll", group), start("poll-3", "poll", group)}
-	t.Cleanup(func() {
-		if t.Failed() {
-			for _, p := range procs {
-				t.Logf("--- %s ---\n%s", p.Name, p.Tail(3000))
-			}
-		}
-	})
+	g := startGroupStages(t, bin, dir, env)
+	procs := g.procs
 	began := time.Now()
 	waitFleet(t, *groupReady, "every workspace polled once by the group", func() bool { return cursors(t, topo.Cursors) >= n })
 	steady := time.Now()
@@ -242,7 +225,8 @@ func TestPollerGroupFollowsTheRegistry(t *testing.T) {
 	killed.Kill()
 	time.Sleep(T / 3)
 	joinedAt := time.Now()
-	procs = append(procs, start("poll-4", "poll", group))
+	g.start("poll-4", "poll", inFleetGroup)
+	procs = g.procs
 	wg.Wait()
 	trafficEnd := time.Now()
 

@@ -8,14 +8,12 @@ import (
 	"math/rand/v2"
 	"os"
 	"os/exec"
-	"path/filepath"
 	"sort"
 	"strings"
 	"sync"
 	"testing"
 	"time"
 
-	"github.com/molecule-ai/molecule-relay/internal/testkit/chaos"
 	"github.com/molecule-ai/molecule-relay/internal/testkit/natstest"
 	"github.com/molecule-ai/molecule-relay/pkg/events"
 	"github.com/molecule-ai/molecule-relay/pkg/molecule/moleculetest"
@@ -70,24 +68,8 @@ func TestPollerGroupSharesAFleet(t *testing.T) {
 		"MOLECULE_SSE=false", "MOLECULE_POLL_INTERVAL=" + fleetPoll.String(), "MOLECULE_SAFETY_NET_INTERVAL=0",
 		"MOLECULE_LOG_LEVEL=info",
 	}
-	start := func(name, cmd string, extra ...string) *chaos.Process {
-		p := chaos.NewProcess(name, bin, []string{cmd}, append(append([]string{}, env...), extra...), filepath.Join(dir, name+".log"))
-		t.Cleanup(p.Stop)
-		if err := p.Start(); err != nil {
-			t.Fatal(err)
-		}
-		return p
-	}
-	group := "MOLECULE_POLLER_GROUP=fleet"
-	procs := []*chaos.Process{start("dispatch", "dispatch"), start("reply", "reply"),
-		start("poll-1", "poll", group), start("poll-2", "poll", group), start("poll-3", "poll", group)}
-	t.Cleanup(func() {
-		if t.Failed() {
-			for _, p := range procs {
-				t.Logf("--- %s ---\n%s", p.Name, p.Tail(3000))
-			}
-		}
-	})
+	g := startGroupStages(t, bin, dir, env)
+	procs := g.procs
 
 	seeded := func() bool {
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
@@ -170,7 +152,8 @@ func TestPollerGroupSharesAFleet(t *testing.T) {
 	procs[2].Kill()
 	time.Sleep(trafficFor / 3)
 	joinedAt := time.Now()
-	procs = append(procs, start("poll-4", "poll", group))
+	g.start("poll-4", "poll", inFleetGroup)
+	procs = g.procs
 	wg.Wait()
 
 	waitFleet(t, 60*time.Second, "every message answered", func() bool {
@@ -199,7 +182,7 @@ func TestPollerGroupSharesAFleet(t *testing.T) {
 
 	// status shows the three live members, each polling its share.
 	st := exec.Command(bin, "status", "--json")
-	st.Env = append(append([]string{}, env...), group)
+	st.Env = append(append([]string{}, env...), inFleetGroup)
 	out, err := st.Output()
 	if err != nil {
 		t.Fatalf("status: %v", err)
