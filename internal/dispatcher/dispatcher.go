@@ -60,6 +60,8 @@ type Dispatcher struct {
 	running running
 	// cancelRuns are the handler runs a tasks/cancel can end (cancel.go).
 	cancelRuns cancelable
+	// streaks are the loop guard's peer streaks (loopguard.go).
+	streaks streaks
 }
 
 // New validates cfg, applies its defaults (ProgressInterval from the

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"sync"
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
@@ -72,7 +73,7 @@ func (d *Dispatcher) peerStreak(next stage.Step[*message]) stage.Step[*message] 
 			return next(runCtx, m)
 		}
 		ctx, cancel := d.run.OpContext(runCtx)
-		n, err := updateStreak(ctx, d.topo.Asks, m.in, func(s *streak) {
+		n, err := d.streaks.update(ctx, d.topo.Asks, m.in, func(s *streak) {
 			switch {
 			case s.LastActivity == m.in.ActivityID:
 				return // a redelivery: counted already
@@ -114,7 +115,7 @@ func (d *Dispatcher) streakReplied(ctx context.Context, m *message) {
 	if m.in.PolledAt.IsZero() || m.in.CreatedAt.IsZero() {
 		at = time.Now()
 	}
-	_, err := updateStreak(ctx, d.topo.Asks, m.in, func(s *streak) {
+	_, err := d.streaks.update(ctx, d.topo.Asks, m.in, func(s *streak) {
 		if s.LastActivity == m.in.ActivityID && s.RepliedAt.IsZero() {
 			s.RepliedAt = at
 		}
@@ -124,37 +125,78 @@ func (d *Dispatcher) streakReplied(ctx context.Context, m *message) {
 	}
 }
 
-// updateStreak applies change to in's sender's streak (compare-and-set)
+// streaks serialises this process's updates of each streak key and
+// remembers the value and revision it last read or wrote: a burst of one
+// peer's messages, handled concurrently, would otherwise race on one
+// compare-and-set until some of them give up and are redelivered, a
+// whole delivery each. Another process's write still makes the update
+// fail (wrong revision); it then reads the key again.
+type streaks struct {
+	mu   sync.Mutex
+	keys map[string]*streakKey
+}
+
+// streakKey is one key's lock and the last value seen (rev 0: none).
+type streakKey struct {
+	mu  sync.Mutex
+	s   streak
+	rev uint64
+}
+
+func (t *streaks) lock(key string) *streakKey {
+	t.mu.Lock()
+	if t.keys == nil {
+		t.keys = map[string]*streakKey{}
+	}
+	k := t.keys[key]
+	if k == nil {
+		k = &streakKey{}
+		t.keys[key] = k
+	}
+	t.mu.Unlock()
+	k.mu.Lock()
+	return k
+}
+
+// update applies change to in's sender's streak (compare-and-set)
 // and returns the streak's length.
-func updateStreak(ctx context.Context, kv jetstream.KeyValue, in *events.Inbound, change func(*streak)) (int, error) {
+func (t *streaks) update(ctx context.Context, kv jetstream.KeyValue, in *events.Inbound, change func(*streak)) (int, error) {
 	key := events.StreakKey(in.WorkspaceID, in.SourceWorkspaceID)
+	k := t.lock(key)
+	defer k.mu.Unlock()
 	for range 5 {
-		var s streak
-		var rev uint64
-		e, err := kv.Get(ctx, key)
-		switch {
-		case err == nil:
-			rev = e.Revision()
-			if json.Unmarshal(e.Value(), &s) != nil {
-				s = streak{}
+		if k.rev == 0 {
+			e, err := kv.Get(ctx, key)
+			switch {
+			case err == nil:
+				k.rev = e.Revision()
+				if json.Unmarshal(e.Value(), &k.s) != nil {
+					k.s = streak{}
+				}
+			case errors.Is(err, jetstream.ErrKeyNotFound):
+				k.s = streak{}
+			default:
+				return 0, err
 			}
-		case !errors.Is(err, jetstream.ErrKeyNotFound):
-			return 0, err
 		}
-		before := s
+		s := k.s
 		change(&s)
-		if s == before {
+		if s == k.s {
 			return s.Count, nil
 		}
 		data, _ := json.Marshal(s)
-		if rev == 0 {
-			_, err = kv.Create(ctx, key, data)
+		var rev uint64
+		var err error
+		if k.rev == 0 {
+			rev, err = kv.Create(ctx, key, data)
 		} else {
-			_, err = kv.Update(ctx, key, data, rev)
+			rev, err = kv.Update(ctx, key, data, k.rev)
 		}
 		if err == nil {
+			k.s, k.rev = s, rev
 			return s.Count, nil
 		}
+		k.rev = 0 // read it again
 		if !errors.Is(err, jetstream.ErrKeyExists) && !errors.Is(err, jetstream.ErrKeyRevisionMismatch) {
 			return 0, err
 		}
