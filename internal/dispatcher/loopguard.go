@@ -130,7 +130,8 @@ func (d *Dispatcher) streakReplied(ctx context.Context, m *message) {
 // peer's messages, handled concurrently, would otherwise race on one
 // compare-and-set until some of them give up and are redelivered, a
 // whole delivery each. Another process's write still makes the update
-// fail (wrong revision); it then reads the key again.
+// fail (wrong revision); it then reads the key again. A change that
+// changes nothing (a redelivery) is decided on the value last seen.
 type streaks struct {
 	mu   sync.Mutex
 	keys map[string]*streakKey
@@ -169,7 +170,9 @@ func (t *streaks) update(ctx context.Context, kv jetstream.KeyValue, in *events.
 			e, err := kv.Get(ctx, key)
 			switch {
 			case err == nil:
-				k.rev = e.Revision()
+				// Decoded into a zero streak: a field the value omits
+				// (replied_at) must not keep the remembered one.
+				k.s, k.rev = streak{}, e.Revision()
 				if json.Unmarshal(e.Value(), &k.s) != nil {
 					k.s = streak{}
 				}
