@@ -1,0 +1,2 @@
+module apicount
+go 1.22
