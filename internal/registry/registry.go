@@ -13,6 +13,7 @@ import (
 	"fmt"
 	"regexp"
 	"slices"
+	"strings"
 	"sync"
 	"time"
 
@@ -189,18 +190,8 @@ func (r *Registry) List(ctx context.Context) ([]Entry, error) {
 		}
 		out = append(out, e)
 	}
-	slices.SortFunc(out, func(a, b Entry) int { return cmpString(a.ID, b.ID) })
+	slices.SortFunc(out, func(a, b Entry) int { return strings.Compare(a.ID, b.ID) })
 	return out, nil
-}
-
-func cmpString(a, b string) int {
-	switch {
-	case a < b:
-		return -1
-	case a > b:
-		return 1
-	}
-	return 0
 }
 
 // Rotate re-encrypts every entry with next, reading it with the
