@@ -34,6 +34,7 @@ var (
 	flagFleetMsgs  = flag.Int("fleet-msgs", 200, "BenchmarkFleet: messages sent to random workspaces after the idle window, for the answer latency")
 	flagFleetTLS   = flag.Bool("fleet-tls", false, "BenchmarkFleet: the double serves HTTPS with HTTP/2, as a platform behind TLS does (the relay's streams then share a few connections)")
 	flagFleetRelay = flag.String("fleet-relay", "", "BenchmarkFleet: the molecule-relay binary to measure; empty builds ../cmd/molecule-relay")
+	flagFleetLog   = flag.String("fleet-log", "", "BenchmarkFleet: write every platform request of the run to this file (seconds since start, method, path, query, status), to see one workspace's cadence")
 )
 
 // BenchmarkFleet measures what an idle fleet costs: one `molecule-relay
@@ -231,6 +232,9 @@ func runFleet(b *testing.B, bin string, n int) fleetFigures {
 		time.Sleep(200 * time.Millisecond)
 	}
 	f.answered = len(lat)
+	if *flagFleetLog != "" {
+		writeRequestLog(b, srv, start, *flagFleetLog)
+	}
 	if len(lat) > 0 {
 		slices.Sort(lat)
 		f.p50, f.p99, f.max = lat[len(lat)/2], lat[min(len(lat)-1, len(lat)*99/100)], lat[len(lat)-1]
@@ -490,3 +494,15 @@ func (c *capped) String() string {
 }
 
 var _ io.Writer = (*capped)(nil)
+
+// writeRequestLog writes the double's request log, one line a request:
+// seconds since start, method, path, query and status.
+func writeRequestLog(b *testing.B, srv *moleculetest.Server, start time.Time, path string) {
+	var buf bytes.Buffer
+	for _, r := range srv.Requests() {
+		fmt.Fprintf(&buf, "%.3f %s %s %s %d\n", r.At.Sub(start).Seconds(), r.Method, r.Path, r.Query, r.Status)
+	}
+	if err := os.WriteFile(path, buf.Bytes(), 0o600); err != nil {
+		b.Errorf("-fleet-log: %v", err)
+	}
+}
