@@ -32,6 +32,7 @@ var (
 	groupEvery   = flag.Duration("group-every", 50*time.Millisecond, "TestPollerGroupFollowsTheRegistry: one message to a random registered workspace this often")
 	groupChanges = flag.Int("group-changes", 20, "TestPollerGroupFollowsTheRegistry: registry changes during the traffic, adds and removes alternating")
 	groupPoll    = flag.Duration("group-poll", 2*time.Second, "TestPollerGroupFollowsTheRegistry: the members' MOLECULE_POLL_INTERVAL")
+	groupLogDir  = flag.String("group-logs", "", "TestPollerGroupFollowsTheRegistry: keep the processes' logs in this directory (default: a temporary one, removed)")
 	groupReady   = flag.Duration("group-ready", 90*time.Second, "TestPollerGroupFollowsTheRegistry: how long the group may take to poll every workspace once")
 )
 
@@ -118,6 +119,9 @@ func TestPollerGroupFollowsTheRegistry(t *testing.T) {
 	}
 
 	dir := t.TempDir()
+	if *groupLogDir != "" {
+		dir = *groupLogDir
+	}
 	env := []string{
 		"PATH=" + os.Getenv("PATH"), "HOME=" + dir,
 		"NATS_URL=" + ns.URL(),
@@ -129,6 +133,7 @@ func TestPollerGroupFollowsTheRegistry(t *testing.T) {
 		"MOLECULE_SSE=false", "MOLECULE_POLL_INTERVAL=" + groupPoll.String(), "MOLECULE_SAFETY_NET_INTERVAL=0",
 		"MOLECULE_LOG_LEVEL=info",
 	}
+	claims := watchClaims(t, js, "fleet")
 	g := startGroupStages(t, bin, dir, env)
 	procs := g.procs
 	began := time.Now()
@@ -400,6 +405,10 @@ func TestPollerGroupFollowsTheRegistry(t *testing.T) {
 		t.Errorf("%d messages due: %d lost, %d answered more than once", len(must), lost, twice)
 	}
 	if worst > groupMaxUnpolled {
+		claims.explain(t, plat.Requests(), worstWS, steady, worstFrom, worstFrom.Add(worst))
+		for _, p := range procs[2:] {
+			t.Logf("%s is instance %s", p.Name, instanceOf(t, p))
+		}
 		t.Errorf("workspace %s went unpolled for %s from +%s (kill at +%s; bound %s)", worstWS, worst, worstFrom.Sub(steady), killedAt.Sub(steady), groupMaxUnpolled)
 	}
 	if len(takeover) == 0 {
