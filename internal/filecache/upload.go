@@ -9,7 +9,6 @@ package filecache
 // URI instead of uploading again (docs/files.md).
 
 import (
-	"bytes"
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
@@ -166,12 +165,7 @@ func (u *Uploader) holdsSecret(content []byte) bool {
 	if u.MoreSecrets != nil {
 		more = u.MoreSecrets()
 	}
-	for _, s := range append(more, u.Secrets...) {
-		if len(s) >= 8 && bytes.Contains(content, []byte(s)) {
-			return true
-		}
-	}
-	return false
+	return holdsAny(content, append(more, u.Secrets...))
 }
 
 func (u *Uploader) maxBytes() int64 {
