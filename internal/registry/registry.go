@@ -72,6 +72,12 @@ type Registry struct {
 	// for it is posted with its token (Lookup).
 	last    map[string]Entry
 	changed chan struct{}
+
+	// FollowKey's: the key source, and the entries that did not open
+	// with the key (id → stored value), tried again with a new one.
+	loadKey  func(context.Context) (*Key, error)
+	keyRetry time.Duration
+	unopened map[string][]byte
 }
 
 // Open opens the registry bucket; with create (the admin commands and a
@@ -91,7 +97,7 @@ func Open(ctx context.Context, js jetstream.JetStream, key *Key, create bool, re
 	if err != nil {
 		return nil, fmt.Errorf("registry: bucket %s: %w (an admin creates it with: molecule-relay workspaces list)", Bucket, err)
 	}
-	return &Registry{kv: kv, key: key, cur: map[string]Entry{}, last: map[string]Entry{}, changed: make(chan struct{}, 1)}, nil
+	return &Registry{kv: kv, key: key, cur: map[string]Entry{}, last: map[string]Entry{}, unopened: map[string][]byte{}, changed: make(chan struct{}, 1)}, nil
 }
 
 func (e *Entry) validate() error {
@@ -121,7 +127,7 @@ func (r *Registry) Put(ctx context.Context, e Entry) error {
 }
 
 func (r *Registry) write(ctx context.Context, e Entry) error {
-	b, _ := json.Marshal(record{PlatformURL: e.PlatformURL, OrgID: e.OrgID, Sealed: r.key.seal(e.ID, e.Token), Paused: e.Paused, Added: e.Added})
+	b, _ := json.Marshal(record{PlatformURL: e.PlatformURL, OrgID: e.OrgID, Sealed: r.keyNow().seal(e.ID, e.Token), Paused: e.Paused, Added: e.Added})
 	if _, err := r.kv.Put(ctx, e.ID, b); err != nil {
 		return fmt.Errorf("registry: write workspace %s: %w", e.ID, err)
 	}
@@ -137,15 +143,23 @@ func (r *Registry) Get(ctx context.Context, id string) (Entry, error) {
 	if err != nil {
 		return Entry{}, fmt.Errorf("registry: read workspace %s: %w", id, err)
 	}
-	return r.decode(id, kve.Value())
+	return decode(r.keyNow(), id, kve.Value())
 }
 
-func (r *Registry) decode(id string, v []byte) (Entry, error) {
+// keyNow is the key entries are sealed and opened with (FollowKey may
+// change it).
+func (r *Registry) keyNow() *Key {
+	r.mu.RLock()
+	defer r.mu.RUnlock()
+	return r.key
+}
+
+func decode(k *Key, id string, v []byte) (Entry, error) {
 	var rec record
 	if err := json.Unmarshal(v, &rec); err != nil {
 		return Entry{}, fmt.Errorf("registry: entry %s is not a registry record: %w", id, err)
 	}
-	tok, err := r.key.open(id, rec.Sealed)
+	tok, err := k.open(id, rec.Sealed)
 	if err != nil {
 		return Entry{}, err
 	}
@@ -212,9 +226,9 @@ func (r *Registry) Rotate(ctx context.Context, next *Key) (int, error) {
 		if err != nil {
 			return n, fmt.Errorf("registry: read workspace %s: %w", id, err)
 		}
-		e, err := r.decode(id, kve.Value())
+		e, err := decode(r.keyNow(), id, kve.Value())
 		if err != nil {
-			if _, again := (&Registry{key: next}).decode(id, kve.Value()); again == nil {
+			if _, again := decode(next, id, kve.Value()); again == nil {
 				continue // rotated by an earlier run
 			}
 			return n, err
@@ -227,7 +241,9 @@ func (r *Registry) Rotate(ctx context.Context, next *Key) (int, error) {
 		}
 		n++
 	}
+	r.mu.Lock()
 	r.key = next
+	r.mu.Unlock()
 	return n, nil
 }
 
@@ -237,7 +253,7 @@ func (r *Registry) Rotate(ctx context.Context, next *Key) (int, error) {
 // every start: a workspace removed from the registry comes back unless it
 // is removed from them too.
 func (r *Registry) Seed(ctx context.Context, entries []Entry) (int, error) {
-	n := 0
+	n, key := 0, r.keyNow()
 	for _, e := range entries {
 		if err := e.validate(); err != nil {
 			return n, err
@@ -245,7 +261,7 @@ func (r *Registry) Seed(ctx context.Context, entries []Entry) (int, error) {
 		if e.Added.IsZero() {
 			e.Added = time.Now().UTC()
 		}
-		b, _ := json.Marshal(record{PlatformURL: e.PlatformURL, OrgID: e.OrgID, Sealed: r.key.seal(e.ID, e.Token), Added: e.Added})
+		b, _ := json.Marshal(record{PlatformURL: e.PlatformURL, OrgID: e.OrgID, Sealed: key.seal(e.ID, e.Token), Added: e.Added})
 		_, err := r.kv.Create(ctx, e.ID, b)
 		switch {
 		case errors.Is(err, jetstream.ErrKeyExists):

@@ -2,8 +2,10 @@ package registry
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"slices"
+	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
 )
@@ -43,32 +45,103 @@ func (r *Registry) Start(ctx context.Context, onChange func(Change), onError fun
 	}
 	go func() {
 		defer func() { _ = w.Stop() }()
-		for e := range w.Updates() {
-			if e != nil {
-				apply(e)
+		var retry <-chan time.Time
+		if r.loadKey != nil {
+			t := time.NewTicker(r.keyRetry)
+			defer t.Stop()
+			retry = t.C
+		}
+		for {
+			select {
+			case e, ok := <-w.Updates():
+				if !ok {
+					return
+				}
+				if e != nil {
+					apply(e)
+				}
+			case <-retry:
+				r.retryWithNewKey(ctx, onChange, onError)
 			}
 		}
 	}()
 	return nil
 }
 
+// FollowKey makes a running registry follow a key rotation without a
+// restart: an entry that does not open with the key is kept aside, and
+// every keyRetry while any is, load reads the key source again; once one
+// of them opens with what it gives, that key is the registry's. Call it
+// before Start.
+func (r *Registry) FollowKey(load func(context.Context) (*Key, error)) {
+	r.loadKey, r.keyRetry = load, DefaultKeyRetry
+}
+
+// DefaultKeyRetry is how often a registry with entries it could not open
+// reads its key source again (FollowKey): the seconds after an operator
+// points the relays at a rotated key.
+const DefaultKeyRetry = 10 * time.Second
+
+func (r *Registry) retryWithNewKey(ctx context.Context, onChange func(Change), onError func(error)) {
+	r.mu.Lock()
+	waiting := len(r.unopened)
+	r.mu.Unlock()
+	if waiting == 0 {
+		return
+	}
+	next, err := r.loadKey(ctx)
+	if err != nil {
+		if onError != nil {
+			onError(fmt.Errorf("registry: %d entries do not open with the key, and reading it again failed: %w", waiting, err))
+		}
+		return
+	}
+	for _, c := range r.openWith(next) {
+		r.signal()
+		if onChange != nil {
+			onChange(c)
+		}
+	}
+}
+
+// openWith applies the entries set aside that open with next; when any
+// does, next becomes the registry's key.
+func (r *Registry) openWith(next *Key) []Change {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	var out []Change
+	for id, v := range r.unopened {
+		ent, err := decode(next, id, v)
+		if err != nil {
+			continue
+		}
+		r.key = next
+		r.cur[id], r.last[id] = ent, ent
+		delete(r.unopened, id)
+		out = append(out, Change{Entry: ent})
+	}
+	return out
+}
+
 func (r *Registry) applyEntry(e jetstream.KeyValueEntry) (Change, error) {
 	id := e.Key()
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	delete(r.unopened, id) // superseded
 	if e.Operation() != jetstream.KeyValuePut {
-		r.mu.Lock()
 		old := r.cur[id]
 		delete(r.cur, id)
-		r.mu.Unlock()
 		old.ID = id
 		return Change{Entry: old, Removed: true}, nil
 	}
-	ent, err := r.decode(id, e.Value())
+	ent, err := decode(r.key, id, e.Value())
+	if errors.Is(err, ErrKey) && r.loadKey != nil {
+		r.unopened[id] = e.Value() // sealed with a key this relay has not read yet
+	}
 	if err != nil {
 		return Change{}, err
 	}
-	r.mu.Lock()
 	r.cur[id], r.last[id] = ent, ent
-	r.mu.Unlock()
 	return Change{Entry: ent}, nil
 }
 

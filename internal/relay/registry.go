@@ -64,6 +64,9 @@ func (rt *Runtime) openRegistry(ctx context.Context) error {
 			rs.clientOf(c.Entry.ID, false)
 		}
 	}
+	// A rotated key is followed: entries sealed with a key not read yet
+	// open once the key source gives it (docs/workspace-registry.md).
+	reg.FollowKey(func(ctx context.Context) (*registry.Key, error) { return registry.KeyFromConfig(ctx, rt.Cfg) })
 	if err := reg.Start(wctx, onChange, func(err error) { rt.Log.Error("workspace registry: entry skipped", "error", err) }); err != nil {
 		stop()
 		return err
