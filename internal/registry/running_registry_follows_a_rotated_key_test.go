@@ -60,7 +60,10 @@ func TestRunningRegistryFollowsARotatedKey(t *testing.T) {
 	}
 
 	writeKey(sB)
-	waitFor(t, 2*time.Second, func() bool { e, _ := relay.Lookup(wsB); return e.Token == tokB && slices.Contains(relay.Current(), wsB) })
+	waitFor(t, 2*time.Second, func() bool {
+		e, _ := relay.Lookup(wsB)
+		return e.Token == tokB && slices.Contains(relay.Current(), wsB)
+	})
 	if err := admin.Put(ctx, registry.Entry{ID: wsA, Token: tokA + "-2", PlatformURL: "http://a"}); err != nil {
 		t.Fatal(err)
 	}
