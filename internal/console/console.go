@@ -53,8 +53,9 @@ type Options struct {
 	// knows of each workspace (its rate budget). Nil: not shown.
 	Live func() []WorkspaceLive
 	// Registry, when set, is the workspace registry the serving relay
-	// follows (MOLECULE_WORKSPACE_REGISTRY): the Workspaces view lists
-	// and changes it. Nil: the view says how to turn it on.
+	// follows (MOLECULE_WORKSPACE_REGISTRY), started (registry.Start): the
+	// Workspaces view lists it from that watch and changes it. Nil: the
+	// view says how to turn it on.
 	Registry *registry.Registry
 }
 

@@ -87,6 +87,9 @@ func TestConsoleUnderAStageUserSaysWritesNeedTheAdmin(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
+		if err := reg.Start(ctx, nil, nil); err != nil { // and follows it
+			t.Fatal(err)
+		}
 		c, err := console.New(js, topo, console.Options{Registry: reg, Logger: pipelinetest.Logger()})
 		if err != nil {
 			t.Fatal(err)

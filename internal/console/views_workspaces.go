@@ -67,14 +67,13 @@ func (c *Console) workspaces(r *http.Request) (any, error) {
 	if reg == nil {
 		return workspacesView{Off: string(registryOff), Workspaces: []workspaceRow{}}, nil
 	}
-	all, err := reg.List(r.Context())
-	if err != nil {
-		return nil, fmt.Errorf("console: the workspace registry could not be read: %w; check this relay's NATS connection and its key, then reload", err)
-	}
+	// The running relay's watch of the registry: no request per entry.
+	all := reg.Entries()
 	v := workspacesView{On: true, Workspaces: make([]workspaceRow, 0, len(all))}
 	for _, e := range all {
 		v.Workspaces = append(v.Workspaces, workspaceRow{ID: e.ID, PlatformURL: e.PlatformURL, OrgID: e.OrgID, Paused: e.Paused, Added: e.Added})
 	}
+	var err error
 	if v.Writable, err = c.canWrite(r.Context()); err != nil {
 		return nil, err
 	}

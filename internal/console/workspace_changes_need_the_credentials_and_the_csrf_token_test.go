@@ -24,6 +24,9 @@ func withRegistry(t *testing.T, reg **registry.Registry) func(jetstream.JetStrea
 		if *reg, err = registry.Open(pipelinetest.Ctx(t), js, key, true, 1); err != nil {
 			t.Fatal(err)
 		}
+		if err := (*reg).Start(pipelinetest.Ctx(t), nil, nil); err != nil { // as a relay follows it
+			t.Fatal(err)
+		}
 		o.Registry = *reg
 	}
 }

@@ -78,6 +78,41 @@ type Registry struct {
 	loadKey  func(context.Context) (*Key, error)
 	keyRetry time.Duration
 	unopened map[string][]byte
+
+	// watching: Start runs; seen is the newest revision it applied.
+	watching bool
+	seen     uint64
+}
+
+// settle waits, while Start runs, until the watch shows a change this
+// process just made (shown, called under mu): a view read right after it
+// (Entries, Current) includes it. The watch shows a change within
+// milliseconds; after settleMax the change is left to it.
+func (r *Registry) settle(ctx context.Context, shown func() bool) {
+	for deadline := time.Now().Add(settleMax); ctx.Err() == nil && time.Now().Before(deadline); time.Sleep(2 * time.Millisecond) {
+		r.mu.RLock()
+		done := !r.watching || shown()
+		r.mu.RUnlock()
+		if done {
+			return
+		}
+	}
+}
+
+const settleMax = 2 * time.Second
+
+// Entries returns every entry as the watch last saw it, paused ones
+// included, by id: what List reads from the bucket, without a request per
+// entry. Start must have run.
+func (r *Registry) Entries() []Entry {
+	r.mu.RLock()
+	out := make([]Entry, 0, len(r.cur))
+	for _, e := range r.cur {
+		out = append(out, e)
+	}
+	r.mu.RUnlock()
+	slices.SortFunc(out, func(a, b Entry) int { return strings.Compare(a.ID, b.ID) })
+	return out
 }
 
 // Open opens the registry bucket; with create (the admin commands and a
@@ -128,9 +163,11 @@ func (r *Registry) Put(ctx context.Context, e Entry) error {
 
 func (r *Registry) write(ctx context.Context, e Entry) error {
 	b, _ := json.Marshal(record{PlatformURL: e.PlatformURL, OrgID: e.OrgID, Sealed: r.keyNow().seal(e.ID, e.Token), Paused: e.Paused, Added: e.Added})
-	if _, err := r.kv.Put(ctx, e.ID, b); err != nil {
+	rev, err := r.kv.Put(ctx, e.ID, b)
+	if err != nil {
 		return fmt.Errorf("registry: write workspace %s: %w", e.ID, err)
 	}
+	r.settle(ctx, func() bool { return r.seen >= rev })
 	return nil
 }
 
@@ -174,6 +211,7 @@ func (r *Registry) Remove(ctx context.Context, id string) error {
 	if err := r.kv.Delete(ctx, id); err != nil {
 		return fmt.Errorf("registry: remove workspace %s: %w", id, err)
 	}
+	r.settle(ctx, func() bool { _, ok := r.cur[id]; return !ok })
 	return nil
 }
 
@@ -254,6 +292,8 @@ func (r *Registry) Rotate(ctx context.Context, next *Key) (int, error) {
 // is removed from them too.
 func (r *Registry) Seed(ctx context.Context, entries []Entry) (int, error) {
 	n, key := 0, r.keyNow()
+	var last uint64
+	defer func() { r.settle(ctx, func() bool { return r.seen >= last }) }()
 	for _, e := range entries {
 		if err := e.validate(); err != nil {
 			return n, err
@@ -262,13 +302,13 @@ func (r *Registry) Seed(ctx context.Context, entries []Entry) (int, error) {
 			e.Added = time.Now().UTC()
 		}
 		b, _ := json.Marshal(record{PlatformURL: e.PlatformURL, OrgID: e.OrgID, Sealed: key.seal(e.ID, e.Token), Added: e.Added})
-		_, err := r.kv.Create(ctx, e.ID, b)
+		rev, err := r.kv.Create(ctx, e.ID, b)
 		switch {
 		case errors.Is(err, jetstream.ErrKeyExists):
 		case err != nil:
 			return n, fmt.Errorf("registry: seed workspace %s: %w", e.ID, err)
 		default:
-			n++
+			n, last = n+1, rev
 		}
 	}
 	return n, nil

@@ -43,8 +43,16 @@ func (r *Registry) Start(ctx context.Context, onChange func(Change), onError fun
 	if ctx.Err() != nil {
 		return ctx.Err()
 	}
+	r.mu.Lock()
+	r.watching = true
+	r.mu.Unlock()
 	go func() {
-		defer func() { _ = w.Stop() }()
+		defer func() {
+			_ = w.Stop()
+			r.mu.Lock()
+			r.watching = false // nothing to settle on (settle)
+			r.mu.Unlock()
+		}()
 		var retry <-chan time.Time
 		if r.loadKey != nil {
 			t := time.NewTicker(r.keyRetry)
@@ -127,6 +135,7 @@ func (r *Registry) applyEntry(e jetstream.KeyValueEntry) (Change, error) {
 	id := e.Key()
 	r.mu.Lock()
 	defer r.mu.Unlock()
+	r.seen = max(r.seen, e.Revision())
 	delete(r.unopened, id) // superseded
 	if e.Operation() != jetstream.KeyValuePut {
 		old := r.cur[id]
