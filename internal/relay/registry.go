@@ -31,6 +31,9 @@ type regState struct {
 type regClient struct {
 	c     *molecule.Client
 	entry registry.Entry
+	// replaced is closed when a new platform URL or org id gave the
+	// workspace another client (pollReplacing).
+	replaced chan struct{}
 }
 
 // openRegistry opens the registry, seeds it with the static workspace
@@ -115,7 +118,8 @@ func (rs *regState) clientOf(id string, build bool) *molecule.Client {
 				rs.rt.Log.Error("workspace registry: new token not usable; the old one stays", "workspace", id, "error", err)
 				return rc.c
 			}
-			rs.clients[id] = regClient{c: rc.c, entry: e}
+			rc.entry = e
+			rs.clients[id] = rc
 			rs.rt.Log.Info("workspace registry: a new token is in use", "workspace", id)
 		}
 		return rc.c
@@ -128,8 +132,51 @@ func (rs *regState) clientOf(id string, build bool) *molecule.Client {
 		rs.rt.Log.Error("workspace registry: entry not usable", "workspace", id, "error", err)
 		return nil
 	}
-	rs.clients[id] = regClient{c: c, entry: e}
+	if built {
+		close(rc.replaced)
+	}
+	rs.clients[id] = regClient{c: c, entry: e, replaced: make(chan struct{})}
 	return c
+}
+
+// pollReplacing polls workspace id as a poller-group member's Poll does,
+// with the registry's client, until ctx ends or the poll stops by itself;
+// a new platform URL or org id stops it and polls again with the new
+// client, as follow does outside a group.
+func (rs *regState) pollReplacing(ctx context.Context, p *poller.Poller, id string) error {
+	for {
+		c := rs.client(id)
+		if c == nil {
+			return p.PollWorkspace(ctx, id) // not in the registry: ErrUnknownWorkspace
+		}
+		rs.mu.Lock()
+		rc := rs.clients[id]
+		rs.mu.Unlock()
+		if rc.c != c {
+			continue // replaced meanwhile
+		}
+		replaced := rc.replaced
+		p.AddClient(c)
+		pctx, stop := context.WithCancel(ctx)
+		go func() {
+			select {
+			case <-replaced:
+				stop()
+			case <-pctx.Done():
+			}
+		}()
+		err := p.PollWorkspace(pctx, id)
+		stop()
+		select {
+		case <-replaced:
+			if ctx.Err() == nil {
+				rs.rt.Log.Info("workspace registry: polling a moved workspace with its new platform URL or org id", "workspace", id)
+				continue
+			}
+		default:
+		}
+		return err
+	}
 }
 
 // follow polls the registry's workspaces until ctx ends: within

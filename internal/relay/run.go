@@ -174,12 +174,7 @@ func (rt *Runtime) runPoller(ctx context.Context, p *poller.Poller) error {
 	var src pollgroup.Source
 	if rt.reg != nil {
 		src = rt.reg.reg
-		poll = func(ctx context.Context, id string) error {
-			if c := rt.reg.client(id); c != nil {
-				p.AddClient(c)
-			}
-			return p.PollWorkspace(ctx, id)
-		}
+		poll = func(ctx context.Context, id string) error { return rt.reg.pollReplacing(ctx, p, id) }
 	}
 	return pollgroup.Run(ctx, rt.Conn.JS, pollgroup.Config{
 		Group:      rt.Cfg.PollerGroup,
