@@ -346,6 +346,8 @@ func answers(srv *moleculetest.Server, sentAt map[string]time.Time, target map[s
 
 func requestKind(r moleculetest.RecordedRequest) string {
 	switch {
+	case strings.HasSuffix(r.Path, "/activity") && r.Method == http.MethodGet && strings.Contains(r.Query, "type=broadcast_receive"):
+		return "broadcast" // the poller's second feed query (internal/poller/broadcast.go)
 	case strings.HasSuffix(r.Path, "/activity") && r.Method == http.MethodGet:
 		return "activity"
 	case strings.HasSuffix(r.Path, "/state"):
