@@ -121,6 +121,9 @@ func TestPollerGroupFollowsTheRegistry(t *testing.T) {
 	dir := t.TempDir()
 	if *groupLogDir != "" {
 		dir = *groupLogDir
+		if err := os.MkdirAll(dir, 0o700); err != nil {
+			t.Fatal(err)
+		}
 	}
 	env := []string{
 		"PATH=" + os.Getenv("PATH"), "HOME=" + dir,
