@@ -66,6 +66,7 @@ type Lease struct {
 	kv       jetstream.KeyValue
 	instance string
 	ttl      time.Duration
+	patience time.Duration // Config.Patience
 	log      *slog.Logger
 	name     string // for the logs
 
@@ -88,6 +89,11 @@ type Config struct {
 	Instance string
 	// TTL: see DefaultTTL. If not set, DefaultTTL.
 	TTL time.Duration
+	// Patience is how long renewals may fail before Lost is closed; if not
+	// set, TTL. A holder whose exclusive work is guarded by something
+	// else (a poller group's claims) sets it longer, so a server that
+	// stalls for a few seconds does not make it drop and redo everything.
+	Patience time.Duration
 	// Replicas of the bucket when Acquire creates it. If not set, 1.
 	Replicas int
 	// Exclusive says that no other live instance can hold a lease in this
@@ -108,6 +114,9 @@ func Acquire(ctx context.Context, js jetstream.JetStream, keys []string, cfg Con
 	if cfg.TTL <= 0 {
 		cfg.TTL = DefaultTTL
 	}
+	if cfg.Patience <= 0 {
+		cfg.Patience = cfg.TTL
+	}
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.DiscardHandler)
 	}
@@ -115,7 +124,7 @@ func Acquire(ctx context.Context, js jetstream.JetStream, keys []string, cfg Con
 	if err != nil {
 		return nil, err
 	}
-	l := &Lease{kv: kv, instance: cfg.Instance, ttl: cfg.TTL, log: cfg.Logger, name: cfg.Name, revs: map[string]uint64{},
+	l := &Lease{kv: kv, instance: cfg.Instance, ttl: cfg.TTL, patience: cfg.Patience, log: cfg.Logger, name: cfg.Name, revs: map[string]uint64{},
 		stop: make(chan struct{}), done: make(chan struct{}), lost: make(chan struct{}), exclusive: cfg.Exclusive}
 	for _, k := range keys {
 		if err := l.take(ctx, k); err != nil {
@@ -184,7 +193,7 @@ func (l *Lease) renew() {
 	defer close(l.done)
 	t := time.NewTicker(l.ttl / 4)
 	defer t.Stop()
-	deadline := time.Now().Add(l.ttl)
+	deadline := time.Now().Add(l.patience)
 	for {
 		select {
 		case <-l.stop:
@@ -201,7 +210,7 @@ func (l *Lease) renew() {
 		cancel()
 		switch {
 		case err == nil:
-			deadline = sent.Add(l.ttl)
+			deadline = sent.Add(l.patience)
 		case isWrongSequence(err) || time.Now().After(deadline):
 			l.log.Error(l.name+": lease lost; stopping", "error", err)
 			l.once.Do(func() { close(l.lost) })

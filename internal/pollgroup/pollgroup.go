@@ -136,6 +136,17 @@ func (c *Config) validate() error {
 	return nil
 }
 
+// leasePatience (in TTLs) is how long a member's renewals may fail before
+// it leaves. Its claims, not its lease, keep a workspace polled by one
+// member: the others count it dead by the renewals they see (2 TTL of
+// theirs, deadRenewals), take its claims by compare-and-set, and its
+// watch shows each takeover, which stops that poll. Leaving at the first
+// late renewal instead (a loaded server answering in more than a TTL)
+// released and reclaimed thousands of workspaces at once, which loaded
+// the server more: at 10,000 workspaces on two cores every member left
+// and rejoined three to six times in five minutes (make chaos-group).
+const leasePatience = 4
+
 // serve is one membership: join, poll what is ours until ctx ends or the
 // lease is lost, then stop everything and release the claims.
 func serve(ctx context.Context, js jetstream.JetStream, cfg Config) error {
@@ -145,7 +156,7 @@ func serve(ctx context.Context, js jetstream.JetStream, cfg Config) error {
 	}
 	lease, err := kvlease.Acquire(ctx, js, []string{memberKey(cfg.Group, cfg.Instance)}, kvlease.Config{
 		Bucket: events.BucketPollerGroups, Instance: cfg.Instance, TTL: cfg.TTL, Replicas: cfg.Replicas,
-		Name: "poller group", Logger: cfg.Logger,
+		Patience: leasePatience * cfg.TTL, Name: "poller group", Logger: cfg.Logger,
 	})
 	if err != nil {
 		return err
