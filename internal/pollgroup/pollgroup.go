@@ -18,13 +18,17 @@
 //     whose workspace moved away stops polling it, then deletes its claim
 //     with that revision; the new owner, watching, creates its claim at
 //     once. So two members never poll one workspace, except when one was
-//     cut off from NATS: it stops polling when its lease is lost (TTL
-//     without a renewal), before the others count it dead (2 TTL after its
-//     last renewal); and it stops a workspace whose claim it sees taken.
+//     cut off from NATS or starved while the others were not: the others
+//     count it dead (2 TTL of their renewals) and take its claims; it stops
+//     a workspace whose claim it sees taken, and everything once its lease
+//     is lost (4 TTL without a renewal, leasePatience). Meanwhile the
+//     cursor's compare-and-set and the inbound stream's duplicate window
+//     deliver each message once.
 //
 // A claim is not renewed: it lives as long as its owner's membership. The
 // cost is one KV write per member per TTL/4, whatever the fleet's size,
-// plus two per workspace that moves.
+// plus two per workspace that moves; a member writes and deletes claims
+// 64 at a time in parallel (claimConcurrency).
 package pollgroup
 
 import (
@@ -198,6 +202,7 @@ func serve(ctx context.Context, js jetstream.JetStream, cfg Config) error {
 			synced = m.drain(watch.Updates()) || synced
 		case ev := <-m.ended:
 			m.onEnded(ev)
+			m.drainEnded() // released together (flushReleases)
 		case <-tick.C:
 		case <-changed:
 			m.setWorkspaces(cfg.Source.Current())
@@ -209,6 +214,7 @@ func serve(ctx context.Context, js jetstream.JetStream, cfg Config) error {
 				close(again)
 			}
 		}
+		m.flushReleases()
 	}
 }
 
