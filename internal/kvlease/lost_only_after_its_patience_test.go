@@ -5,9 +5,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/nats-io/nats.go"
-	"github.com/nats-io/nats.go/jetstream"
-
 	"github.com/molecule-ai/molecule-relay/internal/kvlease"
 	"github.com/molecule-ai/molecule-relay/internal/testkit/natstest"
 )
@@ -20,14 +17,7 @@ func TestLostOnlyAfterItsPatience(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	const ttl, patience = 400 * time.Millisecond, 2 * time.Second
-	nc, err := nats.Connect(srv.ClientURL(), nats.NoReconnect())
-	if err != nil {
-		t.Fatal(err)
-	}
-	js, err := jetstream.New(nc)
-	if err != nil {
-		t.Fatal(err)
-	}
+	nc, js := cuttable(t, srv.ClientURL())
 	held, err := kvlease.Acquire(ctx, js, []string{"k1"}, kvlease.Config{Bucket: "test_leases", Instance: "patient", TTL: ttl, Patience: patience})
 	if err != nil {
 		t.Fatal(err)
