@@ -153,6 +153,7 @@ func (p *Poller) readCursor(ctx context.Context, ws string, wait time.Duration, 
 // chaos-cluster, the largest single cause of messages over 2 s.)
 func (p *Poller) saveCursor(ctx context.Context, w *workspace, cur *cursorEntry, v cursorValue) (*cursorEntry, error) {
 	ws := w.id
+	w.cursorMoves.Add(1) // before the write: a checkpoint that looks after it sees the move
 	if v.Floor.IsZero() && v.FloorID == "" {
 		v.Floor, v.FloorID = cur.Floor, cur.FloorID
 	}

@@ -86,8 +86,14 @@ func statusTestPoller(t *testing.T) (context.Context, *Poller, func() int) {
 // (a direct get, or a message get where direct gets are off).
 func countStatusReads(t *testing.T, ns *natstest.Server, topo *events.Topology) func() int {
 	t.Helper()
+	return countBucketReads(t, ns, topo.Status.Bucket())
+}
+
+// countBucketReads counts the reads of any entry of bucket so far.
+func countBucketReads(t *testing.T, ns *natstest.Server, bucket string) func() int {
+	t.Helper()
 	watch, _ := natstest.Connect(t, ns.ClientURL())
-	stream := "KV_" + topo.Status.Bucket()
+	stream := "KV_" + bucket
 	var subs []interface{ Pending() (int, int, error) }
 	for _, subj := range []string{"$JS.API.DIRECT.GET." + stream, "$JS.API.DIRECT.GET." + stream + ".>", "$JS.API.STREAM.MSG.GET." + stream} {
 		sub, err := watch.SubscribeSync(subj)

@@ -34,6 +34,13 @@ type workspace struct {
 	// cpWritten is the cursor of the last checkpoint CheckpointAnswered
 	// wrote (its goroutine only): an unchanged cursor is not written again.
 	cpWritten string
+	// cursorMoves counts saveCursor's calls for this workspace; cpMoves is
+	// its value when CheckpointAnswered last looked at the cursor
+	// (cpLooked), which skips reading a cursor this process has not moved
+	// since (its goroutine only).
+	cursorMoves atomic.Uint64
+	cpMoves     uint64
+	cpLooked    bool
 	// caughtUp: the stored cursor was compared with the feed's checkpoint
 	// (catchUpWithCheckpoint), once per process.
 	caughtUp bool
