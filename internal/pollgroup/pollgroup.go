@@ -181,8 +181,8 @@ func serve(ctx context.Context, js jetstream.JetStream, cfg Config) error {
 	cfg.Logger.Info("poller group: joined", "workspaces", len(cfg.Workspaces))
 	tick := time.NewTicker(cfg.TTL / 4)
 	defer tick.Stop()
-	synced := false         // the watch delivered every key present at the start
-	var again chan struct{} // closed while reconcile has claims left to write
+	synced := false          // the watch delivered every key present at the start
+	var again chan struct{}  // closed while reconcile has claims left to write
 	var due <-chan time.Time // the next pass, deferred to reconcileEvery after the last
 	var lastPass time.Time
 	for {
