@@ -66,9 +66,10 @@ type member struct {
 	toRelease map[string]claim
 
 	// The assignment, computed again only when the live members change.
-	liveKey string
-	mine    map[string]bool
-	inSet   map[string]bool // cfg.Workspaces as a set
+	liveKey   string
+	loggedKey string // the members of the last "members changed" line
+	mine      map[string]bool
+	inSet     map[string]bool // cfg.Workspaces as a set
 }
 
 func newMember(ctx context.Context, kv jetstream.KeyValue, cfg Config) *member {
@@ -228,6 +229,11 @@ func (m *member) assign() {
 			m.mine[ws] = true
 		}
 	}
+	if key == m.loggedKey { // the workspace set changed (setWorkspaces), not the members
+		m.log.Debug("poller group: workspace set changed", "assigned", len(m.mine), "of", len(m.cfg.Workspaces))
+		return
+	}
+	m.loggedKey = key
 	m.log.Info("poller group: members changed", "members", len(live), "assigned", len(m.mine), "of", len(m.cfg.Workspaces))
 }
 
