@@ -182,7 +182,6 @@ func (m *member) reconcile() (more bool) {
 		}
 	}
 	m.take(takes)
-	m.flushReleases()
 	m.forgetDead()
 	m.sweepOrphans()
 	return more
@@ -349,7 +348,8 @@ func (m *member) onEnded(ev ended) {
 	}
 }
 
-// flushReleases deletes the claims of toRelease, in parallel, each with
+// flushReleases (serve's loop after each event, and leave) deletes the
+// claims of toRelease, in parallel, each with
 // its revision: a claim another member took meanwhile stays. One whose
 // poll started again meanwhile (the workspace came back) is kept.
 func (m *member) flushReleases() {
@@ -447,7 +447,6 @@ func (m *member) setWorkspaces(ids []string) {
 			m.toRelease[ws] = c
 		}
 	}
-	m.flushReleases()
 }
 
 // drainEnded takes the polls that ended meanwhile, so their claims are
