@@ -17,7 +17,7 @@ func TestLostOnlyAfterItsPatience(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	const ttl, patience = 400 * time.Millisecond, 2 * time.Second
-	nc, js := cuttable(t, srv.ClientURL())
+	nc, js := natstest.ConnectCuttable(t, srv.ClientURL())
 	held, err := kvlease.Acquire(ctx, js, []string{"k1"}, kvlease.Config{Bucket: "test_leases", Instance: "patient", TTL: ttl, Patience: patience})
 	if err != nil {
 		t.Fatal(err)

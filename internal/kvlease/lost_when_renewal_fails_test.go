@@ -6,9 +6,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/nats-io/nats.go"
-	"github.com/nats-io/nats.go/jetstream"
-
 	"github.com/molecule-ai/molecule-relay/internal/kvlease"
 	"github.com/molecule-ai/molecule-relay/internal/testkit/natstest"
 )
@@ -21,7 +18,7 @@ func TestLostWhenRenewalFailsAndTakenAfterExpiry(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	const ttl = time.Second
-	nc, js := cuttable(t, srv.ClientURL())
+	nc, js := natstest.ConnectCuttable(t, srv.ClientURL())
 	cfg := kvlease.Config{Bucket: "test_leases", Instance: "first", TTL: ttl}
 	held, err := kvlease.Acquire(ctx, js, []string{"k1"}, cfg)
 	if err != nil {
@@ -57,18 +54,4 @@ func TestLostWhenRenewalFailsAndTakenAfterExpiry(t *testing.T) {
 		}
 		time.Sleep(100 * time.Millisecond)
 	}
-}
-
-// cuttable connects without reconnecting: closing nc cuts the holder off.
-func cuttable(t *testing.T, url string) (*nats.Conn, jetstream.JetStream) {
-	t.Helper()
-	nc, err := nats.Connect(url, nats.NoReconnect())
-	if err != nil {
-		t.Fatal(err)
-	}
-	js, err := jetstream.New(nc)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return nc, js
 }

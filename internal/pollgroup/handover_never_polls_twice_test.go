@@ -7,7 +7,6 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go"
-	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/molecule-ai/molecule-relay/internal/pollgroup"
 	"github.com/molecule-ai/molecule-relay/internal/testkit/natstest"
@@ -82,14 +81,7 @@ type member struct {
 
 func startMember(t *testing.T, url, id string, ws []string, tr *tracker) *member {
 	t.Helper()
-	nc, err := nats.Connect(url, nats.NoReconnect())
-	if err != nil {
-		t.Fatal(err)
-	}
-	js, err := jetstream.New(nc)
-	if err != nil {
-		t.Fatal(err)
-	}
+	nc, js := natstest.ConnectCuttable(t, url)
 	ctx, cancel := context.WithCancel(context.Background())
 	m := &member{nc: nc, stop: cancel, done: make(chan struct{})}
 	go func() {

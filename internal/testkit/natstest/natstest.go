@@ -90,9 +90,20 @@ func Connect(t testing.TB, url string) (*nats.Conn, jetstream.JetStream) {
 	return connect(t, url)
 }
 
+// ConnectCuttable is Connect without reconnects: closing the connection
+// cuts the client off from NATS for good (a lease holder, a group member).
+func ConnectCuttable(t testing.TB, url string) (*nats.Conn, jetstream.JetStream) {
+	t.Helper()
+	return dial(t, url, nats.NoReconnect())
+}
+
 func connect(t testing.TB, url string, opts ...nats.Option) (*nats.Conn, jetstream.JetStream) {
 	t.Helper()
-	opts = append(opts, nats.MaxReconnects(-1), nats.ReconnectWait(50*time.Millisecond))
+	return dial(t, url, append(opts, nats.MaxReconnects(-1), nats.ReconnectWait(50*time.Millisecond))...)
+}
+
+func dial(t testing.TB, url string, opts ...nats.Option) (*nats.Conn, jetstream.JetStream) {
+	t.Helper()
 	nc, err := nats.Connect(url, opts...)
 	if err != nil {
 		t.Fatalf("natstest: connect %s: %v", url, err)
