@@ -138,13 +138,27 @@ func (p *Poller) readStatus(ctx context.Context, ws string) (statusRecord, error
 	case err != nil && cached && ctx.Err() == nil:
 		c := *v.(*cachedStatus)
 		c.failedAt = time.Now()
-		p.statusCache.Store(ws, &c)
+		p.swapStatus(ws, v, &c)
 		p.log.DebugContext(ctx, "poller: status bucket did not answer; going on with the record in memory", "workspace", ws, "error", err)
 		return c.rec, nil
 	case err == nil && rev > 0:
-		p.statusCache.Store(ws, &cachedStatus{rec: r, mem: r, rev: rev, readAt: time.Now()})
+		p.swapStatus(ws, v, &cachedStatus{rec: r, mem: r, rev: rev, readAt: time.Now()})
 	}
 	return r, err
+}
+
+// swapStatus replaces ws's cached record old (nil: none) with c, unless
+// another goroutine replaced old meanwhile: a copy made from an older
+// entry (a read that overtook a write, the heartbeat's unchanged refresh)
+// must not undo a newer one. Such an undone registration made the next
+// cycle register again, and the broadcasts' cold read then dropped what
+// came between the two (TestLongBroadcastReachesHandlerWholeWhenItsEventWasSeen).
+func (p *Poller) swapStatus(ws string, old any, c *cachedStatus) bool {
+	if old == nil {
+		_, loaded := p.statusCache.LoadOrStore(ws, c)
+		return !loaded
+	}
+	return p.statusCache.CompareAndSwap(ws, old, c)
 }
 
 // sameStatus reports whether next says nothing that prev, as stored, does
@@ -182,7 +196,7 @@ func sameStatus(prev, next *statusRecord) bool {
 // write instead of three (at 10,000 workspaces about 100 fsynced writes a
 // second, docs/fleet.md).
 func (p *Poller) updateStatus(ctx context.Context, ws string, fn func(*statusRecord)) (statusRecord, error) {
-	if v, ok := p.statusCache.Load(ws); ok {
+	for v, ok := p.statusCache.Load(ws); ok; v, ok = p.statusCache.Load(ws) {
 		// By pointer: this runs on every event of every stream, on the
 		// stream's reading goroutine, whose stack (one per workspace) grows
 		// with what this frame copies (docs/fleet.md).
@@ -192,7 +206,9 @@ func (p *Poller) updateStatus(ctx context.Context, ws string, fn func(*statusRec
 		if sameStatus(&c.rec, &next) {
 			nc := *c
 			nc.mem = next
-			p.statusCache.Store(ws, &nc)
+			if !p.swapStatus(ws, v, &nc) {
+				continue // another goroutine's copy came first: apply fn to it
+			}
 			return c.rec, nil
 		}
 		if c.rev > 0 {
@@ -201,14 +217,16 @@ func (p *Poller) updateStatus(ctx context.Context, ws string, fn func(*statusRec
 				return r, err
 			}
 		}
+		break
 	}
 	var lastErr error
 	for range 5 {
+		seen, _ := p.statusCache.Load(ws)
 		r, rev, err := loadStatus(ctx, p.topo.Status, ws)
 		if err != nil {
 			return r, err
 		}
-		p.statusCache.Store(ws, &cachedStatus{rec: r, mem: r, rev: rev, readAt: time.Now()})
+		p.swapStatus(ws, seen, &cachedStatus{rec: r, mem: r, rev: rev, readAt: time.Now()})
 		fn(&r)
 		r, err = p.writeStatus(ctx, ws, r, rev)
 		if !isConflict(err) {
@@ -237,17 +255,33 @@ func (p *Poller) writeStatus(ctx context.Context, ws string, r statusRecord, rev
 		rev, err = p.topo.Status.Update(wctx, ws, data, rev)
 	}
 	if err == nil {
-		var readAt time.Time // the write keeps the copy true, not fresh: another writer is found by the next read
-		if v, ok := p.statusCache.Load(ws); ok {
-			readAt = v.(*cachedStatus).readAt
-		}
-		p.statusCache.Store(ws, &cachedStatus{rec: r, mem: r, rev: rev, readAt: readAt})
+		p.rememberWrite(ws, r, rev)
 		return r, nil
 	}
 	if isConflict(err) {
 		return r, err
 	}
 	return r, fmt.Errorf("poller: save status of %s: %w", ws, err)
+}
+
+// rememberWrite caches r as written on revision rev, unless the copy is
+// already of that revision or a later one (a concurrent write that
+// followed this one stored its record first).
+func (p *Poller) rememberWrite(ws string, r statusRecord, rev uint64) {
+	for {
+		v, ok := p.statusCache.Load(ws)
+		var readAt time.Time // the write keeps the copy true, not fresh: another writer is found by the next read
+		if ok {
+			c := v.(*cachedStatus)
+			if c.rev >= rev {
+				return
+			}
+			readAt = c.readAt
+		}
+		if p.swapStatus(ws, v, &cachedStatus{rec: r, mem: r, rev: rev, readAt: readAt}) {
+			return
+		}
+	}
 }
 
 // WorkspaceStatus is what the poller last observed of one workspace, read
