@@ -20,6 +20,17 @@ type tracker struct {
 	mu      sync.Mutex
 	by      map[string]string // workspace → member polling it
 	doubles []string
+	// Once counting: the most workspaces of total unpolled at once.
+	counting     bool
+	total        int
+	mostUnpolled int
+}
+
+// noteUnpolled records how many are unpolled now; tr.mu is held.
+func (tr *tracker) noteUnpolled() {
+	if tr.counting {
+		tr.mostUnpolled = max(tr.mostUnpolled, tr.total-len(tr.by))
+	}
 }
 
 func (tr *tracker) poll(member string) func(context.Context, string) error {
@@ -38,6 +49,7 @@ func (tr *tracker) poll(member string) func(context.Context, string) error {
 		if tr.by[ws] == member {
 			delete(tr.by, ws)
 		}
+		tr.noteUnpolled()
 		tr.mu.Unlock()
 		return nil
 	}

@@ -1,0 +1,3 @@
+package pollgroup
+
+const HandoverWindow = handoverWindow
