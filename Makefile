@@ -66,9 +66,9 @@ chaos-cluster: ## chaos test on a 3-node R3 nats-server cluster: a node SIGKILLe
 chaos-powerloss: ## power-loss test: connect's store on a lazyfs FUSE mount, the power cut CHAOS_CUTS times under traffic (every process SIGKILLed, unsynced writes dropped); CHAOS_FLAGS=-chaos.sync=2m (nats-server's default), -chaos.powerloss-nats (a nats-server process's store)
 	$(GO) test -count=1 -v -timeout 15m -run '^TestChaosPowerLoss$$' ./internal/testkit/chaos -args -chaos.cuts=$(or $(CHAOS_CUTS),10) -chaos.msgs=$(or $(CHAOS_MSGS),600) -chaos.rate=$(or $(CHAOS_RATE),15) $(CHAOS_FLAGS)
 
-chaos-group: ## poller group at 10,000 registry workspaces (GROUP_N): three poll processes, one SIGKILLed, one joining, 100 adds and removes under traffic; lost, twice, unpolled gaps (TestPollerGroupFollowsTheRegistry, docs/fleet.md); about 10 minutes
+chaos-group: ## poller group at 10,000 registry workspaces (GROUP_N): three poll processes, one SIGKILLed, one joining, 100 adds and removes under traffic; lost, twice, unwatched gaps on the shipped event streams (GROUP_SSE=false: 3 s polls, no streams, unpolled gaps) (TestPollerGroupFollowsTheRegistry, docs/fleet.md); about 5 minutes
 	@echo "load average: $$(cat /proc/loadavg 2>/dev/null)"
-	$(GO) test -count=1 -v -timeout 40m -run '^TestPollerGroupFollowsTheRegistry$$' ./cmd/molecule-relay -args -group-n=$(or $(GROUP_N),10000) -group-traffic=90s -group-changes=100 -group-poll=3s -group-ready=10m $(GROUP_FLAGS)
+	$(GO) test -count=1 -v -timeout 40m -run '^TestPollerGroupFollowsTheRegistry$$' ./cmd/molecule-relay -args -group-n=$(or $(GROUP_N),10000) -group-traffic=90s -group-changes=100 -group-poll=3s -group-ready=10m -group-sse=$(or $(GROUP_SSE),true) $(GROUP_FLAGS)
 	@echo "load average: $$(cat /proc/loadavg 2>/dev/null)"
 
 test-short: ## tests without the race detector (faster local loop)

@@ -34,6 +34,7 @@ var (
 	groupPoll    = flag.Duration("group-poll", 2*time.Second, "TestPollerGroupFollowsTheRegistry: the members' MOLECULE_POLL_INTERVAL")
 	groupLogDir  = flag.String("group-logs", "", "TestPollerGroupFollowsTheRegistry: keep the processes' logs in this directory (default: a temporary one, removed)")
 	groupReady   = flag.Duration("group-ready", 90*time.Second, "TestPollerGroupFollowsTheRegistry: how long the group may take to poll every workspace once")
+	groupSSE     = flag.Bool("group-sse", false, "TestPollerGroupFollowsTheRegistry: the members keep event streams and the default safety net, as shipped; a workspace is unwatched while no member holds its event stream open, and the gap bound applies to that")
 )
 
 const (
@@ -131,10 +132,14 @@ func TestPollerGroupFollowsTheRegistry(t *testing.T) {
 		"MOLECULE_PLATFORM_URL=" + plat.URL(),
 		"MOLECULE_WORKSPACE_REGISTRY=true", "MOLECULE_REGISTRY_KEY=" + keyB64,
 		"MOLECULE_HANDLER=echo", "MOLECULE_TOPOLOGY=lookup",
+		"MOLECULE_LOG_LEVEL=info",
+	}
+	if *groupSSE {
+		env = append(env, "MOLECULE_SSE=true")
+	} else {
 		// A poll every interval per workspace, no stream: the request log
 		// shows every gap.
-		"MOLECULE_SSE=false", "MOLECULE_POLL_INTERVAL=" + groupPoll.String(), "MOLECULE_SAFETY_NET_INTERVAL=0",
-		"MOLECULE_LOG_LEVEL=info",
+		env = append(env, "MOLECULE_SSE=false", "MOLECULE_POLL_INTERVAL="+groupPoll.String(), "MOLECULE_SAFETY_NET_INTERVAL=0")
 	}
 	claims := watchClaims(t, js, "fleet")
 	g := startGroupStages(t, bin, dir, env)
@@ -282,9 +287,12 @@ func TestPollerGroupFollowsTheRegistry(t *testing.T) {
 	time.Sleep(2 * *groupPoll)
 	end := time.Now()
 
-	reads := polls()
+	reqs := plat.Requests()
+	reads := activityReads(reqs)
+	streams := eventStreams(reqs)
 	must, unread := due(reads)
 	got := answers(plat, ids)
+	answerLat := answerLatencies(plat, must)
 	lost, twice := 0, 0
 	for text, m := range must {
 		switch c := got["echo: "+text+"@"+m.ws]; {
@@ -313,7 +321,7 @@ func TestPollerGroupFollowsTheRegistry(t *testing.T) {
 	}
 	var (
 		addLat, removeLat, worstOf []time.Duration
-		worst                      time.Duration
+		worst, worstJoin           time.Duration
 		worstWS                    string
 		worstFrom                  time.Time
 		changeLat                  = map[string]time.Duration{} // workspace → add → first poll, or remove → last poll
@@ -341,7 +349,16 @@ func TestPollerGroupFollowsTheRegistry(t *testing.T) {
 			changeLat[id] = last.Sub(at)
 			to = at
 		}
-		d, at := longestGap(reads[id], from, to)
+		gap := func(from time.Time) (time.Duration, time.Time) {
+			if *groupSSE {
+				return longestUnwatched(streams[id], from, to)
+			}
+			return longestGap(reads[id], from, to)
+		}
+		d, at := gap(from)
+		if dj, _ := gap(maxTime(from, joinedAt)); dj > worstJoin {
+			worstJoin = dj
+		}
 		worstOf = append(worstOf, d)
 		if d > worst {
 			worst, worstWS, worstFrom = d, id, at
@@ -363,19 +380,33 @@ func TestPollerGroupFollowsTheRegistry(t *testing.T) {
 
 	// At the end the three live members hold a share each, and the claims
 	// are the registered workspaces: none left to the killed member, none
-	// kept for a removed one.
-	final, err := pollgroup.Owners(context.Background(), js, "fleet")
-	if err != nil {
-		t.Fatal(err)
+	// kept for a removed one. The joiner's share may still be moving
+	// (handoverWindow at a time): it is waited for, up to a minute.
+	var (
+		final map[string]string
+		share map[string]int
+		want  = *groupN - len(removedAt) + len(addedAt)
+	)
+	checked := time.Now()
+	for deadline := checked.Add(time.Minute); ; time.Sleep(500 * time.Millisecond) {
+		if final, err = pollgroup.Owners(context.Background(), js, "fleet"); err != nil {
+			t.Fatal(err)
+		}
+		share = map[string]int{}
+		for _, m := range final {
+			share[m]++
+		}
+		if len(final) == want && len(share) == 3 && share[killedID] == 0 || time.Now().After(deadline) {
+			break
+		}
 	}
-	share := map[string]int{}
+	settled := time.Now()
 	for ws, m := range final {
-		share[m]++
 		if _, gone := removedAt[ws]; gone {
 			t.Errorf("workspace %s removed at +%s still claimed by %s", ws, removedAt[ws].Sub(steady).Round(time.Millisecond), m)
 		}
 	}
-	if want := *groupN - len(removedAt) + len(addedAt); len(final) != want || len(share) != 3 || share[killedID] > 0 {
+	if len(final) != want || len(share) != 3 || share[killedID] > 0 {
 		t.Errorf("claims at the end: %d workspaces by members %v; want %d by the 3 live members", len(final), share, want)
 	}
 
@@ -396,8 +427,16 @@ func TestPollerGroupFollowsTheRegistry(t *testing.T) {
 		joinedAt.Sub(steady).Round(time.Millisecond), len(done), time.Since(began).Round(time.Second), strings.TrimSpace(string(load)))
 	t.Logf("messages: %d sent, %d due (%d to removed workspaces never read, not counted), %d lost, %d answered twice",
 		len(sent), len(must), unread, lost, twice)
-	t.Logf("unpolled: longest %s (workspace %s, from +%s), median of each workspace's longest %s",
+	t.Logf("%s: longest %s (workspace %s, from +%s), median of each workspace's longest %s",
+		map[bool]string{false: "unpolled", true: "unwatched (no event stream open)"}[*groupSSE],
 		worst.Round(time.Millisecond), worstWS, worstFrom.Sub(steady).Round(time.Millisecond), median(worstOf).Round(time.Millisecond))
+	t.Logf("after the join: longest %s; the claims, checked %s after the join, settled %s later",
+		worstJoin.Round(time.Millisecond), checked.Sub(joinedAt).Round(time.Millisecond), settled.Sub(checked).Round(time.Millisecond))
+	slices.Sort(answerLat)
+	if len(answerLat) > 0 {
+		t.Logf("sent → answered: median %s, p99 %s, max %s (%d answers)", median(answerLat).Round(time.Millisecond),
+			answerLat[len(answerLat)*99/100].Round(time.Millisecond), answerLat[len(answerLat)-1].Round(time.Millisecond), len(answerLat))
+	}
 	t.Logf("add → first poll: median %s, max %s (%d); remove → last poll: median %s, max %s (%d)",
 		median(addLat).Round(time.Millisecond), slices.Max(append(addLat, 0)).Round(time.Millisecond), len(addLat),
 		median(removeLat).Round(time.Millisecond), slices.Max(append(removeLat, 0)).Round(time.Millisecond), len(removeLat))
@@ -457,6 +496,85 @@ func instanceOf(t *testing.T, p *chaos.Process) string {
 		t.Fatalf("%s: no \"poller group: joined\" line with its instance in its log", p.Name)
 	}
 	return m[1]
+}
+
+func maxTime(a, b time.Time) time.Time {
+	if a.After(b) {
+		return a
+	}
+	return b
+}
+
+// eventStreams is, per workspace, the time spans of its event streams the
+// double answered 200 (one still open ends in the far future).
+func eventStreams(reqs []moleculetest.RecordedRequest) map[string][][2]time.Time {
+	out := map[string][][2]time.Time{}
+	for _, r := range reqs {
+		id, rest, ok := strings.Cut(strings.TrimPrefix(r.Path, "/workspaces/"), "/")
+		if !ok || rest != "events/stream" || r.Method != "GET" || r.Status != 200 {
+			continue
+		}
+		end := r.Done
+		if end.IsZero() {
+			end = r.At.Add(24 * time.Hour)
+		}
+		out[id] = append(out[id], [2]time.Time{r.At, end})
+	}
+	return out
+}
+
+// longestUnwatched is the longest time within [from, to] during which no
+// span of spans was open, and where it began.
+func longestUnwatched(spans [][2]time.Time, from, to time.Time) (time.Duration, time.Time) {
+	spans = slices.Clone(spans)
+	slices.SortFunc(spans, func(a, b [2]time.Time) int { return a[0].Compare(b[0]) })
+	var (
+		worst time.Duration
+		at    time.Time
+	)
+	reach := from // watched up to here
+	for _, sp := range append(spans, [2]time.Time{to, to}) {
+		start := sp[0]
+		if start.After(to) {
+			start = to
+		}
+		if d := start.Sub(reach); d > worst {
+			worst, at = d, reach
+		}
+		if sp[1].After(reach) {
+			reach = sp[1]
+		}
+		if !reach.Before(to) {
+			break
+		}
+	}
+	return worst, at
+}
+
+// answerLatencies is, for each message of must, the time from its send to
+// its first answer on the canvas.
+func answerLatencies(plat *moleculetest.Server, must map[string]sentMsg) []time.Duration {
+	first := map[string]time.Time{} // "echo: text@ws" → first answer
+	seen := map[string]bool{}
+	for _, m := range must {
+		if seen[m.ws] {
+			continue
+		}
+		seen[m.ws] = true
+		for _, n := range plat.Notifications(m.ws) {
+			k := n.Message + "@" + m.ws
+			if _, ok := first[k]; !ok {
+				first[k] = n.At
+			}
+		}
+	}
+	var out []time.Duration
+	for text, m := range must {
+		if at, ok := first["echo: "+text+"@"+m.ws]; ok {
+			out = append(out, at.Sub(m.at))
+		}
+	}
+	return out
 }
 
 // activityReads is, per workspace, when the double received each of its

@@ -86,6 +86,13 @@ func (s *Server) serveHTTP(rw http.ResponseWriter, r *http.Request) {
 	}
 	w := &recorder{ResponseWriter: rw, s: s}
 	w.rec = s.record(r, body)
+	if w.rec != nil {
+		defer func() {
+			s.reqMu.Lock()
+			w.rec.Done = time.Now()
+			s.reqMu.Unlock()
+		}()
+	}
 
 	proceed, after := s.applyFault(w, r)
 	if !proceed {

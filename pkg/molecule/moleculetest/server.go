@@ -549,6 +549,9 @@ type RecordedRequest struct {
 	Body   []byte
 	Status int
 	At     time.Time
+	// Done is when the answer ended (for an event stream, when it
+	// closed); zero while it is being answered.
+	Done time.Time
 }
 
 // Requests returns every request received so far, in order (the last
