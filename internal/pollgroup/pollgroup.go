@@ -28,7 +28,7 @@
 // A claim is not renewed: it lives as long as its owner's membership. The
 // cost is one KV write per member per TTL/4, whatever the fleet's size,
 // plus two per workspace that moves; a member writes and deletes claims
-// 64 at a time in parallel (claimConcurrency).
+// 256 at a time in parallel (claimConcurrency).
 package pollgroup
 
 import (
