@@ -80,6 +80,9 @@ type cycleOpts struct {
 	// nothing, the announced row is behind the cursor and the recent
 	// window is re-read at once.
 	woken bool
+	// fetched, if set, is called once the feed was read, before the
+	// overlap re-read and the broadcasts (startWorkspace's slot).
+	fetched func()
 }
 
 // cycle is one poll of one workspace; every path records what it saw in
@@ -208,6 +211,9 @@ func (p *Poller) poll(ctx context.Context, w *workspace, rec *statusRecord, res 
 	ctx, span := tracing.Start(ctx, "poll", trace.SpanKindInternal, attribute.String("molecule.workspace_id", w.id))
 	defer span.End()
 	err := p.fetch(ctx, w, res)
+	if o.fetched != nil {
+		o.fetched()
+	}
 	switch {
 	case err != nil || p.cfg.OverlapWindow <= 0:
 	case time.Since(rec.LastOverlapAt) >= p.cfg.OverlapEvery && !p.overlapNeedless(w, time.Now()):

@@ -75,8 +75,12 @@ type pollLoop struct {
 // stopped (nil when ctx ended) after its stream loop and heartbeats ended.
 //
 // At most startConcurrency workspaces start at once: a workspace holds its
-// slot from here to the end of its first cycle (register, state, feed,
-// first heartbeat). Started all at once, ten thousand workspaces opened
+// slot from here to its first fetch (register, state, feed), or to the end
+// of a first cycle that fetches nothing. The overlap re-read, broadcast
+// read and status write after it run on the connections already open;
+// holding the slot through them too made a survivor's 1,700 takeovers of
+// a killed member wait 6 s in the queue (make chaos-group, two loaded
+// cores). Started all at once, ten thousand workspaces opened
 // as many pooled connections at the same moment, each with two
 // goroutines and its buffers, and the process's RSS went past 900 MB and
 // stayed there, freed memory kept by the runtime (docs/fleet.md).
@@ -184,7 +188,7 @@ func (l *pollLoop) run() {
 		l.woken = false
 		l.mu.Unlock()
 		now := time.Now()
-		res := p.cycle(ctx, w, cycleOpts{checkState: p.stateDue(w, now), woken: woken, quick: l.fu.take(now)})
+		res := p.cycle(ctx, w, cycleOpts{checkState: p.stateDue(w, now), woken: woken, quick: l.fu.take(now), fetched: l.started})
 		l.started()
 		retryIn, retrySooner := l.retry.after(res.Err, p.cfg.PollInterval)
 		if res.rereadOwed {

@@ -140,7 +140,7 @@ func (s *Server) applyFault(w *recorder, r *http.Request) (bool, *Fault) {
 	s.faultMu.Lock()
 	var f *Fault
 	for i, fs := range s.faults {
-		if (fs.Method == "" || fs.Method == r.Method) && strings.HasPrefix(r.URL.Path, fs.PathPrefix) {
+		if (fs.Method == "" || fs.Method == r.Method) && strings.HasPrefix(r.URL.Path, fs.PathPrefix) && strings.Contains(r.URL.RawQuery, fs.QueryContains) {
 			if fs.Rate > 0 && !s.draw(fs.Rate) {
 				continue
 			}

@@ -653,9 +653,11 @@ func (s *Server) InboundSecret(id string) string {
 // Fault is an injected failure. The first Count matching requests get it
 // (Count 0 means every matching request until ClearFaults).
 type Fault struct {
-	// Method and PathPrefix select requests ("" matches any).
-	Method     string
-	PathPrefix string
+	// Method, PathPrefix and QueryContains (a part of the raw query)
+	// select requests ("" matches any).
+	Method        string
+	PathPrefix    string
+	QueryContains string
 	// Status and Body answer instead of the real handler (Status 0: the real
 	// handler answers, after Latency).
 	Status int
