@@ -2,7 +2,9 @@ package delegate_test
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
+	"strings"
 	"testing"
 	"time"
 
@@ -68,6 +70,10 @@ func rerunAfterAskerKilled(t *testing.T, w *pipelinetest.World, peer moleculetes
 	case <-time.After(20 * time.Second):
 		t.Fatal("B was never asked")
 	}
+	// While it waits: once the question is recorded sent. A death between
+	// the platform's acceptance and that record is another row of
+	// docs/delegation.md (the re-run sends the question again).
+	pipelinetest.Eventually(t, 10*time.Second, "the question recorded sent", func() bool { return questionsRecordedSent(t, w) })
 	proc1.Kill()
 	run1.Cancel()
 	close(died)
@@ -108,4 +114,29 @@ func rerunAfterAskerKilled(t *testing.T, w *pipelinetest.World, peer moleculetes
 	if dl := w.DeadLetters(); len(dl) != 0 {
 		t.Errorf("dead letters: %+v", dl)
 	}
+}
+
+// questionsRecordedSent reports whether every ask record of the world
+// holds its sent time.
+func questionsRecordedSent(t *testing.T, w *pipelinetest.World) bool {
+	ctx := pipelinetest.Ctx(t)
+	keys, err := w.Obs.Topo.Asks.ListKeys(ctx)
+	if err != nil {
+		return false
+	}
+	n := 0
+	for k := range keys.Keys() {
+		if !strings.Contains(k, ".ask.") {
+			continue
+		}
+		e, err := w.Obs.Topo.Asks.Get(ctx, k)
+		var rec struct {
+			SentAt time.Time `json:"sent_at"`
+		}
+		if err != nil || json.Unmarshal(e.Value(), &rec) != nil || rec.SentAt.IsZero() {
+			return false
+		}
+		n++
+	}
+	return n > 0
 }
