@@ -1,3 +1,6 @@
 package pollgroup
 
-const HandoverWindow = handoverWindow
+const (
+	HandoverWindow = handoverWindow
+	WritesPerPass  = writesPerPass
+)
