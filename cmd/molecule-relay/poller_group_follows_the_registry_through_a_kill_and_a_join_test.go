@@ -205,9 +205,18 @@ func TestPollerGroupFollowsTheRegistry(t *testing.T) {
 					t.Errorf("add %s: %v", e.ID, err)
 					return
 				}
-				mu.Lock()
-				active = append(active, e.ID)
-				mu.Unlock()
+				// Sent to once the relay registered it in poll mode: before
+				// that the double takes a message for push delivery (202).
+				go func() {
+					for deadline := time.Now().Add(groupMaxUnpolled); time.Now().Before(deadline); time.Sleep(50 * time.Millisecond) {
+						if plat.Status(e.ID).DeliveryMode == "poll" {
+							mu.Lock()
+							active = append(active, e.ID)
+							mu.Unlock()
+							return
+						}
+					}
+				}()
 			} else {
 				mu.Lock()
 				j := rand.IntN(left) // a seeded workspace, not removed yet: active[:left] holds only those
