@@ -55,7 +55,13 @@ func TestConsoleInBrowserShowsFlowAndReplaysDeadLetter(t *testing.T) {
 	rt, url := runRelayWithConsole(t, token, nil,
 		"MOLECULE_PLATFORM_URL="+srv.URL(), "MOLECULE_WORKSPACE_ID="+ws.ID, "MOLECULE_WORKSPACE_TOKEN="+ws.Token,
 		"MOLECULE_HANDLER=exec:"+script, "NATS_STORE_DIR="+t.TempDir())
-	pipelinetest.Eventually(t, 15*time.Second, "the poller's event stream", func() bool {
+	// Registered in poll mode first: the stream opens beside the first
+	// cycle, and before the registration the double takes a message for
+	// push delivery (202).
+	pipelinetest.Eventually(t, 15*time.Second, "the poller's registration and event stream", func() bool {
+		if srv.Status(ws.ID).DeliveryMode != "poll" {
+			return false
+		}
 		for _, r := range srv.Requests() {
 			if r.Method == "GET" && strings.HasSuffix(r.Path, "/events/stream") {
 				return true
@@ -303,7 +309,10 @@ func TestConsoleInBrowserChangesTheWorkspaceRegistry(t *testing.T) {
 	if v := value(t, ctx, "token field", chromedp.Evaluate[string](`document.querySelector('#ws-add [name="token"]').value`)); v != "" {
 		t.Errorf("the token field still holds %d characters after the add", len(v))
 	}
-	pipelinetest.Eventually(t, 5*time.Second, "a poll of the added workspace", func() bool {
+	pipelinetest.Eventually(t, 5*time.Second, "a poll of the added workspace, registered in poll mode", func() bool {
+		if srv.Status(first.ID).DeliveryMode != "poll" {
+			return false
+		}
 		for _, r := range srv.Requests() {
 			if r.Header.Get("Authorization") == "Bearer "+first.Token && r.At.After(sent) {
 				return true
