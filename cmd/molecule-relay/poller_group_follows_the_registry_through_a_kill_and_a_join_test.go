@@ -514,13 +514,20 @@ func maxTime(a, b time.Time) time.Time {
 	return b
 }
 
+// workspaceGET returns the workspace of r when r is a GET of
+// /workspaces/<id>/<sub>.
+func workspaceGET(r moleculetest.RecordedRequest, sub string) (string, bool) {
+	id, rest, ok := strings.Cut(strings.TrimPrefix(r.Path, "/workspaces/"), "/")
+	return id, ok && rest == sub && r.Method == "GET"
+}
+
 // eventStreams is, per workspace, the time spans of its event streams the
 // double answered 200 (one still open ends in the far future).
 func eventStreams(reqs []moleculetest.RecordedRequest) map[string][][2]time.Time {
 	out := map[string][][2]time.Time{}
 	for _, r := range reqs {
-		id, rest, ok := strings.Cut(strings.TrimPrefix(r.Path, "/workspaces/"), "/")
-		if !ok || rest != "events/stream" || r.Method != "GET" || r.Status != 200 {
+		id, ok := workspaceGET(r, "events/stream")
+		if !ok || r.Status != 200 {
 			continue
 		}
 		end := r.Done
@@ -591,8 +598,7 @@ func answerLatencies(plat *moleculetest.Server, must map[string]sentMsg) []time.
 func activityReads(reqs []moleculetest.RecordedRequest) map[string][]time.Time {
 	out := map[string][]time.Time{}
 	for _, r := range reqs {
-		id, rest, ok := strings.Cut(strings.TrimPrefix(r.Path, "/workspaces/"), "/")
-		if ok && rest == "activity" && r.Method == "GET" {
+		if id, ok := workspaceGET(r, "activity"); ok {
 			out[id] = append(out[id], r.At)
 		}
 	}

@@ -157,10 +157,10 @@ func (m *member) drain(updates <-chan jetstream.KeyValueEntry) (synced bool) {
 
 // writesPerPass bounds the claims one reconcile writes: a member that
 // joins a group of 10,000 workspaces must not leave its loop (the watch)
-// unattended for long. Written claimConcurrency at a time, a pass is a
-// few round trips; at 64 a pass (one round), a joiner took its 3,333
-// workspaces in 52 passes, the last 21 s after its old owner released it
-// (make chaos-group, two loaded cores).
+// unattended for long. Written all at once (claimConcurrency), a pass is
+// one round trip; at 64 a pass, a joiner took its 3,333 workspaces in 52
+// passes, the last 21 s after its old owner released it (make
+// chaos-group, two loaded cores).
 const writesPerPass = 256
 
 // reconcile makes what this member polls agree with the assignment. It
@@ -194,8 +194,8 @@ func (m *member) reconcile() (more bool) {
 }
 
 // handoverWindow bounds the workspaces a member hands to live members at
-// once (a member joined): each is stopped, released, claimed and polled
-// by its new owner before the window lets another go, and the rest are
+// once (a member joined): each is stopped and released, and the window
+// has room again once the watch shows its new owner's claim; the rest are
 // polled by this member meanwhile. Handed all at once, a joiner's 3,333
 // workspaces of 10,000 each waited behind all the others for the stop,
 // the release, the claim and the first poll: 28 to 37 s unpolled on two
