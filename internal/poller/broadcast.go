@@ -7,6 +7,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"hash/fnv"
 	"sync"
 	"time"
 
@@ -85,8 +86,27 @@ func (p *Poller) readBroadcasts(ctx context.Context, w *workspace, rec *statusRe
 		set(func(r *statusRecord) { r.BroadcastCursor = c })
 		rec.BroadcastCursor = c
 	}
+	if w.broadcastReadAt.IsZero() {
+		started = started.Add(-broadcastPhase(w.id, p.cfg.BroadcastInterval))
+	}
 	w.broadcastReadAt = started
 	return nil
+}
+
+// broadcastPhase brings a workspace's second read forward by a share of
+// the interval of its own (from its id), so a fleet that started together
+// spreads its reads over the interval: 10,000 workspaces started at once
+// read their broadcasts in the same seconds every 5 minutes, and a CPU
+// figure taken over a window with those seconds in it was 13.6 % of a
+// core against 9 % without (make bench-fleet, docs/fleet.md). The reads
+// stay at most BroadcastInterval apart.
+func broadcastPhase(id string, interval time.Duration) time.Duration {
+	if interval <= 0 {
+		return 0
+	}
+	h := fnv.New64a()
+	_, _ = h.Write([]byte(id))
+	return time.Duration(h.Sum64() % uint64(interval))
 }
 
 // coldBroadcasts are the rows of a read without cursor that are ours to
