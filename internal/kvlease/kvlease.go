@@ -52,6 +52,15 @@ const DefaultTTL = 2 * time.Second
 type value struct {
 	Instance string    `json:"instance"`
 	Expires  time.Time `json:"expires"`
+	// Probe: see Config.Probe.
+	Probe string `json:"probe,omitempty"`
+}
+
+// Probe returns the probe subject a lease key's value names, or "".
+func Probe(v []byte) string {
+	var l value
+	_ = json.Unmarshal(v, &l)
+	return l.Probe
 }
 
 // Holder returns the instance a lease key's value names, or "".
@@ -79,6 +88,7 @@ type Lease struct {
 	stopOnce sync.Once
 	// exclusive: see Config.Exclusive.
 	exclusive bool
+	probe     string // Config.Probe
 }
 
 // Config configures Acquire.
@@ -101,6 +111,11 @@ type Config struct {
 	// this process holds locked. A lease found there is a dead
 	// predecessor's and is taken over at once instead of waited out.
 	Exclusive bool
+	// Probe, when set, is a core NATS subject on which the holder answers
+	// requests while it lives; it is written into the lease's value so
+	// that others may ask (a poller group's liveness probes). Old holders
+	// leave it out.
+	Probe string
 	// Name says what the lease protects, in its log lines ("mcp").
 	Name   string
 	Logger *slog.Logger
@@ -125,7 +140,7 @@ func Acquire(ctx context.Context, js jetstream.JetStream, keys []string, cfg Con
 		return nil, err
 	}
 	l := &Lease{kv: kv, instance: cfg.Instance, ttl: cfg.TTL, patience: cfg.Patience, log: cfg.Logger, name: cfg.Name, revs: map[string]uint64{},
-		stop: make(chan struct{}), done: make(chan struct{}), lost: make(chan struct{}), exclusive: cfg.Exclusive}
+		stop: make(chan struct{}), done: make(chan struct{}), lost: make(chan struct{}), exclusive: cfg.Exclusive, probe: cfg.Probe}
 	for _, k := range keys {
 		if err := l.take(ctx, k); err != nil {
 			l.release()
@@ -150,7 +165,7 @@ func Bucket(ctx context.Context, js jetstream.JetStream, bucket string, replicas
 }
 
 func (l *Lease) value() []byte {
-	b, _ := json.Marshal(value{Instance: l.instance, Expires: time.Now().Add(l.ttl).UTC()})
+	b, _ := json.Marshal(value{Instance: l.instance, Expires: time.Now().Add(l.ttl).UTC(), Probe: l.probe})
 	return b
 }
 

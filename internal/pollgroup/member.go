@@ -11,6 +11,8 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/molecule-ai/molecule-relay/internal/kvlease"
 )
 
 // claim is what the watch last showed of a workspace's claim.
@@ -49,7 +51,11 @@ type member struct {
 	renewals uint64
 	lastAt   map[string]uint64
 	memRevs  map[string]uint64 // member instance → revision of its key
-	claims   map[string]claim  // workspace → its claim, as the watch showed it
+	// probeOn: the subject each member answers liveness probes on, as its
+	// key names it (probe.go); probes: what they found.
+	probeOn map[string]string
+	probes  *prober
+	claims  map[string]claim // workspace → its claim, as the watch showed it
 	// contested: a claim we tried to write failed on a newer one that the
 	// watch has not shown yet; wait for it.
 	contested map[string]bool
@@ -75,9 +81,9 @@ type member struct {
 	inSet     map[string]bool // cfg.Workspaces as a set
 }
 
-func newMember(ctx context.Context, kv jetstream.KeyValue, cfg Config) *member {
+func newMember(ctx context.Context, kv jetstream.KeyValue, cfg Config, probes *prober) *member {
 	return &member{ctx: ctx, kv: kv, cfg: cfg, log: cfg.Logger,
-		lastAt: map[string]uint64{}, memRevs: map[string]uint64{},
+		lastAt: map[string]uint64{}, memRevs: map[string]uint64{}, probeOn: map[string]string{}, probes: probes,
 		claims: map[string]claim{}, contested: map[string]bool{}, released: map[string]uint64{},
 		polls: map[string]*polling{}, failed: map[string]bool{}, toRelease: map[string]claim{}, handing: map[string]time.Time{},
 		ended: make(chan ended, len(cfg.Workspaces)+1), inSet: setOf(cfg.Workspaces)}
@@ -101,15 +107,18 @@ func (m *member) apply(e jetstream.KeyValueEntry) {
 	switch {
 	case strings.HasPrefix(rest, "m."):
 		id := rest[2:]
+		m.probes.forget(id)
 		if gone {
 			delete(m.lastAt, id)
 			delete(m.memRevs, id)
+			delete(m.probeOn, id)
 			return
 		}
 		if id == m.cfg.Instance {
 			m.renewals++
 		}
 		m.lastAt[id], m.memRevs[id] = m.renewals, e.Revision()
+		m.probeOn[id] = kvlease.Probe(e.Value())
 	case strings.HasPrefix(rest, "c."):
 		ws := rest[2:]
 		delete(m.contested, ws)
@@ -166,6 +175,7 @@ const writesPerPass = 256
 // reconcile makes what this member polls agree with the assignment. It
 // reports whether claims are left to write (call it again soon).
 func (m *member) reconcile() (more bool) {
+	m.probeSuspects()
 	m.assign()
 	m.expireHandovers(time.Now())
 	var takes []claimWrite
@@ -285,7 +295,25 @@ const deadRenewals = 8
 
 func (m *member) isLive(id string) bool {
 	at, ok := m.lastAt[id]
-	return id == m.cfg.Instance || (ok && m.renewals-at <= deadRenewals)
+	return id == m.cfg.Instance || (ok && m.renewals-at <= deadRenewals && !m.probes.gone(id, at))
+}
+
+// probeSuspects asks the members whose keys missed probeAfter of our
+// renewals, and name a probe subject, whether they are still there.
+func (m *member) probeSuspects() {
+	for id, at := range m.lastAt {
+		missed := m.renewals - at
+		if subject := m.probeOn[id]; subject != "" && id != m.cfg.Instance && missed >= probeAfter && missed <= deadRenewals {
+			m.probes.ask(m.ctx, id, subject, at)
+		}
+	}
+}
+
+// onProbe takes a probe's answer (serve's loop).
+func (m *member) onProbe(r probeResult) {
+	if m.probes.record(r) {
+		m.log.Info("poller group: a member that missed its renewals no longer answers on NATS; counting it dead", "member", r.member)
+	}
 }
 
 // liveMembers returns the live members, sorted (a stable key for caching

@@ -9,7 +9,9 @@
 //     (renewed every TTL/4). The members watch the group's keys and count a
 //     member dead once its key missed 8 of their own renewals in the watch
 //     (2 TTL): no clock is compared, so neither skew between machines nor
-//     a watch that is behind counts a live member dead;
+//     a watch that is behind counts a live member dead. A member whose
+//     key missed 3 is probed over core NATS, and counts dead at once
+//     when no subscriber is left to answer (a killed process: probe.go);
 //   - assignment: rendezvous hashing (Owner) of each workspace over the live
 //     members: every member computes it alone;
 //   - claims: before it polls a workspace, a member claims it, creating
@@ -158,9 +160,17 @@ func serve(ctx context.Context, js jetstream.JetStream, cfg Config) error {
 	if err != nil {
 		return err
 	}
+	probeSubject := events.PollGroupMemberSubject(cfg.Group, cfg.Instance)
+	stopAnswering, err := answerProbes(ctx, js.Conn(), probeSubject)
+	if err != nil {
+		probeSubject = ""
+		cfg.Logger.Warn("poller group: this member cannot answer liveness probes; if it dies, the others count it dead after 2 TTL rather than about 1. Allow the poller user to publish and subscribe on "+events.SubjectPollGroupPrefix+".> (infra/nats/accounts.conf)", "error", err)
+	} else {
+		defer stopAnswering() // after the claims and the lease are released
+	}
 	lease, err := kvlease.Acquire(ctx, js, []string{memberKey(cfg.Group, cfg.Instance)}, kvlease.Config{
 		Bucket: events.BucketPollerGroups, Instance: cfg.Instance, TTL: cfg.TTL, Replicas: cfg.Replicas,
-		Patience: leasePatience * cfg.TTL, Name: "poller group", Logger: cfg.Logger,
+		Patience: leasePatience * cfg.TTL, Name: "poller group", Logger: cfg.Logger, Probe: probeSubject,
 	})
 	if err != nil {
 		return err
@@ -176,7 +186,7 @@ func serve(ctx context.Context, js jetstream.JetStream, cfg Config) error {
 	if cfg.Source != nil {
 		cfg.Workspaces, changed = cfg.Source.Current(), cfg.Source.Changed()
 	}
-	m := newMember(ctx, kv, cfg)
+	m := newMember(ctx, kv, cfg, newProber(js.Conn()))
 	defer m.leave()
 	cfg.Logger.Info("poller group: joined", "workspaces", len(cfg.Workspaces))
 	tick := time.NewTicker(cfg.TTL / 4)
@@ -207,6 +217,8 @@ func serve(ctx context.Context, js jetstream.JetStream, cfg Config) error {
 		case ev := <-m.ended:
 			m.onEnded(ev)
 			m.drainEnded() // released together (flushReleases)
+		case r := <-m.probes.results:
+			m.onProbe(r)
 		case <-tick.C:
 		case <-changed:
 			m.setWorkspaces(cfg.Source.Current())

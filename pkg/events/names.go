@@ -29,6 +29,12 @@ const (
 	// instance id by each relay process that polls it and keeps a reply
 	// ledger (internal/relay).
 	SubjectPollersPrefix = "molecule.pollers"
+	// SubjectPollGroupPrefix carries core NATS liveness probes of poller
+	// group members, stored by no stream: each member answers on
+	// molecule.pollgroup.<group>.<instance> (PollGroupMemberSubject), and
+	// the server's "no responders" says that it is gone
+	// (internal/pollgroup/probe.go).
+	SubjectPollGroupPrefix = "molecule.pollgroup"
 )
 
 // Stream names. One stream per kind of envelope.
@@ -108,6 +114,12 @@ func ReplySubject(workspace string) string { return SubjectReplyPrefix + "." + w
 // PollersSubject returns the subject on which relay processes that poll
 // workspace answer who they are.
 func PollersSubject(workspace string) string { return SubjectPollersPrefix + "." + workspace }
+
+// PollGroupMemberSubject returns the subject on which a member of a
+// poller group answers its liveness probes.
+func PollGroupMemberSubject(group, instance string) string {
+	return SubjectPollGroupPrefix + "." + group + "." + instance
+}
 
 // DLQSubject returns the subject a dead letter of stage for workspace is
 // published on.

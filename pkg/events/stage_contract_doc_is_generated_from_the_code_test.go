@@ -114,6 +114,7 @@ var names = map[string]string{
 	"ReplySubject":            events.ReplySubject("ws-1"),
 	"DLQSubject":              events.DLQSubject(events.StageReplier, "ws-1"),
 	"PollersSubject":          events.PollersSubject("ws-1"),
+	"PollGroupMemberSubject":  events.PollGroupMemberSubject("fleet", "poll-1"),
 	"MemorySubject":           events.MemorySubject("ws-1", "canvas"),
 	"MemoryWorkspaceSubjects": events.MemoryWorkspaceSubjects("ws-1"),
 	"InboundMsgID":            events.InboundMsgID("ws-1", "act-1"),

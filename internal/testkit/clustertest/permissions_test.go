@@ -10,6 +10,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/molecule-ai/molecule-relay/internal/kvlease"
 	"github.com/molecule-ai/molecule-relay/internal/poller"
 	"github.com/molecule-ai/molecule-relay/internal/pollgroup"
 	"github.com/molecule-ai/molecule-relay/internal/registry"
@@ -446,6 +447,17 @@ func pollerGroupMember(ctx context.Context, t *testing.T, admin, js jetstream.Je
 	owners, err := pollgroup.Owners(ctx, js, "perm")
 	if err != nil || owners["ws1"] != "member1" {
 		t.Errorf("group claims %v %v, want ws1 polled by member1", owners, err)
+	}
+	// The member answers liveness probes, and says so in its key: the
+	// permissions let both the probe and its answer through.
+	probe := events.PollGroupMemberSubject("perm", "member1")
+	if kv, err := js.KeyValue(ctx, events.BucketPollerGroups); err != nil {
+		t.Errorf("group bucket: %v", err)
+	} else if e, err := kv.Get(ctx, "perm.m.member1"); err != nil || kvlease.Probe(e.Value()) != probe {
+		t.Errorf("member key %v: names probe subject %q, want %q", err, kvlease.Probe(e.Value()), probe)
+	}
+	if _, err := js.Conn().Request(probe, nil, 5*time.Second); err != nil {
+		t.Errorf("liveness probe of member1: %v", err)
 	}
 	leave()
 	if err := <-done; err != nil {
