@@ -56,19 +56,17 @@ type value struct {
 	Probe string `json:"probe,omitempty"`
 }
 
-// Probe returns the probe subject a lease key's value names, or "".
-func Probe(v []byte) string {
-	var l value
+// parse reads a lease key's value; what it cannot read stays empty.
+func parse(v []byte) (l value) {
 	_ = json.Unmarshal(v, &l)
-	return l.Probe
+	return l
 }
 
+// Probe returns the probe subject a lease key's value names, or "".
+func Probe(v []byte) string { return parse(v).Probe }
+
 // Holder returns the instance a lease key's value names, or "".
-func Holder(v []byte) string {
-	var l value
-	_ = json.Unmarshal(v, &l)
-	return l.Instance
-}
+func Holder(v []byte) string { return parse(v).Instance }
 
 // Lease is one instance's hold on its keys.
 type Lease struct {

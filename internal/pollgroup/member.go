@@ -299,11 +299,12 @@ func (m *member) isLive(id string) bool {
 }
 
 // probeSuspects asks the members whose keys missed probeAfter of our
-// renewals, and name a probe subject, whether they are still there.
+// renewals, and name a probe subject, whether they are still there (our
+// own key never misses one: it is what counts them).
 func (m *member) probeSuspects() {
 	for id, at := range m.lastAt {
 		missed := m.renewals - at
-		if subject := m.probeOn[id]; subject != "" && id != m.cfg.Instance && missed >= probeAfter && missed <= deadRenewals {
+		if subject := m.probeOn[id]; subject != "" && missed >= probeAfter && missed <= deadRenewals {
 			m.probes.ask(m.ctx, id, subject, at)
 		}
 	}
