@@ -172,7 +172,7 @@ func (p *Poller) ack(ctx context.Context, w *workspace, fetchStarted time.Time, 
 		return
 	}
 	var cursor *cursorValue
-	if cur, err := p.loadCursor(ctx, w.id); err == nil {
+	if cur, err := p.fetchedCursor(ctx, w); err == nil {
 		cursor = &cur.cursorValue
 	}
 	seq := a.candidate(fetchStarted.Add(-2*p.ackSpan()), cursor)

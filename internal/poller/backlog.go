@@ -272,6 +272,12 @@ func (p *Poller) readBacklog(ctx context.Context, w *workspace, window time.Dura
 			newest = &rows[len(rows)-1]
 		}
 		read += len(rows)
+		if len(rows) == 0 {
+			return nil
+		}
+		if err := p.confirmCursor(ctx, w); err != nil {
+			return err
+		}
 		return p.deliver(ctx, w, rows, v, time.Now().UTC(), res)
 	})
 	if err != nil {

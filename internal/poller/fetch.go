@@ -127,7 +127,7 @@ func (p *Poller) fetch(ctx context.Context, w *workspace, res *WorkspaceResult) 
 }
 
 func (p *Poller) fetchFromCursor(ctx context.Context, w *workspace, res *WorkspaceResult) error {
-	cur, err := p.loadCursor(ctx, w.id)
+	cur, err := p.fetchCursor(ctx, w)
 	if err != nil {
 		return err
 	}
@@ -153,6 +153,9 @@ func (p *Poller) fetchFromCursor(ctx context.Context, w *workspace, res *Workspa
 		res.Cursor = cur.Cursor
 		page, err := p.activity(ctx, w, molecule.ActivityQuery{Type: activityType, SinceID: cur.Cursor, Limit: limit}, res)
 		if errors.Is(err, molecule.ErrCursorLost) {
+			if err := p.confirmCursor(ctx, w); err != nil {
+				return err
+			}
 			w.log.WarnContext(ctx, "poller: the platform no longer knows the cursor row (410: pruned, or another workspace's id); resetting and re-seeding",
 				"cursor", cur.Cursor)
 			if cur, err = p.seed(ctx, w, cur, true, res); err != nil {
@@ -171,6 +174,9 @@ func (p *Poller) fetchFromCursor(ctx context.Context, w *workspace, res *Workspa
 		}
 		if len(page.Rows) == 0 {
 			return nil
+		}
+		if err := p.confirmCursor(ctx, w); err != nil {
+			return err
 		}
 		if err := p.deliver(ctx, w, page.Rows, &cur.cursorValue, time.Now().UTC(), res); err != nil {
 			return err

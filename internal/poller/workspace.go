@@ -44,6 +44,11 @@ type workspace struct {
 	// caughtUp: the stored cursor was compared with the feed's checkpoint
 	// (catchUpWithCheckpoint), once per process.
 	caughtUp bool
+	// cursorRead: a fetch in this process read the stored cursor; then
+	// unconfirmed is the revision of the copy the current fetch started
+	// from without reading it, 0 once read (cycleMu; fetchCursor).
+	cursorRead  bool
+	unconfirmed uint64
 
 	// published is what this process published recently (published.go).
 	published *published
