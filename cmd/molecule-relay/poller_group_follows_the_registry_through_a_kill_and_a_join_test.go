@@ -426,7 +426,7 @@ func TestPollerGroupFollowsTheRegistry(t *testing.T) {
 			t.Errorf("%s: a live member's workspace was taken over: %s", p.Name, strings.SplitN(out[i:], "\n", 2)[0])
 		}
 	}
-	if strings.Contains(procs[len(procs)-1].Tail(1<<26), "took over the workspace of a member counted dead") {
+	if strings.Contains(procs[len(procs)-1].Tail(1<<26), "took over the workspaces of a member counted dead") {
 		t.Error("poll-4 took a workspace over by expiry when it joined, instead of waiting for its release")
 	}
 

@@ -176,7 +176,7 @@ func TestPollerGroupSharesAFleet(t *testing.T) {
 	}
 
 	// The joiner took only released workspaces, none by an expiry.
-	if strings.Contains(procs[len(procs)-1].Tail(1<<24), "took over the workspace of a member counted dead") {
+	if strings.Contains(procs[len(procs)-1].Tail(1<<24), "took over the workspaces of a member counted dead") {
 		t.Error("poll-4 took a workspace over by expiry when it joined, instead of waiting for its release")
 	}
 

@@ -374,22 +374,33 @@ func (m *member) take(writes []claimWrite) {
 			w.rev, w.err = m.kv.Create(m.ctx, claimKey(m.cfg.Group, w.ws), []byte(m.cfg.Instance))
 		}
 	})
+	// One line per dead member and one for the failures, not one per
+	// workspace: a takeover at 10,000 workspaces is thousands of claims.
+	tookOver := map[string]int{}
+	var failed int
+	var failure error
 	for _, w := range writes {
 		switch {
 		case errors.Is(w.err, jetstream.ErrKeyExists) || errors.Is(w.err, jetstream.ErrKeyRevisionMismatch):
 			m.contested[w.ws] = true
 			continue
 		case w.err != nil:
-			if m.ctx.Err() == nil {
-				m.log.Warn("poller group: could not claim a workspace; trying again", "workspace", w.ws, "error", w.err)
-			}
+			failed, failure = failed+1, w.err
+			m.log.Debug("poller group: could not claim a workspace", "workspace", w.ws, "error", w.err)
 			continue
 		case w.claimed:
-			m.log.Info("poller group: took over the workspace of a member counted dead", "workspace", w.ws, "member", w.prior.owner)
+			tookOver[w.prior.owner]++
+			m.log.Debug("poller group: took over a workspace of a member counted dead", "workspace", w.ws, "member", w.prior.owner)
 		}
 		m.claims[w.ws] = claim{owner: m.cfg.Instance, rev: w.rev}
 		delete(m.failed, w.ws)
 		m.start(w.ws)
+	}
+	for owner, n := range tookOver {
+		m.log.Info("poller group: took over the workspaces of a member counted dead", "member", owner, "workspaces", n)
+	}
+	if failed > 0 && m.ctx.Err() == nil {
+		m.log.Warn("poller group: could not claim workspaces; trying again", "workspaces", failed, "error", failure)
 	}
 }
 
