@@ -4,10 +4,6 @@ import (
 	"context"
 	"log/slog"
 	"testing"
-	"time"
-
-	"github.com/molecule-ai/molecule-relay/internal/testkit/natstest"
-	"github.com/molecule-ai/molecule-relay/pkg/events"
 )
 
 // TestCheckpointReadsOnlyCursorsThisProcessMoved: the periodic checkpoint
@@ -15,14 +11,7 @@ import (
 // moved since it looked: at 10,000 idle workspaces, reading them all at
 // every tick was 3.6 % of the relay's CPU.
 func TestCheckpointReadsOnlyCursorsThisProcessMoved(t *testing.T) {
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	ns := natstest.Start(t)
-	_, js := natstest.Connect(t, ns.ClientURL())
-	topo, err := events.EnsureTopology(ctx, js, events.TopologyConfig{})
-	if err != nil {
-		t.Fatal(err)
-	}
+	ctx, ns, _, topo := testTopology(t)
 	reads := countBucketReads(t, ns, topo.Cursors.Bucket())
 	p := &Poller{topo: topo, log: slog.New(slog.DiscardHandler)}
 	for _, id := range []string{"ws-1", "ws-2", "ws-3"} {

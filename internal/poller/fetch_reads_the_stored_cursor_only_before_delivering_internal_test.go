@@ -6,7 +6,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/molecule-ai/molecule-relay/internal/testkit/natstest"
 	"github.com/molecule-ai/molecule-relay/pkg/events"
 	"github.com/molecule-ai/molecule-relay/pkg/molecule"
 	"github.com/molecule-ai/molecule-relay/pkg/molecule/moleculetest"
@@ -19,14 +18,7 @@ import (
 // and a cursor another poller moved meanwhile restarts the fetch from
 // there: the rows the other poller published are not published again.
 func TestFetchReadsTheStoredCursorOnlyBeforeDelivering(t *testing.T) {
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	ns := natstest.Start(t)
-	_, js := natstest.Connect(t, ns.ClientURL())
-	topo, err := events.EnsureTopology(ctx, js, events.TopologyConfig{})
-	if err != nil {
-		t.Fatal(err)
-	}
+	ctx, ns, js, topo := testTopology(t)
 	plat := moleculetest.NewServer()
 	t.Cleanup(plat.Close)
 	ws := plat.CreateWorkspace("agent-a")

@@ -1,16 +1,12 @@
 package poller
 
 import (
-	"context"
 	"errors"
 	"slices"
 	"testing"
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
-
-	"github.com/molecule-ai/molecule-relay/internal/testkit/natstest"
-	"github.com/molecule-ai/molecule-relay/pkg/events"
 )
 
 // A published-row snapshot written longer than recentKeep ago holds no
@@ -19,13 +15,7 @@ import (
 // ever), keeps the fresh ones and every status record, and the status
 // listing never shows a snapshot key as a workspace, before or after.
 func TestStaleSentSnapshotsAreSweptAndFreshOnesKept(t *testing.T) {
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	_, js := natstest.Connect(t, natstest.Start(t).ClientURL())
-	topo, err := events.EnsureTopology(ctx, js, events.TopologyConfig{})
-	if err != nil {
-		t.Fatal(err)
-	}
+	ctx, _, _, topo := testTopology(t)
 	const removed, live = "0e5c1a2b-0000-4000-8000-000000000001", "0e5c1a2b-0000-4000-8000-000000000002"
 	put := func(key string, value []byte) jetstream.KeyValueEntry {
 		t.Helper()

@@ -6,6 +6,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats.go/jetstream"
+
 	"github.com/molecule-ai/molecule-relay/internal/testkit/natstest"
 	"github.com/molecule-ai/molecule-relay/pkg/events"
 )
@@ -70,6 +72,14 @@ func TestStatusWriteReadsOnlyAfterAnotherWrite(t *testing.T) {
 // status bucket's reads (countStatusReads).
 func statusTestPoller(t *testing.T) (context.Context, *Poller, func() int) {
 	t.Helper()
+	ctx, ns, _, topo := testTopology(t)
+	return ctx, &Poller{topo: topo}, countStatusReads(t, ns, topo)
+}
+
+// testTopology is an embedded NATS server with the relay's topology on
+// it, and a context for the test.
+func testTopology(t *testing.T) (context.Context, *natstest.Server, jetstream.JetStream, *events.Topology) {
+	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	t.Cleanup(cancel)
 	ns := natstest.Start(t)
@@ -78,7 +88,7 @@ func statusTestPoller(t *testing.T) (context.Context, *Poller, func() int) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	return ctx, &Poller{topo: topo}, countStatusReads(t, ns, topo)
+	return ctx, ns, js, topo
 }
 
 // countStatusReads returns a count of the requests that read a status
